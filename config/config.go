@@ -1,0 +1,380 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v10"
+)
+
+// Environment variable names.
+const (
+	EnvNodeID                 = "NODE_ID"
+	EnvNATSURL                = "NATS_URL"
+	EnvNATSCreds              = "NATS_CREDS"
+	EnvNATSListen             = "NATS_LISTEN"
+	EnvSubjectPrefix          = "LEASE_SUBJECT_PREFIX"
+	EnvPoolCapacities         = "POOL_CAPACITIES"
+	EnvExecutorMaxConcurrency = "EXECUTOR_MAX_CONCURRENCY"
+	EnvNATSStoreDir           = "NATS_STORE_DIR"
+	EnvLeaseTTL               = "LEASE_TTL"
+	EnvHTTPAddr               = "HTTP_ADDR"
+)
+
+// Defaults. The envDefault struct tags repeat them because tags must be
+// literals; the tests check that the two agree.
+const (
+	DefaultNodeID                 = "node" // only when the host name yields nothing usable
+	DefaultNATSListen             = "127.0.0.1:4222"
+	DefaultSubjectPrefix          = "lease"
+	DefaultExecutorMaxConcurrency = 4
+	DefaultLeaseTTL               = 15 * time.Second
+	DefaultHTTPAddr               = "127.0.0.1:8080"
+)
+
+// Common is what both the lease manager and executors read.
+type Common struct {
+	// NodeID (NODE_ID) names this node in subjects and KV keys. Default:
+	// SanitizeNodeID of the host name.
+	NodeID string `env:"NODE_ID"`
+	// NATSURL (NATS_URL) is the server to connect to. Empty means the lease
+	// manager runs an embedded server and executors connect to NATSListen.
+	NATSURL string `env:"NATS_URL"`
+	// NATSCreds (NATS_CREDS) is an optional path to a .creds file. It is
+	// opened at load time so a typo fails now, not at the first reconnect.
+	NATSCreds string `env:"NATS_CREDS"`
+	// NATSListen (NATS_LISTEN) is host:port of the embedded server.
+	NATSListen string `env:"NATS_LISTEN" envDefault:"127.0.0.1:4222"`
+	// SubjectPrefix (LEASE_SUBJECT_PREFIX) is one or more dot-separated
+	// tokens put in front of every lease subject.
+	SubjectPrefix string `env:"LEASE_SUBJECT_PREFIX" envDefault:"lease"`
+}
+
+// NATSAddress returns the address to dial: NATS_URL if set, else the
+// embedded server at NATS_LISTEN.
+func (c Common) NATSAddress() string {
+	if c.NATSURL != "" {
+		return c.NATSURL
+	}
+	return "nats://" + c.NATSListen
+}
+
+// Manager is the lease manager's configuration.
+type Manager struct {
+	Common
+
+	// PoolCapacities is POOL_CAPACITIES as given, e.g. "gpu=1,io=16";
+	// Pools is the parsed form.
+	PoolCapacities string `env:"POOL_CAPACITIES"`
+	// DefaultCapacity is EXECUTOR_MAX_CONCURRENCY as given (default 4). It
+	// is the default pool's capacity unless POOL_CAPACITIES has a
+	// "default=N" entry; read the effective value from Pools.
+	DefaultCapacity int64 `env:"EXECUTOR_MAX_CONCURRENCY" envDefault:"4"`
+	// NATSStoreDir (NATS_STORE_DIR) is where the embedded server keeps
+	// JetStream data. Default: os.TempDir()/leasemgr/<NodeID>/jetstream,
+	// per node so that several nodes on one host do not share a store.
+	NATSStoreDir string `env:"NATS_STORE_DIR"`
+	// LeaseTTL (LEASE_TTL) is how long a lease lives without renewal. Whole
+	// seconds only, at least 1s: JetStream per-message TTLs have one-second
+	// resolution, and silently rounding would change lease lifetimes.
+	LeaseTTL time.Duration `env:"LEASE_TTL" envDefault:"15s"`
+	// HTTPAddr (HTTP_ADDR) is host:port of the HTTP endpoint; empty means
+	// disabled. It has no envDefault tag because env treats set-but-empty
+	// as unset, and here set-but-empty must disable the endpoint.
+	HTTPAddr string `env:"HTTP_ADDR"`
+
+	// Pools is derived: the POOL_CAPACITIES pools plus the default pool,
+	// sorted by name. The default pool's capacity is "default=N" from
+	// POOL_CAPACITIES if present, else EXECUTOR_MAX_CONCURRENCY, else 4.
+	Pools []Pool
+}
+
+// LoadCommon reads Common from the process environment.
+func LoadCommon() (*Common, error) {
+	return LoadCommonFrom(env.ToMap(os.Environ()))
+}
+
+// LoadCommonFrom reads Common from m only, never from the process
+// environment. A nil m is an empty environment.
+func LoadCommonFrom(m map[string]string) (*Common, error) {
+	m = nonNil(m)
+	var c Common
+	errs, _ := parseEnv(&c, m)
+	errs = append(errs, c.resolve()...)
+	if err := joinErrs(sortByVar(errs)); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadManager reads Manager from the process environment.
+func LoadManager() (*Manager, error) {
+	return LoadManagerFrom(env.ToMap(os.Environ()))
+}
+
+// LoadManagerFrom reads Manager from m only, never from the process
+// environment. A nil m is an empty environment.
+func LoadManagerFrom(m map[string]string) (*Manager, error) {
+	m = nonNil(m)
+	var c Manager
+	errs, bad := parseEnv(&c, m)
+	errs = append(errs, c.Common.resolve()...)
+	errs = append(errs, c.resolve(m, bad)...)
+	if err := joinErrs(sortByVar(errs)); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// nonNil guards against env.Options treating a nil Environment as "use
+// os.Environ", which would break LoadXFrom's promise.
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// resolve fills in computed defaults and validates. Common has only string
+// fields, which env cannot fail to parse, so unlike Manager.resolve it
+// needs no list of variables that already failed.
+func (c *Common) resolve() []error {
+	var errs []error
+	if c.NodeID == "" {
+		h, _ := os.Hostname() // on error h is "", and SanitizeNodeID falls back
+		c.NodeID = SanitizeNodeID(h)
+	}
+	if err := ValidToken(c.NodeID); err != nil {
+		errs = append(errs, varErr(EnvNodeID, c.NodeID, err))
+	}
+	if c.NATSCreds != "" {
+		if err := checkReadable(c.NATSCreds); err != nil {
+			errs = append(errs, varErr(EnvNATSCreds, c.NATSCreds, err))
+		}
+	}
+	if err := checkHostPort(c.NATSListen); err != nil {
+		errs = append(errs, varErr(EnvNATSListen, c.NATSListen, err))
+	}
+	if err := checkSubjectPrefix(c.SubjectPrefix); err != nil {
+		errs = append(errs, varErr(EnvSubjectPrefix, c.SubjectPrefix, err))
+	}
+	return errs
+}
+
+// resolve fills in computed defaults, validates, and builds Pools.
+// Variables in bad already failed to parse and are not checked again.
+func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
+	var errs []error
+	if !bad[EnvExecutorMaxConcurrency] && c.DefaultCapacity <= 0 {
+		errs = append(errs, varErr(EnvExecutorMaxConcurrency, m[EnvExecutorMaxConcurrency], reason("must be a positive integer")))
+	}
+	if !bad[EnvLeaseTTL] {
+		if err := checkTTL(c.LeaseTTL); err != nil {
+			errs = append(errs, varErr(EnvLeaseTTL, m[EnvLeaseTTL], err))
+		}
+	}
+	if c.NATSStoreDir == "" {
+		c.NATSStoreDir = filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream")
+	}
+	if v, ok := m[EnvHTTPAddr]; ok {
+		c.HTTPAddr = v
+	} else {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.HTTPAddr != "" {
+		if err := checkHostPort(c.HTTPAddr); err != nil {
+			errs = append(errs, varErr(EnvHTTPAddr, c.HTTPAddr, err))
+		}
+	}
+
+	pools, perrs := parsePools(c.PoolCapacities)
+	errs = append(errs, perrs...)
+	if !slices.ContainsFunc(pools, func(p Pool) bool { return p.Name == DefaultPool }) {
+		pools = append(pools, Pool{Name: DefaultPool, Capacity: c.DefaultCapacity})
+	}
+	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
+	c.Pools = pools
+	return errs
+}
+
+func varErr(name, value string, err error) *VarError {
+	return &VarError{Var: name, Value: value, Reason: err.Error(), Err: err}
+}
+
+// SanitizeNodeID turns a host name into a usable node id: every character
+// outside [A-Za-z0-9_-] becomes '-' ("ip-10-0-0-1.ec2.internal" becomes
+// "ip-10-0-0-1-ec2-internal"), the result is cut to MaxTokenLen, and an
+// empty result becomes "node". The result always passes ValidToken, so the
+// default never fails validation on a host with a long or odd name.
+func SanitizeNodeID(hostname string) string {
+	var b strings.Builder
+	for _, r := range hostname {
+		if r < 0x80 && tokenByte(byte(r)) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	s := b.String()
+	if len(s) > MaxTokenLen {
+		s = s[:MaxTokenLen]
+	}
+	if s == "" {
+		return DefaultNodeID
+	}
+	return s
+}
+
+// checkHostPort accepts host:port with a numeric port 0-65535; the host may
+// be empty (all interfaces), as net.Listen allows.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		msg := err.Error()
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			msg = ae.Err // without the address, which the message already shows
+		}
+		return reason("must be host:port: " + msg)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return reason(fmt.Sprintf("port %q must be a number from 0 to 65535", port))
+	}
+	return nil
+}
+
+// checkReadable opens path for reading, so that a missing or unreadable
+// credentials file is reported at start-up. The os error is kept as the
+// cause so errors.Is(err, fs.ErrNotExist) works.
+func checkReadable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("cannot read file: %w", pe.Err)
+		}
+		return fmt.Errorf("cannot read file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("cannot read file: %w", err)
+	}
+	if fi.IsDir() {
+		return reason("is a directory, want a .creds file")
+	}
+	return nil
+}
+
+func checkSubjectPrefix(p string) error {
+	for i, tok := range strings.Split(p, ".") {
+		if err := ValidToken(tok); err != nil {
+			return fmt.Errorf("token %d %q: %w", i+1, tok, err)
+		}
+	}
+	return nil
+}
+
+func checkTTL(d time.Duration) error {
+	if d < time.Second {
+		return reason("must be at least 1s")
+	}
+	if d%time.Second != 0 {
+		return reason("must be whole seconds (JetStream TTLs have one-second resolution)")
+	}
+	return nil
+}
+
+// parseEnv runs env over m and turns its errors into VarErrors that name
+// the variable and value (env's own messages name the Go field instead).
+// It returns the set of variables that failed so that later checks skip
+// their zero values.
+func parseEnv(v any, m map[string]string) ([]error, map[string]bool) {
+	bad := make(map[string]bool)
+	err := env.ParseWithOptions(v, env.Options{Environment: m})
+	if err == nil {
+		return nil, bad
+	}
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return []error{fmt.Errorf("%w: %w", ErrInvalid, err)}, bad
+	}
+	t := reflect.TypeOf(v).Elem()
+	var errs []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			// Not a value problem (e.g. a bad tag); a bug here, but
+			// still better reported than dropped.
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, e))
+			continue
+		}
+		name := envName(t, pe.Name)
+		bad[name] = true
+		errs = append(errs, &VarError{Var: name, Value: m[name], Reason: parseReason(pe), Err: pe})
+	}
+	return errs, bad
+}
+
+// envName returns the variable behind struct field field of t, looking
+// inside embedded structs; the field name itself if there is none.
+func envName(t reflect.Type, field string) string {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if n := envName(f.Type, field); n != field {
+				return n
+			}
+			continue
+		}
+		if f.Name == field {
+			if key, _, _ := strings.Cut(f.Tag.Get("env"), ","); key != "" {
+				return key
+			}
+		}
+	}
+	return field
+}
+
+func parseReason(pe env.ParseError) string {
+	switch {
+	case pe.Type == reflect.TypeOf(time.Duration(0)):
+		return `must be a duration in whole seconds, e.g. "15s"`
+	case pe.Type.Kind() >= reflect.Int && pe.Type.Kind() <= reflect.Int64:
+		if errors.Is(pe.Err, strconv.ErrRange) {
+			return "must be a positive integer (value out of range)"
+		}
+		return "must be a positive integer"
+	default:
+		return fmt.Sprintf("cannot parse as %s: %v", pe.Type, pe.Err)
+	}
+}
+
+// varOrder is the order errors are reported in: the documented order of
+// the variables, so output is stable whatever order checks run in.
+var varOrder = []string{
+	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSListen, EnvSubjectPrefix,
+	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvHTTPAddr,
+}
+
+func sortByVar(errs []error) []error {
+	rank := func(err error) int {
+		var ve *VarError
+		if errors.As(err, &ve) {
+			if i := slices.Index(varOrder, ve.Var); i >= 0 {
+				return i
+			}
+		}
+		return len(varOrder)
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return rank(a) - rank(b) })
+	return errs
+}

@@ -1,0 +1,595 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParsePoolCapacitiesErrors(t *testing.T) {
+	long := strings.Repeat("p", MaxTokenLen+1)
+	tests := []struct {
+		name, in, want string
+	}{
+		{"trailing comma", "gpu=1,", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
+		{"doubled comma", "gpu=1, ,io=2", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
+		{"leading comma", ",gpu=1", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
+		{"missing equals", "gpu", `POOL_CAPACITIES: entry "gpu": missing '=' (want name=capacity)`},
+		{"missing equals with number", " gpu 4 ", `POOL_CAPACITIES: entry "gpu 4": missing '=' (want name=capacity)`},
+		{"empty name", "=4", `POOL_CAPACITIES: entry "=4": empty pool name`},
+		{"blank name", "  = 4", `POOL_CAPACITIES: entry "= 4": empty pool name`},
+		{"dot in name", "gp.u=1", `POOL_CAPACITIES: entry "gp.u=1": invalid pool name "gp.u": must contain only letters, digits, '-' and '_'`},
+		{"wildcard in name", "gp*=1", `POOL_CAPACITIES: entry "gp*=1": invalid pool name "gp*": must contain only letters, digits, '-' and '_'`},
+		{"space in name", "g pu=1", `POOL_CAPACITIES: entry "g pu=1": invalid pool name "g pu": must contain only letters, digits, '-' and '_'`},
+		{"name too long", long + "=1", `POOL_CAPACITIES: entry "` + long + `=1": invalid pool name "` + long + `": must be at most 64 characters, got 65`},
+		{"duplicate", "gpu=1,gpu=2", `POOL_CAPACITIES: entry "gpu=2": duplicate pool "gpu"`},
+		{"duplicate with spaces", "gpu=1, gpu = 2 ", `POOL_CAPACITIES: entry "gpu = 2": duplicate pool "gpu"`},
+		{"non-numeric", "gpu=abc", `POOL_CAPACITIES: entry "gpu=abc": capacity is not a number`},
+		{"sign only", "gpu=-", `POOL_CAPACITIES: entry "gpu=-": capacity is not a number`},
+		{"missing capacity", "gpu=", `POOL_CAPACITIES: entry "gpu=": missing capacity`},
+		{"zero", "gpu=0", `POOL_CAPACITIES: entry "gpu=0": capacity must be a positive integer`},
+		{"negative", "gpu=-3", `POOL_CAPACITIES: entry "gpu=-3": capacity must be a positive integer`},
+		{"negative overflow", "gpu=-9223372036854775809", `POOL_CAPACITIES: entry "gpu=-9223372036854775809": capacity must be a positive integer`},
+		{"trailing garbage", "gpu=1x", `POOL_CAPACITIES: entry "gpu=1x": unexpected "x" after capacity`},
+		{"second equals", "gpu=1=2", `POOL_CAPACITIES: entry "gpu=1=2": unexpected "=2" after capacity`},
+		{"decimal", "gpu=1.5", `POOL_CAPACITIES: entry "gpu=1.5": unexpected ".5" after capacity`},
+		{"inner space", "gpu=1 2", `POOL_CAPACITIES: entry "gpu=1 2": unexpected " 2" after capacity`},
+		{"overflow", "gpu=9223372036854775808", `POOL_CAPACITIES: entry "gpu=9223372036854775808": capacity overflows int64 (max 9223372036854775807)`},
+		{"bad after good", "io=16,gpu=0", `POOL_CAPACITIES: entry "gpu=0": capacity must be a positive integer`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pools, err := ParsePoolCapacities(tt.in)
+			if err == nil {
+				t.Fatalf("ParsePoolCapacities(%q) = %v, want error", tt.in, pools)
+			}
+			if pools != nil {
+				t.Errorf("ParsePoolCapacities(%q) returned pools %v with an error", tt.in, pools)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("ParsePoolCapacities(%q) error\n got: %s\nwant: %s", tt.in, got, tt.want)
+			}
+			checkVarError(t, err, EnvPoolCapacities)
+			var ve *VarError
+			if errors.As(err, &ve) && !ve.Entry {
+				t.Errorf("VarError.Entry = false, want true")
+			}
+
+			// The same entry through LoadManagerFrom gives the same message.
+			_, err = LoadManagerFrom(map[string]string{EnvPoolCapacities: tt.in})
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("LoadManagerFrom(POOL_CAPACITIES=%q) error\n got: %v\nwant: %s", tt.in, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsePoolCapacitiesReportsEveryBadEntry(t *testing.T) {
+	_, err := ParsePoolCapacities("a=0,ok=1,b,ok=2")
+	want := `POOL_CAPACITIES: entry "a=0": capacity must be a positive integer` + "\n" +
+		`POOL_CAPACITIES: entry "b": missing '=' (want name=capacity)` + "\n" +
+		`POOL_CAPACITIES: entry "ok=2": duplicate pool "ok"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error\n got: %v\nwant: %s", err, want)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(err, ErrInvalid) = false")
+	}
+}
+
+func TestParsePoolCapacities(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []Pool
+	}{
+		{"", nil},
+		{"  \t ", nil},
+		{"gpu=1,io=16", []Pool{{"gpu", 1}, {"io", 16}}},
+		{"io=16,gpu=1", []Pool{{"io", 16}, {"gpu", 1}}}, // input order kept
+		{" gpu = 1 ,\tio=16 ", []Pool{{"gpu", 1}, {"io", 16}}},
+		{"default=8", []Pool{{"default", 8}}}, // no default pool added or removed
+		{"GPU=1,gpu=2", []Pool{{"GPU", 1}, {"gpu", 2}}},
+		{"a-b_C9=+5", []Pool{{"a-b_C9", 5}}},
+		{"big=9223372036854775807", []Pool{{"big", 9223372036854775807}}},
+		{"gpu=007", []Pool{{"gpu", 7}}},
+	}
+	for _, tt := range tests {
+		got, err := ParsePoolCapacities(tt.in)
+		if err != nil {
+			t.Errorf("ParsePoolCapacities(%q): %v", tt.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParsePoolCapacities(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestValidToken(t *testing.T) {
+	for _, s := range []string{"a", "node-1", "NODE_1", "0", "-", "_", strings.Repeat("x", MaxTokenLen)} {
+		if err := ValidToken(s); err != nil {
+			t.Errorf("ValidToken(%q) = %v, want nil", s, err)
+		}
+	}
+	bad := map[string]string{
+		"":                                 "must not be empty",
+		strings.Repeat("x", MaxTokenLen+1): "must be at most 64 characters, got 65",
+		"a.b":                              "must contain only letters, digits, '-' and '_'",
+		"a*":                               "must contain only letters, digits, '-' and '_'",
+		">":                                "must contain only letters, digits, '-' and '_'",
+		"a b":                              "must contain only letters, digits, '-' and '_'",
+		"a\tb":                             "must contain only letters, digits, '-' and '_'",
+		"é":                                "must contain only letters, digits, '-' and '_'",
+		"a/b":                              "must contain only letters, digits, '-' and '_'",
+	}
+	for s, want := range bad {
+		err := ValidToken(s)
+		if err == nil {
+			t.Errorf("ValidToken(%q) = nil, want error", s)
+			continue
+		}
+		if err.Error() != want {
+			t.Errorf("ValidToken(%q) = %q, want %q", s, err, want)
+		}
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidToken(%q): errors.Is(err, ErrInvalid) = false", s)
+		}
+	}
+}
+
+func TestSanitizeNodeID(t *testing.T) {
+	tests := map[string]string{
+		"ip-10-0-0-1.ec2.internal":      "ip-10-0-0-1-ec2-internal",
+		"worker_3":                      "worker_3",
+		"":                              "node",
+		"héllo wörld":                   "h-llo-w-rld",
+		strings.Repeat("a", 100) + ".x": strings.Repeat("a", 64),
+	}
+	for in, want := range tests {
+		got := SanitizeNodeID(in)
+		if got != want {
+			t.Errorf("SanitizeNodeID(%q) = %q, want %q", in, got, want)
+		}
+		if err := ValidToken(got); err != nil {
+			t.Errorf("SanitizeNodeID(%q) = %q, not a valid token: %v", in, got, err)
+		}
+	}
+}
+
+func TestLoadManagerDefaults(t *testing.T) {
+	for name, m := range map[string]map[string]string{
+		"nil":   nil,
+		"empty": {},
+		// Set-but-empty means unset for everything except HTTP_ADDR.
+		"blank": {
+			EnvNodeID: "", EnvNATSURL: "", EnvNATSCreds: "", EnvNATSListen: "",
+			EnvSubjectPrefix: "", EnvPoolCapacities: "", EnvExecutorMaxConcurrency: "",
+			EnvNATSStoreDir: "", EnvLeaseTTL: "",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := LoadManagerFrom(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := os.Hostname()
+			if want := SanitizeNodeID(h); c.NodeID != want {
+				t.Errorf("NodeID = %q, want %q", c.NodeID, want)
+			}
+			if c.NATSURL != "" || c.NATSCreds != "" {
+				t.Errorf("NATSURL, NATSCreds = %q, %q, want empty", c.NATSURL, c.NATSCreds)
+			}
+			if c.NATSListen != "127.0.0.1:4222" {
+				t.Errorf("NATSListen = %q, want %q", c.NATSListen, "127.0.0.1:4222")
+			}
+			if c.NATSListen != DefaultNATSListen { // the envDefault tag and the constant must agree
+				t.Errorf("NATSListen = %q, want DefaultNATSListen %q", c.NATSListen, DefaultNATSListen)
+			}
+			if c.SubjectPrefix != "lease" {
+				t.Errorf("SubjectPrefix = %q, want %q", c.SubjectPrefix, "lease")
+			}
+			if c.SubjectPrefix != DefaultSubjectPrefix { // the envDefault tag and the constant must agree
+				t.Errorf("SubjectPrefix = %q, want DefaultSubjectPrefix %q", c.SubjectPrefix, DefaultSubjectPrefix)
+			}
+			if c.DefaultCapacity != 4 {
+				t.Errorf("DefaultCapacity = %d, want %d", c.DefaultCapacity, 4)
+			}
+			if c.DefaultCapacity != DefaultExecutorMaxConcurrency { // the envDefault tag and the constant must agree
+				t.Errorf("DefaultCapacity = %d, want DefaultExecutorMaxConcurrency %d", c.DefaultCapacity, DefaultExecutorMaxConcurrency)
+			}
+			if c.LeaseTTL != 15*time.Second {
+				t.Errorf("LeaseTTL = %v, want %v", c.LeaseTTL, 15*time.Second)
+			}
+			if c.LeaseTTL != DefaultLeaseTTL { // the envDefault tag and the constant must agree
+				t.Errorf("LeaseTTL = %v, want DefaultLeaseTTL %v", c.LeaseTTL, DefaultLeaseTTL)
+			}
+			if c.HTTPAddr != "127.0.0.1:8080" {
+				t.Errorf("HTTPAddr = %q, want %q", c.HTTPAddr, "127.0.0.1:8080")
+			}
+			if c.HTTPAddr != DefaultHTTPAddr { // the envDefault tag and the constant must agree
+				t.Errorf("HTTPAddr = %q, want DefaultHTTPAddr %q", c.HTTPAddr, DefaultHTTPAddr)
+			}
+			if want := filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream"); c.NATSStoreDir != want {
+				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
+			}
+			if want := []Pool{{"default", 4}}; !reflect.DeepEqual(c.Pools, want) {
+				t.Errorf("Pools = %v, want %v", c.Pools, want)
+			}
+			if want := "nats://127.0.0.1:4222"; c.NATSAddress() != want {
+				t.Errorf("NATSAddress() = %q, want %q", c.NATSAddress(), want)
+			}
+		})
+	}
+}
+
+func TestLoadManagerFrom(t *testing.T) {
+	creds := filepath.Join(t.TempDir(), "user.creds")
+	if err := os.WriteFile(creds, []byte("creds"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		env   map[string]string
+		check func(t *testing.T, c *Manager)
+	}{
+		{"pools sorted with default", map[string]string{EnvPoolCapacities: "io=16,gpu=1"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+		}},
+		{"pools gpu io", map[string]string{EnvPoolCapacities: "gpu=1,io=16"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+		}},
+		{"default entry overrides max concurrency", map[string]string{EnvPoolCapacities: "default=8", EnvExecutorMaxConcurrency: "2"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"default", 8}})
+			if c.DefaultCapacity != 2 {
+				t.Errorf("DefaultCapacity = %d, want the raw EXECUTOR_MAX_CONCURRENCY 2", c.DefaultCapacity)
+			}
+		}},
+		{"default entry with others", map[string]string{EnvPoolCapacities: "zz=1,default=8,aa=2"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"aa", 2}, {"default", 8}, {"zz", 1}})
+		}},
+		{"max concurrency alone", map[string]string{EnvExecutorMaxConcurrency: "6"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"default", 6}})
+		}},
+		{"whitespace trimmed", map[string]string{EnvPoolCapacities: "  gpu = 1 ,  io=16  "}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+			if c.PoolCapacities != "  gpu = 1 ,  io=16  " {
+				t.Errorf("PoolCapacities = %q, want the raw value", c.PoolCapacities)
+			}
+		}},
+		{"ttl 1s", map[string]string{EnvLeaseTTL: "1s"}, func(t *testing.T, c *Manager) {
+			if c.LeaseTTL != time.Second {
+				t.Errorf("LeaseTTL = %v, want 1s", c.LeaseTTL)
+			}
+		}},
+		{"ttl 2m", map[string]string{EnvLeaseTTL: "2m"}, func(t *testing.T, c *Manager) {
+			if c.LeaseTTL != 2*time.Minute {
+				t.Errorf("LeaseTTL = %v, want 2m", c.LeaseTTL)
+			}
+		}},
+		{"ttl 2000ms", map[string]string{EnvLeaseTTL: "2000ms"}, func(t *testing.T, c *Manager) {
+			if c.LeaseTTL != 2*time.Second {
+				t.Errorf("LeaseTTL = %v, want 2s", c.LeaseTTL)
+			}
+		}},
+		{"http disabled", map[string]string{EnvHTTPAddr: ""}, func(t *testing.T, c *Manager) {
+			if c.HTTPAddr != "" {
+				t.Errorf("HTTPAddr = %q, want empty (disabled)", c.HTTPAddr)
+			}
+		}},
+		{"http set", map[string]string{EnvHTTPAddr: ":9090"}, func(t *testing.T, c *Manager) {
+			if c.HTTPAddr != ":9090" {
+				t.Errorf("HTTPAddr = %q, want :9090", c.HTTPAddr)
+			}
+		}},
+		{"node id and store dir", map[string]string{EnvNodeID: "n-1", EnvNATSStoreDir: "/var/lib/js"}, func(t *testing.T, c *Manager) {
+			if c.NodeID != "n-1" || c.NATSStoreDir != "/var/lib/js" {
+				t.Errorf("NodeID, NATSStoreDir = %q, %q", c.NodeID, c.NATSStoreDir)
+			}
+		}},
+		{"store dir default uses node id", map[string]string{EnvNodeID: "n-2"}, func(t *testing.T, c *Manager) {
+			if want := filepath.Join(os.TempDir(), "leasemgr", "n-2", "jetstream"); c.NATSStoreDir != want {
+				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
+			}
+		}},
+		{"subject prefix with dots", map[string]string{EnvSubjectPrefix: "acme.prod-1.lease"}, func(t *testing.T, c *Manager) {
+			if c.SubjectPrefix != "acme.prod-1.lease" {
+				t.Errorf("SubjectPrefix = %q", c.SubjectPrefix)
+			}
+		}},
+		{"listen ipv6 and url", map[string]string{EnvNATSListen: "[::1]:0", EnvNATSURL: "nats://a:4222,nats://b:4222"}, func(t *testing.T, c *Manager) {
+			if c.NATSListen != "[::1]:0" {
+				t.Errorf("NATSListen = %q", c.NATSListen)
+			}
+			if c.NATSAddress() != "nats://a:4222,nats://b:4222" {
+				t.Errorf("NATSAddress() = %q, want NATS_URL", c.NATSAddress())
+			}
+		}},
+		{"readable creds", map[string]string{EnvNATSCreds: creds}, func(t *testing.T, c *Manager) {
+			if c.NATSCreds != creds {
+				t.Errorf("NATSCreds = %q, want %q", c.NATSCreds, creds)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadManagerFrom(tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func wantPools(t *testing.T, c *Manager, want []Pool) {
+	t.Helper()
+	if !reflect.DeepEqual(c.Pools, want) {
+		t.Errorf("Pools = %v, want %v", c.Pools, want)
+	}
+}
+
+func TestLoadManagerFromErrors(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.creds")
+	tests := []struct {
+		name    string
+		env     map[string]string
+		varName string
+		want    string // substring of the message, besides the variable and value
+	}{
+		{"node id dot", map[string]string{EnvNodeID: "a.b"}, EnvNodeID, "must contain only"},
+		{"node id space", map[string]string{EnvNodeID: "a b"}, EnvNodeID, "must contain only"},
+		{"node id wildcard", map[string]string{EnvNodeID: "node>"}, EnvNodeID, "must contain only"},
+		{"node id too long", map[string]string{EnvNodeID: strings.Repeat("n", 65)}, EnvNodeID, "at most 64"},
+		{"creds missing", map[string]string{EnvNATSCreds: missing}, EnvNATSCreds, "no such file"},
+		{"creds is dir", map[string]string{EnvNATSCreds: dir}, EnvNATSCreds, "is a directory"},
+		{"listen no port", map[string]string{EnvNATSListen: "localhost"}, EnvNATSListen, "must be host:port"},
+		{"listen named port", map[string]string{EnvNATSListen: "localhost:nats"}, EnvNATSListen, "0 to 65535"},
+		{"listen port too big", map[string]string{EnvNATSListen: "localhost:65536"}, EnvNATSListen, "0 to 65535"},
+		{"listen port negative", map[string]string{EnvNATSListen: "localhost:-1"}, EnvNATSListen, "0 to 65535"},
+		{"listen empty port", map[string]string{EnvNATSListen: "localhost:"}, EnvNATSListen, "0 to 65535"},
+		{"listen too many colons", map[string]string{EnvNATSListen: "::1:4222"}, EnvNATSListen, "must be host:port"},
+		{"prefix trailing dot", map[string]string{EnvSubjectPrefix: "lease."}, EnvSubjectPrefix, `token 2 "": must not be empty`},
+		{"prefix leading dot", map[string]string{EnvSubjectPrefix: ".lease"}, EnvSubjectPrefix, `token 1 "": must not be empty`},
+		{"prefix double dot", map[string]string{EnvSubjectPrefix: "a..b"}, EnvSubjectPrefix, "must not be empty"},
+		{"prefix wildcard", map[string]string{EnvSubjectPrefix: "lease.*"}, EnvSubjectPrefix, `token 2 "*": must contain only`},
+		{"prefix gt", map[string]string{EnvSubjectPrefix: ">"}, EnvSubjectPrefix, "must contain only"},
+		{"prefix space", map[string]string{EnvSubjectPrefix: "my lease"}, EnvSubjectPrefix, "must contain only"},
+		{"max concurrency text", map[string]string{EnvExecutorMaxConcurrency: "x"}, EnvExecutorMaxConcurrency, "must be a positive integer"},
+		{"max concurrency zero", map[string]string{EnvExecutorMaxConcurrency: "0"}, EnvExecutorMaxConcurrency, "must be a positive integer"},
+		{"max concurrency negative", map[string]string{EnvExecutorMaxConcurrency: "-1"}, EnvExecutorMaxConcurrency, "must be a positive integer"},
+		{"max concurrency decimal", map[string]string{EnvExecutorMaxConcurrency: "1.5"}, EnvExecutorMaxConcurrency, "must be a positive integer"},
+		{"max concurrency overflow", map[string]string{EnvExecutorMaxConcurrency: "99999999999999999999"}, EnvExecutorMaxConcurrency, "out of range"},
+		{"max concurrency bad even with default entry", map[string]string{EnvExecutorMaxConcurrency: "0", EnvPoolCapacities: "default=8"}, EnvExecutorMaxConcurrency, "must be a positive integer"},
+		{"ttl text", map[string]string{EnvLeaseTTL: "abc"}, EnvLeaseTTL, "duration"},
+		{"ttl no unit", map[string]string{EnvLeaseTTL: "15"}, EnvLeaseTTL, "duration"},
+		{"ttl zero", map[string]string{EnvLeaseTTL: "0s"}, EnvLeaseTTL, "at least 1s"},
+		{"ttl 500ms", map[string]string{EnvLeaseTTL: "500ms"}, EnvLeaseTTL, "at least 1s"},
+		{"ttl 1500ms", map[string]string{EnvLeaseTTL: "1500ms"}, EnvLeaseTTL, "whole seconds"},
+		{"ttl 1.5s", map[string]string{EnvLeaseTTL: "1.5s"}, EnvLeaseTTL, "whole seconds"},
+		{"ttl negative", map[string]string{EnvLeaseTTL: "-1s"}, EnvLeaseTTL, "at least 1s"},
+		{"http no port", map[string]string{EnvHTTPAddr: "8080"}, EnvHTTPAddr, "must be host:port"},
+		{"http port too big", map[string]string{EnvHTTPAddr: "127.0.0.1:99999"}, EnvHTTPAddr, "0 to 65535"},
+		{"pools trailing comma", map[string]string{EnvPoolCapacities: "gpu=1,"}, EnvPoolCapacities, "empty entry"},
+		{"pools zero", map[string]string{EnvPoolCapacities: "gpu=0"}, EnvPoolCapacities, "capacity must be a positive integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadManagerFrom(tt.env)
+			if err == nil {
+				t.Fatalf("LoadManagerFrom(%v) = %+v, want error", tt.env, c)
+			}
+			if c != nil {
+				t.Errorf("LoadManagerFrom returned a config with an error")
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, tt.varName+": ") {
+				t.Errorf("message %q does not start with %q", msg, tt.varName+": ")
+			}
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("message %q does not contain %q", msg, tt.want)
+			}
+			var ve *VarError
+			if errors.As(err, &ve) && !ve.Entry && !strings.Contains(msg, `"`+tt.env[tt.varName]+`"`) {
+				t.Errorf("message %q does not quote the value %q", msg, tt.env[tt.varName])
+			}
+			checkVarError(t, err, tt.varName)
+		})
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{EnvNodeID: "a.b"}, `NODE_ID: "a.b": must contain only letters, digits, '-' and '_'`},
+		{map[string]string{EnvLeaseTTL: "1500ms"}, `LEASE_TTL: "1500ms": must be whole seconds (JetStream TTLs have one-second resolution)`},
+		{map[string]string{EnvLeaseTTL: "abc"}, `LEASE_TTL: "abc": must be a duration in whole seconds, e.g. "15s"`},
+		{map[string]string{EnvExecutorMaxConcurrency: "x"}, `EXECUTOR_MAX_CONCURRENCY: "x": must be a positive integer`},
+		{map[string]string{EnvNATSListen: "localhost"}, `NATS_LISTEN: "localhost": must be host:port: missing port in address`},
+		{map[string]string{EnvSubjectPrefix: "lease."}, `LEASE_SUBJECT_PREFIX: "lease.": token 2 "": must not be empty`},
+	}
+	for _, tt := range tests {
+		_, err := LoadManagerFrom(tt.env)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("LoadManagerFrom(%v) error\n got: %v\nwant: %s", tt.env, err, tt.want)
+		}
+	}
+}
+
+func TestCredsErrorKeepsCause(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.creds")
+	_, err := LoadCommonFrom(map[string]string{EnvNATSCreds: missing})
+	if err == nil {
+		t.Fatal("want error for missing creds file")
+	}
+	want := `NATS_CREDS: "` + missing + `": cannot read file: no such file or directory`
+	if err.Error() != want {
+		t.Errorf("error\n got: %s\nwant: %s", err, want)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("errors.Is(err, fs.ErrNotExist) = false")
+	}
+	checkVarError(t, err, EnvNATSCreds)
+}
+
+func TestCredsUnreadable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root can read any file")
+	}
+	p := filepath.Join(t.TempDir(), "secret.creds")
+	if err := os.WriteFile(p, []byte("x"), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadCommonFrom(map[string]string{EnvNATSCreds: p})
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("err = %v, want a permission error", err)
+	}
+	checkVarError(t, err, EnvNATSCreds)
+}
+
+func TestAllBadVariablesReported(t *testing.T) {
+	_, err := LoadManagerFrom(map[string]string{
+		EnvHTTPAddr:               "nope",
+		EnvLeaseTTL:               "abc",
+		EnvExecutorMaxConcurrency: "x",
+		EnvPoolCapacities:         "gpu=0",
+		EnvNodeID:                 "a.b",
+	})
+	if err == nil {
+		t.Fatal("want error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	wantVars := []string{EnvNodeID, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvLeaseTTL, EnvHTTPAddr}
+	if len(lines) != len(wantVars) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(wantVars), err)
+	}
+	for i, v := range wantVars {
+		if !strings.HasPrefix(lines[i], v+": ") {
+			t.Errorf("line %d = %q, want it to start with %s", i, lines[i], v)
+		}
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(err, ErrInvalid) = false")
+	}
+}
+
+func TestLoadCommonFrom(t *testing.T) {
+	// Manager-only variables are ignored, even bad ones.
+	c, err := LoadCommonFrom(map[string]string{
+		EnvNodeID:   "exec-1",
+		EnvNATSURL:  "nats://nats.example:4222",
+		EnvLeaseTTL: "abc",
+		EnvHTTPAddr: "nope",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Common{
+		NodeID:        "exec-1",
+		NATSURL:       "nats://nats.example:4222",
+		NATSListen:    "127.0.0.1:4222",
+		SubjectPrefix: "lease",
+	}
+	if *c != want {
+		t.Errorf("LoadCommonFrom = %+v, want %+v", *c, want)
+	}
+	if c.NATSAddress() != "nats://nats.example:4222" {
+		t.Errorf("NATSAddress() = %q, want NATS_URL", c.NATSAddress())
+	}
+
+	if _, err := LoadCommonFrom(map[string]string{EnvNodeID: "x*"}); err == nil {
+		t.Error("LoadCommonFrom(NODE_ID=x*) = nil error")
+	} else {
+		checkVarError(t, err, EnvNodeID)
+	}
+}
+
+func TestNATSAddress(t *testing.T) {
+	tests := []struct {
+		c    Common
+		want string
+	}{
+		{Common{NATSListen: "127.0.0.1:4222"}, "nats://127.0.0.1:4222"},
+		{Common{NATSListen: "0.0.0.0:5222"}, "nats://0.0.0.0:5222"},
+		{Common{NATSURL: "tls://nats.example:4222", NATSListen: "127.0.0.1:4222"}, "tls://nats.example:4222"},
+	}
+	for _, tt := range tests {
+		if got := tt.c.NATSAddress(); got != tt.want {
+			t.Errorf("%+v.NATSAddress() = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}
+
+// LoadManagerFrom must not fall back to the process environment, not even
+// for a nil map (env.Options treats a nil Environment as os.Environ).
+func TestLoadFromIgnoresProcessEnv(t *testing.T) {
+	t.Setenv(EnvNodeID, "from-process")
+	t.Setenv(EnvLeaseTTL, "abc")
+	t.Setenv(EnvPoolCapacities, "gpu=1")
+	for _, m := range []map[string]string{nil, {}} {
+		c, err := LoadManagerFrom(m)
+		if err != nil {
+			t.Fatalf("LoadManagerFrom(%v): %v", m, err)
+		}
+		if c.NodeID == "from-process" {
+			t.Errorf("LoadManagerFrom(%v) read NODE_ID from the process environment", m)
+		}
+		if len(c.Pools) != 1 {
+			t.Errorf("LoadManagerFrom(%v) read POOL_CAPACITIES from the process environment: %v", m, c.Pools)
+		}
+		cc, err := LoadCommonFrom(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.NodeID == "from-process" {
+			t.Errorf("LoadCommonFrom(%v) read NODE_ID from the process environment", m)
+		}
+	}
+}
+
+func TestLoadManagerReadsProcessEnv(t *testing.T) {
+	for k, v := range map[string]string{
+		EnvNodeID: "proc-node", EnvNATSURL: "", EnvNATSCreds: "", EnvNATSListen: "",
+		EnvSubjectPrefix: "p", EnvPoolCapacities: "gpu=2", EnvExecutorMaxConcurrency: "3",
+		EnvNATSStoreDir: "", EnvLeaseTTL: "30s", EnvHTTPAddr: "",
+	} {
+		t.Setenv(k, v)
+	}
+	c, err := LoadManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeID != "proc-node" || c.SubjectPrefix != "p" || c.LeaseTTL != 30*time.Second || c.HTTPAddr != "" {
+		t.Errorf("LoadManager() = %+v", c)
+	}
+	wantPools(t, c, []Pool{{"default", 3}, {"gpu", 2}})
+
+	cc, err := LoadCommon()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.NodeID != "proc-node" {
+		t.Errorf("LoadCommon().NodeID = %q, want proc-node", cc.NodeID)
+	}
+}
+
+func checkVarError(t *testing.T, err error, varName string) {
+	t.Helper()
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+	}
+	var ve *VarError
+	if !errors.As(err, &ve) {
+		t.Fatalf("errors.As(%v, *VarError) = false", err)
+	}
+	if ve.Var != varName {
+		t.Errorf("VarError.Var = %q, want %q", ve.Var, varName)
+	}
+}

@@ -1,0 +1,52 @@
+// Package config reads the lease manager's and the executors' settings from
+// environment variables into validated structs.
+//
+// [LoadManager] and [LoadCommon] read the process environment;
+// [LoadManagerFrom] and [LoadCommonFrom] read only the map they are given,
+// so tests need not touch os.Environ. Parsing is done with
+// github.com/caarlos0/env, and every value is then checked, so that a bad
+// setting stops the process at start-up with a message naming the variable
+// and the offending value rather than surfacing later as a NATS or
+// JetStream error. When several variables are bad, all of them are reported
+// (joined with [errors.Join], one per line). Every validation error matches
+// [ErrInvalid] with errors.Is and is a [*VarError] for errors.As.
+//
+// # Variables
+//
+// Read by both the lease manager and executors ([Common]):
+//
+//	NODE_ID               node identity; default: the host name with every
+//	                      character outside [A-Za-z0-9_-] replaced by '-'
+//	                      (see SanitizeNodeID)
+//	NATS_URL              NATS server URL(s); empty: the lease manager runs an
+//	                      embedded server and executors connect to NATS_LISTEN
+//	NATS_CREDS            optional .creds file; must exist and be readable
+//	NATS_LISTEN           host:port of the embedded server; default 127.0.0.1:4222
+//	LEASE_SUBJECT_PREFIX  dot-separated subject tokens; default "lease"
+//
+// Read by the lease manager only ([Manager]):
+//
+//	POOL_CAPACITIES           comma-separated name=capacity, e.g. "gpu=1,io=16"
+//	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
+//	NATS_STORE_DIR            JetStream storage directory; default
+//	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream
+//	LEASE_TTL                 lease time-to-live, whole seconds, at least 1s; default 15s
+//	HTTP_ADDR                 host:port of the HTTP endpoint; default
+//	                          127.0.0.1:8080; set but empty disables it
+//
+// For every variable except HTTP_ADDR, a variable set to the empty string is
+// treated as unset and gets its default.
+//
+// # Tokens
+//
+// Node ids, pool names and each dot-separated part of LEASE_SUBJECT_PREFIX
+// must be tokens (see [ValidToken]): 1 to 64 characters from [A-Za-z0-9_-].
+// They end up inside NATS subjects and JetStream KV keys, where '.', '*',
+// '>' and whitespace have meaning or are not allowed.
+//
+// # The default pool
+//
+// A pool named "default" always exists. Its capacity is N from a
+// "default=N" entry in POOL_CAPACITIES if there is one (this overrides
+// EXECUTOR_MAX_CONCURRENCY), else EXECUTOR_MAX_CONCURRENCY, else 4.
+package config

@@ -1,0 +1,159 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// MaxTokenLen is the longest token ValidToken accepts. It keeps subjects
+// and KV keys built from several tokens well short of NATS limits.
+const MaxTokenLen = 64
+
+// DefaultPool is the name of the pool that always exists; see the package
+// documentation for how its capacity is chosen.
+const DefaultPool = "default"
+
+// Pool is a named pool of slots and its capacity.
+type Pool struct {
+	Name     string
+	Capacity int64
+}
+
+// ValidToken reports whether s may be used as a node id, a pool name or one
+// part of the subject prefix: non-empty, at most MaxTokenLen characters,
+// only [A-Za-z0-9_-]. That keeps it a single NATS subject token (no '.',
+// '*', '>' or whitespace) and a valid JetStream KV key part.
+//
+// The error says only what is wrong, not what s was, so that callers can
+// prefix the variable and value; it matches ErrInvalid.
+func ValidToken(s string) error {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > MaxTokenLen {
+		return reason(fmt.Sprintf("must be at most %d characters, got %d", MaxTokenLen, len(s)))
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenByte(s[i]) {
+			return reason("must contain only letters, digits, '-' and '_'")
+		}
+	}
+	return nil
+}
+
+func tokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
+// ParsePoolCapacities parses POOL_CAPACITIES: comma-separated name=capacity
+// entries, e.g. "gpu=1, io=16". Whitespace around entries, names and
+// capacities is ignored, and an empty or all-blank string means no pools.
+// Names must be tokens (ValidToken) and unique; capacities must be positive
+// integers that fit in an int64. The pools are returned in input order and
+// the default pool is not added (Manager.Pools has it).
+//
+// Every bad entry is reported, each as a *VarError of the form
+//
+//	POOL_CAPACITIES: entry "gpu=0": capacity must be a positive integer
+func ParsePoolCapacities(s string) ([]Pool, error) {
+	pools, errs := parsePools(s)
+	if err := joinErrs(errs); err != nil {
+		return nil, err
+	}
+	return pools, nil
+}
+
+// parsePools is ParsePoolCapacities returning the good pools and the errors
+// separately, so LoadManagerFrom can report the errors alongside those of
+// other variables without nesting.
+func parsePools(s string) ([]Pool, []error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var (
+		pools []Pool
+		errs  []error
+		seen  = make(map[string]bool)
+	)
+	for _, raw := range strings.Split(s, ",") {
+		entry := strings.TrimSpace(raw)
+		p, err := parsePoolEntry(entry)
+		if err == nil && seen[p.Name] {
+			err = reason(fmt.Sprintf("duplicate pool %q", p.Name))
+		}
+		if err != nil {
+			errs = append(errs, &VarError{Var: EnvPoolCapacities, Value: entry, Entry: true, Reason: err.Error(), Err: err})
+			continue
+		}
+		seen[p.Name] = true
+		pools = append(pools, p)
+	}
+	return pools, errs
+}
+
+// parsePoolEntry parses one trimmed name=capacity entry. Its errors are
+// reasons only; the caller adds the variable and entry.
+func parsePoolEntry(entry string) (Pool, error) {
+	if entry == "" {
+		// Most likely a trailing or doubled comma. Rejected rather than
+		// skipped because it often means an entry was lost in templating.
+		return Pool{}, reason("empty entry (stray comma?)")
+	}
+	name, num, ok := strings.Cut(entry, "=")
+	if !ok {
+		return Pool{}, reason("missing '=' (want name=capacity)")
+	}
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return Pool{}, reason("empty pool name")
+	}
+	if err := ValidToken(name); err != nil {
+		return Pool{}, fmt.Errorf("invalid pool name %q: %w", name, err)
+	}
+	n, err := parseCapacity(strings.TrimSpace(num))
+	if err != nil {
+		return Pool{}, err
+	}
+	return Pool{Name: name, Capacity: n}, nil
+}
+
+// parseCapacity parses a positive int64. It scans the number by hand rather
+// than handing the whole string to strconv so that it can tell a missing
+// number from trailing garbage ("1x", "1=2") and say which.
+func parseCapacity(s string) (int64, error) {
+	if s == "" {
+		return 0, reason("missing capacity")
+	}
+	i := 0
+	if s[0] == '+' || s[0] == '-' {
+		i++
+	}
+	start := i
+	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return 0, reason("capacity is not a number")
+	}
+	if i < len(s) {
+		return 0, reason(fmt.Sprintf("unexpected %q after capacity", s[i:]))
+	}
+	if s[0] == '-' {
+		return 0, reason("capacity must be a positive integer")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, reason(fmt.Sprintf("capacity overflows int64 (max %d)", int64(math.MaxInt64)))
+	}
+	if err != nil {
+		// Unreachable: s is an optional '+' and digits.
+		return 0, fmt.Errorf("capacity: %w", err)
+	}
+	if n <= 0 {
+		return 0, reason("capacity must be a positive integer")
+	}
+	return n, nil
+}
