@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// connect dials the NATS this node's manager uses: NATS_URL, or the embedded
+// server at NATS_LISTEN.
+func connect(name string) (*nats.Conn, *config.Common, error) {
+	cfg, err := config.LoadCommon()
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("configuration:\n%w", err)}
+	}
+	nc, err := jetstream.Connect(cfg.NATSAddress(), cfg.NATSCreds, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is leasemgr running?)", err)
+	}
+	return nc, cfg, nil
+}
+
+func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leasemgr pools", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	node := fs.String("node", "", "node to ask (default NODE_ID)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	nc, cfg, err := connect("leasemgr pools")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if *node == "" {
+		*node = cfg.NodeID
+	}
+	c, err := lease.NewClient(nc, *node, lease.WithPrefix(cfg.SubjectPrefix))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stats, err := c.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", *node, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"node": *node, "pools": stats})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS")
+	for _, s := range stats {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", *node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
+	}
+	return tw.Flush()
+}
+
+func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leasemgr watch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	node := fs.String("node", "", `node to watch (default NODE_ID; "*" for every node)`)
+	pool := fs.String("pool", "*", "pool to watch")
+	kind := fs.String("kind", "*", "event kind to watch (requested, queued, granted, released, expired, cancelled, rejected)")
+	asJSON := fs.Bool("json", false, "print each event as JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	nc, cfg, err := connect("leasemgr watch")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if *node == "" {
+		*node = cfg.NodeID
+	}
+	for name, v := range map[string]string{"--node": *node, "--pool": *pool, "--kind": *kind} {
+		if v != "*" {
+			if err := config.ValidToken(v); err != nil {
+				return usageError{fmt.Errorf("%s %q: %w", name, v, err)}
+			}
+		}
+	}
+	msgs := make(chan *nats.Msg, 1024)
+	subject := lease.EventFilter(cfg.SubjectPrefix, *node, *pool, lease.EventKind(*kind))
+	sub, err := nc.ChanSubscribe(subject, msgs)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "watching %s\n", subject)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg := <-msgs:
+			if *asJSON {
+				fmt.Fprintln(stdout, string(msg.Data))
+				continue
+			}
+			var ev lease.Event
+			if err := json.Unmarshal(msg.Data, &ev); err != nil {
+				fmt.Fprintf(stdout, "%s: unreadable event: %v\n", msg.Subject, err)
+				continue
+			}
+			fmt.Fprintln(stdout, formatEvent(ev))
+		}
+	}
+}
+
+func formatEvent(ev lease.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-9s %s/%s", ev.Time.Local().Format(time.TimeOnly+".000"), ev.Kind, ev.Node, ev.Pool)
+	if ev.LeaseID != "" {
+		fmt.Fprintf(&b, " lease=%s", ev.LeaseID)
+	} else if ev.RequestID != "" {
+		fmt.Fprintf(&b, " request=%s", ev.RequestID)
+	}
+	if ev.Holder != "" {
+		fmt.Fprintf(&b, " holder=%s", ev.Holder)
+	}
+	if ev.Slots != 0 {
+		fmt.Fprintf(&b, " slots=%d", ev.Slots)
+	}
+	if ev.Token != 0 {
+		fmt.Fprintf(&b, " token=%d", ev.Token)
+	}
+	if ev.Position != 0 {
+		fmt.Fprintf(&b, " position=%d", ev.Position)
+	}
+	if ev.Kind == lease.EventGranted {
+		fmt.Fprintf(&b, " waited=%dms", ev.WaitMs)
+	}
+	if ev.Code != "" {
+		fmt.Fprintf(&b, " code=%s", ev.Code)
+	}
+	fmt.Fprintf(&b, "  [in_use=%d/%d queued=%d]", ev.Stats.InUse, ev.Stats.Capacity, ev.Stats.QueuedRequests)
+	return b.String()
+}

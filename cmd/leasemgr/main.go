@@ -1,0 +1,79 @@
+// Command leasemgr runs the lease manager for one node and inspects it.
+//
+//	leasemgr [run]          serve this node's pools (embedded NATS unless NATS_URL is set)
+//	leasemgr pools [--json] print this node's pools
+//	leasemgr watch          print lease events live
+//
+// Configuration comes from the environment; see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "leasemgr:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError marks bad flags, arguments or configuration: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `usage: leasemgr [command]
+
+commands:
+  run                 serve this node's pools (the default)
+  pools [--json]      print this node's pools: capacity, in use, available, queued
+  watch [flags]       print lease events live (--node, --pool, --kind, --json)
+
+Configuration is read from the environment: NODE_ID, POOL_CAPACITIES,
+EXECUTOR_MAX_CONCURRENCY, NATS_URL, NATS_CREDS, NATS_LISTEN, NATS_STORE_DIR,
+LEASE_TTL, LEASE_SUBJECT_PREFIX, HTTP_ADDR. See README.md.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd, rest := "run", args
+	if len(args) > 0 {
+		cmd, rest = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return runManager(ctx, rest, stderr)
+	case "pools":
+		return runPools(ctx, rest, stdout, stderr)
+	case "watch":
+		return runWatch(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Errorf("unknown command %q", cmd)}
+	}
+}

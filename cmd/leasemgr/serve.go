@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+)
+
+func runManager(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leasemgr run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("run takes no arguments, got %q", fs.Args())}
+	}
+	cfg, err := config.LoadManager()
+	if err != nil {
+		return usageError{fmt.Errorf("configuration:\n%w", err)}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	url := cfg.NATSURL
+	if url == "" {
+		srv, err := jetstream.StartServer(jetstream.ServerConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir, Name: "leasemgr-" + cfg.NodeID})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = srv.ClientURL()
+		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir)
+	}
+	nc, err := jetstream.Connect(url, cfg.NATSCreds, "leasemgr "+cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.SubjectPrefix)})
+	if err != nil {
+		return err
+	}
+	pools := make([]lease.PoolConfig, 0, len(cfg.Pools))
+	for _, p := range cfg.Pools {
+		pools = append(pools, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity})
+	}
+	m, err := lease.NewManager(lease.ManagerConfig{
+		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: pools, TTL: cfg.LeaseTTL,
+		Conn: nc, Store: store, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.Start(setupCtx); err != nil {
+		return err
+	}
+	defer m.Close()
+	for _, p := range cfg.Pools {
+		log.Info("pool", "name", p.Name, "capacity", p.Capacity)
+	}
+
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		}
+		hs := &http.Server{Handler: httpHandler(m), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}()
+		log.Info("http", "addr", ln.Addr().String())
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+// httpHandler serves health and stats for humans and probes.
+func httpHandler(m *lease.Manager) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /v1/pools", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, m.Stats())
+	})
+	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, m.Leases())
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,41 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// Events publishes lease events on core NATS subjects
+// <prefix>.events.<node>.<pool>.<kind>. Publishing is buffered by the
+// connection, so it does not wait on the network.
+type Events struct {
+	nc     *nats.Conn
+	prefix string
+	log    *slog.Logger
+}
+
+var _ lease.EventSink = (*Events)(nil)
+
+// NewEvents returns a publisher for prefix.
+func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Events{nc: nc, prefix: prefix, log: log}
+}
+
+// Publish sends ev. A failure is logged: events are for watching, and a
+// lease transition must not fail because nobody could be told about it.
+func (e *Events) Publish(ev lease.Event) {
+	data, err := json.Marshal(ev)
+	if err == nil {
+		err = e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data)
+	}
+	if err != nil {
+		e.log.Warn("publishing a lease event", "kind", ev.Kind, "pool", ev.Pool, "err", err)
+	}
+}

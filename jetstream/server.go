@@ -1,0 +1,75 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerConfig configures an embedded nats-server.
+type ServerConfig struct {
+	// Listen is host:port for clients; port -1 picks a free one (tests).
+	Listen   string
+	StoreDir string // JetStream's file store; required
+	// MaxMemory caps JetStream memory storage. The server's own default is
+	// 75% of RAM, far too much for a sidecar; 256 MiB if zero.
+	MaxMemory int64
+	// MaxStore caps JetStream file storage; 10 GiB if zero.
+	MaxStore int64
+	Name     string // server name, shown in monitoring; "leasemgr" if empty
+	// Debug logs the server's own messages to stderr.
+	Debug bool
+}
+
+// StartServer starts an embedded nats-server with JetStream and waits until
+// it accepts connections. Stop it with Shutdown and WaitForShutdown.
+func StartServer(cfg ServerConfig) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("jetstream: embedded server needs a store directory")
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: listen address %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: listen address %q: port is not a number", cfg.Listen)
+	}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = 256 << 20
+	}
+	if cfg.MaxStore == 0 {
+		cfg.MaxStore = 10 << 30
+	}
+	if cfg.Name == "" {
+		cfg.Name = "leasemgr"
+	}
+	opts := &server.Options{
+		ServerName:         cfg.Name,
+		Host:               host,
+		Port:               port,
+		JetStream:          true,
+		StoreDir:           cfg.StoreDir,
+		JetStreamMaxMemory: cfg.MaxMemory,
+		JetStreamMaxStore:  cfg.MaxStore,
+		NoSigs:             true,
+		NoLog:              !cfg.Debug,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+	}
+	if cfg.Debug {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("jetstream: embedded server on %s did not become ready (is the port in use?)", cfg.Listen)
+	}
+	return s, nil
+}

@@ -1,0 +1,366 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// Client asks one node's lease manager for slots. It is safe for concurrent
+// use; one Client serves any number of leases.
+type Client struct {
+	nc             *nats.Conn
+	node           string
+	prefix         string
+	holder         string
+	requestTimeout time.Duration
+	pollInterval   time.Duration
+
+	mu      sync.Mutex
+	inbox   string // acquire replies arrive on <inbox>.<request id>
+	sub     *nats.Subscription
+	waiters map[string]chan *nats.Msg
+	closed  bool
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client) error
+
+// WithPrefix sets the subject prefix (DefaultPrefix otherwise).
+func WithPrefix(prefix string) ClientOption {
+	return func(c *Client) error {
+		if prefix == "" {
+			return errors.New("lease: empty subject prefix")
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithHolder names this client in leases and events (host:pid otherwise).
+func WithHolder(holder string) ClientOption {
+	return func(c *Client) error {
+		if holder == "" || len(holder) > MaxHolderLen {
+			return fmt.Errorf("lease: holder must be 1 to %d characters", MaxHolderLen)
+		}
+		c.holder = holder
+		return nil
+	}
+}
+
+// WithRequestTimeout bounds one request when the caller's context has no
+// deadline, and is how long an acquire waits for a first answer before it
+// sends again (5s otherwise).
+func WithRequestTimeout(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("lease: request timeout %v must be positive", d)
+		}
+		c.requestTimeout = d
+		return nil
+	}
+}
+
+// WithPollInterval is how often a queued acquire re-sends its request (same
+// request id), so a grant whose reply was lost, or a manager restart, is
+// noticed (5s otherwise).
+func WithPollInterval(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("lease: poll interval %v must be positive", d)
+		}
+		c.pollInterval = d
+		return nil
+	}
+}
+
+// NewClient returns a client for the lease manager of node.
+func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("lease: nil NATS connection")
+	}
+	if node == "" {
+		return nil, errors.New("lease: empty node id")
+	}
+	host, _ := os.Hostname()
+	c := &Client{
+		nc:             nc,
+		node:           node,
+		prefix:         DefaultPrefix,
+		holder:         host + ":" + strconv.Itoa(os.Getpid()),
+		requestTimeout: 5 * time.Second,
+		pollInterval:   5 * time.Second,
+		waiters:        make(map[string]chan *nats.Msg),
+	}
+	for _, opt := range opts {
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	c.inbox = nc.NewInbox()
+	sub, err := nc.Subscribe(c.inbox+".*", c.dispatch)
+	if err != nil {
+		return nil, fmt.Errorf("lease: subscribe to replies: %w", err)
+	}
+	c.sub = sub
+	return c, nil
+}
+
+// Node returns the node this client acquires on.
+func (c *Client) Node() string { return c.node }
+
+// Holder returns the holder name sent with every acquire.
+func (c *Client) Holder() string { return c.holder }
+
+// Close stops the client's reply subscription. Leases it handed out keep
+// heartbeating until released or lost.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.sub.Unsubscribe()
+}
+
+func (c *Client) dispatch(msg *nats.Msg) {
+	id := msg.Subject[len(c.inbox)+1:]
+	c.mu.Lock()
+	ch := c.waiters[id]
+	c.mu.Unlock()
+	if ch == nil {
+		return // an answer to an acquire that already ended
+	}
+	select {
+	case ch <- msg:
+	default: // the acquirer has a backlog of answers; a later poll repeats it
+	}
+}
+
+type acquireOptions struct {
+	requestID string
+	wait      time.Duration
+	onQueued  func(position int)
+}
+
+// AcquireOption configures one Acquire.
+type AcquireOption func(*acquireOptions)
+
+// WithRequestID sets the request id (a fresh unique id otherwise). Acquiring
+// again with the same id after a lost reply or a crash returns the same lease.
+func WithRequestID(id string) AcquireOption {
+	return func(o *acquireOptions) { o.requestID = id }
+}
+
+// WithWait asks the manager to give up on the request if it is still queued
+// after d; Acquire then returns ErrWaitExpired.
+func WithWait(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.wait = d }
+}
+
+// OnQueued is called with the 1-based queue position when the request is
+// queued, and again on every poll while it waits.
+func OnQueued(f func(position int)) AcquireOption {
+	return func(o *acquireOptions) { o.onQueued = f }
+}
+
+// Acquire asks for slots in pool and waits, in FIFO order, until they are
+// granted or ctx ends. On ctx's end it withdraws the request; a grant that
+// raced the withdrawal is given back by the manager.
+//
+// Holding is not guaranteed after Acquire returns: watch Done, and stop the
+// work it guards when Done closes.
+func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...AcquireOption) (*Lease, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = nuid.Next()
+	}
+	if err := validID(o.requestID); err != nil {
+		return nil, errorf(CodeBadRequest, "%v", err)
+	}
+	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: o.wait.Milliseconds()})
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *nats.Msg, 4)
+	if err := c.register(o.requestID, ch); err != nil {
+		return nil, err
+	}
+	defer c.unregister(o.requestID)
+
+	subject := Subject(c.prefix, c.node, pool, VerbAcquire)
+	reply := c.inbox + "." + o.requestID
+	firstSent := time.Now()
+	if err := c.nc.PublishRequest(subject, reply, body); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	queued, answered := false, false
+	timer := time.NewTimer(c.requestTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.withdraw(pool, o.requestID)
+			return nil, ctx.Err()
+		case <-timer.C:
+			// No answer in time: the request or its answer was lost, or the
+			// manager restarted. The same request id makes re-sending safe.
+			if err := c.nc.PublishRequest(subject, reply, body); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			timer.Reset(c.nextPoll(queued))
+		case msg := <-ch:
+			if isNoResponders(msg) {
+				if !answered {
+					return nil, errorf(CodeUnavailable, "no lease manager answers on %s", subject)
+				}
+				timer.Reset(c.nextPoll(queued)) // the manager is restarting; keep asking
+				continue
+			}
+			answered = true
+			var r Reply
+			if err := json.Unmarshal(msg.Data, &r); err != nil {
+				return nil, errorf(CodeInternal, "malformed reply from the lease manager: %v", err)
+			}
+			switch r.Status {
+			case StatusQueued:
+				queued = true
+				if o.onQueued != nil {
+					o.onQueued(r.Position)
+				}
+				timer.Reset(c.pollInterval)
+			case StatusGranted:
+				if r.Lease == nil {
+					return nil, errorf(CodeInternal, "grant without a lease from the lease manager")
+				}
+				return c.newLease(ctx, *r.Lease, firstSent, queued)
+			default:
+				e := replyError(&r)
+				if e.Code == CodeUnavailable {
+					timer.Reset(c.nextPoll(queued)) // the store or manager is failing over; keep asking
+					continue
+				}
+				return nil, e
+			}
+		}
+	}
+}
+
+func (c *Client) nextPoll(queued bool) time.Duration {
+	if queued {
+		return c.pollInterval
+	}
+	return c.requestTimeout
+}
+
+func (c *Client) register(id string, ch chan *nats.Msg) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("lease: client closed")
+	}
+	if _, dup := c.waiters[id]; dup {
+		return errorf(CodeConflict, "request id %q is already being acquired by this client", id)
+	}
+	c.waiters[id] = ch
+	return nil
+}
+
+func (c *Client) unregister(id string) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// withdraw cancels an acquire whose caller gave up. It runs on a fresh,
+// bounded context: the caller's has already ended. If the cancel is lost,
+// a grant nobody heartbeats expires after its TTL.
+func (c *Client) withdraw(pool, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.requestTimeout)
+	defer cancel()
+	_, _ = c.request(ctx, Subject(c.prefix, c.node, pool, VerbCancel), CancelRequest{RequestID: id, Holder: c.holder})
+}
+
+// newLease starts the heartbeat of a granted lease. The holder's deadline
+// must start no later than the manager's record did, so it is measured from
+// a request sent before the record was written: the first acquire, when the
+// grant came back promptly; otherwise a renewal sent now.
+func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, queued bool) (*Lease, error) {
+	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{})}
+	base := firstSent
+	if queued || time.Since(firstSent) > rec.TTL()/3 {
+		sent := time.Now()
+		if err := l.renew(ctx); err != nil {
+			c.withdraw(rec.Pool, rec.ID)
+			return nil, fmt.Errorf("lease: confirming the grant: %w", err)
+		}
+		base = sent
+	}
+	l.deadline = base.Add(rec.TTL() - margin(rec.TTL()))
+	go l.heartbeat()
+	return l, nil
+}
+
+// margin is how much earlier than the manager a holder gives up its lease.
+func margin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// Stats returns the node's pools.
+func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
+	r, err := c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	return r.Pools, nil
+}
+
+// request sends one request and decodes its reply; an error reply comes back
+// as *Error, a transport failure wrapped with ErrUnavailable.
+func (c *Client) request(ctx context.Context, subject string, body any) (*Reply, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.requestTimeout)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, errorf(CodeUnavailable, "no lease manager answers on %s", subject)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	var r Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return nil, errorf(CodeInternal, "malformed reply from the lease manager: %v", err)
+	}
+	if r.Status == StatusError {
+		return nil, replyError(&r)
+	}
+	return &r, nil
+}
+
+func replyError(r *Reply) *Error {
+	if r.Error == nil || r.Error.Code == "" {
+		return errorf(CodeInternal, "reply with status %q and no error", r.Status)
+	}
+	return r.Error
+}
+
+func isNoResponders(msg *nats.Msg) bool {
+	return len(msg.Data) == 0 && msg.Header.Get("Status") == "503"
+}

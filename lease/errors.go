@@ -1,0 +1,72 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a wire error code. Every error a lease manager sends carries one,
+// so executors in any language can branch on it; docs/protocol.md lists them.
+type Code string
+
+const (
+	CodeBadRequest      Code = "bad_request"      // malformed JSON, missing or invalid field
+	CodeUnknownPool     Code = "unknown_pool"     // no such pool on this node
+	CodeInvalidSlots    Code = "invalid_slots"    // slots <= 0
+	CodeExceedsCapacity Code = "exceeds_capacity" // slots > the pool's capacity: could never be granted
+	CodeWaitExpired     Code = "wait_expired"     // the request's wait deadline passed while it was queued
+	CodeCancelled       Code = "cancelled"        // the queued request was cancelled by its holder
+	CodeLeaseNotFound   Code = "lease_not_found"  // no live lease with that id (released, expired, never granted)
+	CodeTokenMismatch   Code = "token_mismatch"   // the token does not match the lease's fencing token
+	CodeConflict        Code = "conflict"         // the request id is in use by another holder
+	CodeUnavailable     Code = "unavailable"      // the manager could not reach its store or is shutting down; retry
+	CodeInternal        Code = "internal"         // a bug; please report
+)
+
+// Error is a lease error with a wire code. Compare with errors.Is against
+// the Err* sentinels, which match by code whatever the message.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "lease: " + string(e.Code)
+	}
+	return "lease: " + string(e.Code) + ": " + e.Message
+}
+
+// Is matches any *Error with the same code, so errors.Is(err, ErrUnknownPool)
+// holds for every unknown-pool error whatever its message.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Code == e.Code
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrBadRequest      = &Error{Code: CodeBadRequest}
+	ErrUnknownPool     = &Error{Code: CodeUnknownPool}
+	ErrInvalidSlots    = &Error{Code: CodeInvalidSlots}
+	ErrExceedsCapacity = &Error{Code: CodeExceedsCapacity}
+	ErrWaitExpired     = &Error{Code: CodeWaitExpired}
+	ErrCancelled       = &Error{Code: CodeCancelled}
+	ErrLeaseNotFound   = &Error{Code: CodeLeaseNotFound}
+	ErrTokenMismatch   = &Error{Code: CodeTokenMismatch}
+	ErrConflict        = &Error{Code: CodeConflict}
+	ErrUnavailable     = &Error{Code: CodeUnavailable}
+	ErrInternal        = &Error{Code: CodeInternal}
+)
+
+// ErrLeaseLost is what Lease.Err reports after Done closed without a release:
+// the lease expired, was refused on renewal, or renewals kept failing until
+// the holder's own deadline.
+var ErrLeaseLost = errors.New("lease: lease lost")
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,175 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrReleased is what Lease.Err reports after Release.
+var ErrReleased = errors.New("lease: released")
+
+// Lease is a held grant of slots. It renews itself from a goroutine it owns
+// until Release, or until it is lost.
+//
+// The holder's own deadline starts when it sent the request that preceded
+// the record's write, so it always runs out before the manager's record
+// does: when Done closes because of a loss, the manager has not yet handed
+// the slots to anyone else. Work guarded by the lease must stop then, and
+// anything it writes to should check Token, which only grows.
+type Lease struct {
+	c   *Client
+	rec Record
+
+	done   chan struct{} // closed when the lease ends, lost or released
+	stop   chan struct{} // closed by Release to end the heartbeat
+	hbDone chan struct{} // closed when the heartbeat goroutine has returned
+
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu
+	err      error     // guarded by mu; set once, before done closes
+	stopOnce sync.Once
+}
+
+// ID returns the lease id (the acquire's request id).
+func (l *Lease) ID() string { return l.rec.ID }
+
+// Token returns the fencing token: it only grows, per pool and across
+// manager restarts. Pass it to whatever the guarded work writes to, so a
+// holder that lost its lease can be refused.
+func (l *Lease) Token() uint64 { return l.rec.Token }
+
+// Pool returns the pool the slots are in.
+func (l *Lease) Pool() string { return l.rec.Pool }
+
+// Node returns the node whose pool granted the lease.
+func (l *Lease) Node() string { return l.rec.Node }
+
+// Slots returns the number of slots held.
+func (l *Lease) Slots() int64 { return l.rec.Slots }
+
+// TTL returns the lease's TTL; a heartbeat goes out every TTL/3.
+func (l *Lease) TTL() time.Duration { return l.rec.TTL() }
+
+// Record returns the lease record as the manager granted it.
+func (l *Lease) Record() Record { return l.rec }
+
+// Deadline is when the holder must consider the lease lost unless a renewal
+// succeeds first.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Done is closed when the lease ends: lost (expired, refused on renewal, or
+// renewals failing until the deadline) or released.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err is nil while the lease is held; after Done closes it wraps
+// ErrLeaseLost with the cause, or is ErrReleased.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Lease) end(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	close(l.done)
+}
+
+// Release stops the heartbeat and gives the slots back. Releasing a lease
+// that was already lost returns its loss; releasing twice returns nil.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.hbDone
+	if err := l.Err(); err != nil {
+		if errors.Is(err, ErrReleased) {
+			return nil
+		}
+		// Lost: still ask the manager to drop the record in case it lives
+		// (renewals may have failed only on our side of the network), but
+		// briefly: the manager is likely unreachable.
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = l.sendRelease(ctx)
+		return err
+	}
+	err := l.sendRelease(ctx)
+	if err != nil && !errors.Is(err, ErrLeaseNotFound) {
+		return err
+	}
+	if errors.Is(err, ErrLeaseNotFound) {
+		l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		return l.Err()
+	}
+	l.end(ErrReleased)
+	return nil
+}
+
+func (l *Lease) sendRelease(ctx context.Context) error {
+	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token})
+	return err
+}
+
+func (l *Lease) renew(ctx context.Context) error {
+	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token})
+	return err
+}
+
+// heartbeat renews every TTL/3 and retries failures quickly, until the
+// lease is released, refused, or its deadline passes.
+func (l *Lease) heartbeat() {
+	defer close(l.hbDone)
+	ttl := l.rec.TTL()
+	interval := ttl / 3
+	retry := min(interval, 250*time.Millisecond)
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	lost := time.NewTimer(time.Until(l.Deadline()))
+	defer lost.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-lost.C:
+			l.end(fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeaseLost))
+			return
+		case <-next.C:
+		}
+		sent := time.Now()
+		deadline := l.Deadline()
+		ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.c.requestTimeout)))
+		err := l.renew(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			d := sent.Add(ttl - margin(ttl))
+			l.mu.Lock()
+			l.deadline = d
+			l.mu.Unlock()
+			lost.Reset(time.Until(d))
+			next.Reset(interval)
+		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool):
+			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+			return
+		default:
+			next.Reset(retry)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,804 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/pools"
+)
+
+// PoolConfig names a pool and its capacity in slots.
+type PoolConfig struct {
+	Name     string
+	Capacity int64
+}
+
+// ManagerConfig wires a Manager. Conn, Store, Node and Pools are required.
+type ManagerConfig struct {
+	Node   string
+	Prefix string // DefaultPrefix if empty
+	Pools  []PoolConfig
+	TTL    time.Duration // lease TTL, whole seconds; 15s if zero
+	Conn   *nats.Conn
+	Store  Store
+	Events EventSink    // NopEvents if nil
+	Logger *slog.Logger // slog.Default() if nil
+	// StoreTimeout bounds one store call; 5s if zero.
+	StoreTimeout time.Duration
+}
+
+// Manager serves the lease protocol for one node: it owns the node's pools,
+// queues requests FIFO, and keeps every grant in the Store with a TTL.
+//
+// Lease safety rests on three rules kept here:
+//   - slots are taken from the pool before the record is written, and the
+//     holder hears of a grant only after the Store acknowledged the write;
+//   - slots come back only when the record is gone from the Store (deleted
+//     by a release, or expired and seen by the watcher), never before;
+//   - on start, every record in the Store is counted before any request is
+//     served.
+//
+// So the slots counted in memory are always at least the slots held in the
+// Store, and a pool never grants past its capacity.
+type Manager struct {
+	cfg ManagerConfig
+	log *slog.Logger
+
+	// ctx ends when Close begins; release retries stop with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	pools  map[string]*pool
+	leases map[string]*held // by record key; every live record of this node
+	closed bool
+
+	subs      []*nats.Subscription
+	watcher   Watcher
+	watchDone chan struct{}
+	ready     chan struct{} // closed once the Store's records are counted
+	ops       sync.WaitGroup
+}
+
+// pool is one named pool's state. Guarded by Manager.mu.
+type pool struct {
+	name string
+	p    *pools.Pool
+	// waiting holds every acquire that has no stored lease yet: queued, or
+	// granted in memory with its record being written. Keyed by request id.
+	waiting map[string]*request
+}
+
+// request is an acquire from the moment it is accepted until its lease is
+// stored, or it ends with an error. Guarded by Manager.mu.
+type request struct {
+	id, holder string
+	slots      int64
+	pool       *pool
+	reply      string // where answers go; a retried acquire may move it
+	since      time.Time
+	w          *pools.Waiter
+	timer      *time.Timer // wait deadline, nil if none
+	granting   bool        // slots granted in memory, record being written
+	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
+}
+
+// held is a live lease record. Guarded by Manager.mu.
+type held struct {
+	key       string
+	rec       Record
+	rev       uint64 // latest stored revision, for conditional renew and delete
+	pool      *pool  // nil if the record names a pool this node no longer has
+	releasing bool   // a delete is in flight; that path frees the slots
+}
+
+// NewManager validates cfg and builds a Manager. Call Start to serve.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	if cfg.Conn == nil || cfg.Store == nil {
+		return nil, errors.New("lease: manager needs a NATS connection and a store")
+	}
+	if cfg.Node == "" {
+		return nil, errors.New("lease: manager needs a node id")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 15 * time.Second
+	}
+	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
+		return nil, fmt.Errorf("lease: TTL %v: must be whole seconds, at least 1s", cfg.TTL)
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = 5 * time.Second
+	}
+	if cfg.Events == nil {
+		cfg.Events = NopEvents{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Pools) == 0 {
+		return nil, errors.New("lease: manager needs at least one pool")
+	}
+	m := &Manager{
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.Node),
+		pools:     make(map[string]*pool, len(cfg.Pools)),
+		leases:    make(map[string]*held),
+		watchDone: make(chan struct{}),
+		ready:     make(chan struct{}),
+	}
+	for _, pc := range cfg.Pools {
+		if pc.Capacity < 0 {
+			return nil, fmt.Errorf("lease: pool %q: capacity %d is negative", pc.Name, pc.Capacity)
+		}
+		if _, dup := m.pools[pc.Name]; dup {
+			return nil, fmt.Errorf("lease: pool %q configured twice", pc.Name)
+		}
+		m.pools[pc.Name] = &pool{name: pc.Name, p: pools.New(pc.Capacity), waiting: make(map[string]*request)}
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// Start counts the leases already in the Store (so grants made before a
+// restart stay valid and are respected), then subscribes to the node's
+// request subjects. It returns once the manager is serving.
+func (m *Manager) Start(ctx context.Context) error {
+	w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
+	if err != nil {
+		return fmt.Errorf("lease: watch lease records: %w", err)
+	}
+	m.watcher = w
+	go m.watch(w)
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		_ = w.Stop()
+		return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
+	case <-m.watchDone:
+		return errors.New("lease: the lease record watch ended before the state was rebuilt")
+	}
+
+	handlers := map[string]nats.MsgHandler{
+		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbAcquire): m.handleAcquire,
+		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbRenew):   m.handleRenew,
+		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbRelease): m.handleRelease,
+		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbCancel):  m.handleCancel,
+		StatsSubject(m.cfg.Prefix, m.cfg.Node):              m.handleStats,
+	}
+	for subj, h := range handlers {
+		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
+		if err != nil {
+			m.unsubscribe()
+			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
+		}
+		// A burst of requests must queue in the client, not be dropped as
+		// a slow consumer.
+		_ = sub.SetPendingLimits(1<<20, 1<<30)
+		m.subs = append(m.subs, sub)
+	}
+	if err := m.cfg.Conn.FlushWithContext(ctx); err != nil {
+		m.unsubscribe()
+		return fmt.Errorf("lease: subscribe: %w", err)
+	}
+	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount())
+	return nil
+}
+
+// guard keeps a bug in one handler from taking the process down with
+// input from the network: the requester gets an internal error instead.
+func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		defer func() {
+			if r := recover(); r != nil {
+				m.log.Error("handler panic", "subject", msg.Subject, "panic", r)
+				m.respond(msg.Reply, Reply{Status: StatusError, Error: errorf(CodeInternal, "internal error")})
+			}
+		}()
+		h(msg)
+	}
+}
+
+func (m *Manager) unsubscribe() {
+	for _, s := range m.subs {
+		_ = s.Unsubscribe()
+	}
+	m.subs = nil
+}
+
+// Close stops serving: queued requests are told the manager is unavailable
+// (their clients retry with the same request id), store operations in flight
+// finish, and the watch stops. Leases stay in the Store and are picked up by
+// the next manager for this node.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+
+	m.unsubscribe()
+	m.cancel()
+
+	m.mu.Lock()
+	for _, p := range m.pools {
+		for _, r := range p.waiting {
+			if r.granting {
+				continue
+			}
+			m.stopTimer(r)
+			if removed, _ := p.p.Cancel(r.w); removed {
+				delete(p.waiting, r.id)
+				m.respond(r.reply, errReply(errorf(CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)))
+			}
+		}
+	}
+	m.mu.Unlock()
+
+	m.ops.Wait()
+	var err error
+	if m.watcher != nil {
+		err = m.watcher.Stop()
+		<-m.watchDone
+	}
+	_ = m.cfg.Conn.Flush()
+	return err
+}
+
+// Stats returns every pool's figures, sorted by name.
+func (m *Manager) Stats() []PoolStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]PoolStats, 0, len(m.pools))
+	for _, p := range m.pools {
+		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Leases returns a copy of every live lease record of this node.
+func (m *Manager) Leases() []Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Record, 0, len(m.leases))
+	for _, h := range m.leases {
+		out = append(out, h.rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
+	return out
+}
+
+func (m *Manager) leaseCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
+}
+
+// poolToken returns the pool token of a request subject
+// <prefix>.<node>.<pool>.<verb>.
+func poolToken(subject string) string {
+	i := strings.LastIndexByte(subject, '.')
+	if i < 0 {
+		return ""
+	}
+	s := subject[:i]
+	return s[strings.LastIndexByte(s, '.')+1:]
+}
+
+func (m *Manager) handleAcquire(msg *nats.Msg) {
+	poolName := poolToken(msg.Subject)
+	var req AcquireRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.reject(msg.Reply, poolName, req, e)
+		return
+	}
+	if e := m.validateAcquire(&req); e != nil {
+		m.reject(msg.Reply, poolName, req, e)
+		return
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pools[poolName]
+	if p == nil {
+		m.rejectLocked(msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
+		return
+	}
+	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
+		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
+		return
+	}
+	// A retry: answer from what is already known, never grant twice.
+	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
+		if h.rec.Holder != req.Holder {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		rec := h.rec
+		m.respond(msg.Reply, Reply{Status: StatusGranted, Lease: &rec})
+		return
+	}
+	if r := p.waiting[req.RequestID]; r != nil {
+		if r.holder != req.Holder {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		r.reply = msg.Reply
+		if !r.granting {
+			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: p.p.Position(r.w)})
+		}
+		return
+	}
+
+	r := &request{id: req.RequestID, holder: req.Holder, slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
+	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots})
+	w, granted, position, err := p.p.Enqueue(r.slots, r)
+	if err != nil { // checked above; kept so a pools change cannot go unnoticed
+		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeInternal, "%v", err))
+		return
+	}
+	r.w = w
+	p.waiting[r.id] = r
+	if granted {
+		m.startGrantLocked(r)
+		return
+	}
+	m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
+	m.emit(p, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	if req.WaitMs > 0 {
+		r.timer = time.AfterFunc(time.Duration(req.WaitMs)*time.Millisecond, func() { m.waitExpired(r) })
+	}
+}
+
+func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
+	if err := validID(req.RequestID); err != nil {
+		return errorf(CodeBadRequest, "%v", err)
+	}
+	if req.Holder == "" {
+		return errorf(CodeBadRequest, "holder is required")
+	}
+	if len(req.Holder) > MaxHolderLen {
+		return errorf(CodeBadRequest, "holder is longer than %d characters", MaxHolderLen)
+	}
+	if req.Slots <= 0 {
+		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
+	}
+	if req.WaitMs < 0 {
+		return errorf(CodeBadRequest, "wait_ms must not be negative, got %d", req.WaitMs)
+	}
+	return nil
+}
+
+func (m *Manager) reject(reply, poolName string, req AcquireRequest, e *Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rejectLocked(reply, m.pools[poolName], poolName, req, e)
+}
+
+// rejectLocked answers an acquire with an error and, for a pool this node
+// has, publishes a rejected event. Unknown pools get no event: their name
+// comes from the network and must not mint event subjects.
+func (m *Manager) rejectLocked(reply string, p *pool, poolName string, req AcquireRequest, e *Error) {
+	m.respond(reply, errReply(e))
+	if p != nil {
+		m.emit(p, Event{Kind: EventRejected, RequestID: req.RequestID, Holder: req.Holder, Slots: req.Slots, Code: e.Code, Message: e.Message})
+	} else {
+		m.log.Debug("acquire rejected", "pool", poolName, "code", e.Code, "message", e.Message)
+	}
+}
+
+// startGrantLocked writes the lease record of a request whose slots were
+// granted in memory. The holder hears of the grant only once the write is
+// acknowledged.
+func (m *Manager) startGrantLocked(r *request) {
+	r.granting = true
+	m.stopTimer(r)
+	m.ops.Add(1)
+	go m.grant(r)
+}
+
+func (m *Manager) startGrantsLocked(rs []*pools.Waiter) {
+	for _, w := range rs {
+		m.startGrantLocked(w.Value.(*request))
+	}
+}
+
+func (m *Manager) grant(r *request) {
+	defer m.ops.Done()
+	now := time.Now()
+	rec := Record{
+		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
+		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
+	}
+	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
+	data, err := json.Marshal(rec)
+	var rev uint64
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		rev, err = m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		cancel()
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := r.pool
+	delete(p.waiting, r.id)
+	if err != nil {
+		// Nothing was stored: the slots go back, the holder may retry.
+		m.log.Warn("storing a grant failed", "key", key, "err", err)
+		m.startGrantsLocked(p.p.Release(r.slots))
+		e := errorf(CodeUnavailable, "storing the lease failed: %v", err)
+		m.respond(r.reply, errReply(e))
+		m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		return
+	}
+	rec.Token = rev
+	h := &held{key: key, rec: rec, rev: rev, pool: p}
+	m.leases[key] = h
+	if r.cancelled {
+		// The holder gave up while the write was in flight: give it back.
+		h.releasing = true
+		m.startReleaseLocked(h, EventCancelled)
+		return
+	}
+	m.respond(r.reply, Reply{Status: StatusGranted, Lease: &rec})
+	m.emit(p, Event{Kind: EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots,
+		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+}
+
+// waitExpired ends a request whose wait deadline passed while it was queued.
+func (m *Manager) waitExpired(r *request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || r.granting || r.pool.waiting[r.id] != r {
+		return
+	}
+	p := r.pool
+	removed, granted := p.p.Cancel(r.w)
+	if !removed {
+		return
+	}
+	delete(p.waiting, r.id)
+	e := errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond))
+	m.respond(r.reply, errReply(e))
+	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	m.startGrantsLocked(granted)
+}
+
+func (m *Manager) stopTimer(r *request) {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+func (m *Manager) handleCancel(msg *nats.Msg) {
+	var req CancelRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	if err := validID(req.RequestID); err != nil {
+		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "%v", err)))
+		return
+	}
+	poolName := poolToken(msg.Subject)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pools[poolName]
+	if p == nil {
+		m.respond(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)))
+		return
+	}
+	if r := p.waiting[req.RequestID]; r != nil {
+		if r.holder != req.Holder {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		if r.granting {
+			r.cancelled = true
+			m.respond(msg.Reply, Reply{Status: StatusCancelled})
+			return
+		}
+		m.stopTimer(r)
+		removed, granted := p.p.Cancel(r.w)
+		if removed {
+			delete(p.waiting, r.id)
+			e := errorf(CodeCancelled, "cancelled by the holder")
+			m.respond(r.reply, errReply(e))
+			m.emit(p, Event{Kind: EventCancelled, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code})
+			m.startGrantsLocked(granted)
+		}
+		m.respond(msg.Reply, Reply{Status: StatusCancelled})
+		return
+	}
+	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
+		if h.rec.Holder != req.Holder {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		if !h.releasing {
+			h.releasing = true
+			m.startReleaseLocked(h, EventCancelled)
+		}
+		m.respond(msg.Reply, Reply{Status: StatusReleased})
+		return
+	}
+	// Nothing to cancel: already ended. Cancel is idempotent.
+	m.respond(msg.Reply, Reply{Status: StatusCancelled})
+}
+
+// lookupLocked finds the lease a renew or release names and checks its token.
+func (m *Manager) lookupLocked(subject string, leaseID string, token uint64) (*held, *Error) {
+	poolName := poolToken(subject)
+	if m.pools[poolName] == nil {
+		return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)
+	}
+	if err := validID(leaseID); err != nil {
+		return nil, errorf(CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))
+	}
+	h := m.leases[RecordKey(m.cfg.Node, poolName, leaseID)]
+	if h == nil || h.releasing {
+		return nil, errorf(CodeLeaseNotFound, "no live lease %q in pool %q on node %s", leaseID, poolName, m.cfg.Node)
+	}
+	if h.rec.Token != token {
+		return nil, errorf(CodeTokenMismatch, "lease %q has a different fencing token than %d", leaseID, token)
+	}
+	return h, nil
+}
+
+func (m *Manager) handleRenew(msg *nats.Msg) {
+	var req RenewRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	m.mu.Lock()
+	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token)
+	if e != nil {
+		m.mu.Unlock()
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	m.ops.Add(1)
+	m.mu.Unlock()
+	go m.renew(msg.Reply, h)
+}
+
+// renew rewrites the record with a fresh TTL, conditional on the revision we
+// know: a record that expired meanwhile is never brought back.
+func (m *Manager) renew(reply string, h *held) {
+	defer m.ops.Done()
+	for attempt := 0; ; attempt++ {
+		m.mu.Lock()
+		rec, rev := h.rec, h.rev
+		m.mu.Unlock()
+		rec.ExpiresAt = time.Now().Add(m.cfg.TTL).UTC()
+		data, err := json.Marshal(rec)
+		if err != nil {
+			m.respond(reply, errReply(errorf(CodeInternal, "encoding the lease: %v", err)))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		newRev, err := m.cfg.Store.Renew(ctx, h.key, data, m.cfg.TTL, rev)
+		cancel()
+		switch {
+		case err == nil:
+			m.mu.Lock()
+			if newRev > h.rev {
+				h.rev = newRev
+				h.rec.ExpiresAt = rec.ExpiresAt
+			}
+			m.mu.Unlock()
+			m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})
+			return
+		case errors.Is(err, ErrStoreRevision):
+			// Either a concurrent renew moved the revision (retry once with
+			// the newer one) or the record is gone: expired or released.
+			m.mu.Lock()
+			moved := m.leases[h.key] == h && !h.releasing && h.rev != rev
+			m.mu.Unlock()
+			if moved && attempt == 0 {
+				continue
+			}
+			m.respond(reply, errReply(errorf(CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID)))
+			return
+		default:
+			m.respond(reply, errReply(errorf(CodeUnavailable, "storing the renewal failed: %v", err)))
+			return
+		}
+	}
+}
+
+func (m *Manager) handleRelease(msg *nats.Msg) {
+	var req ReleaseRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token)
+	if e != nil {
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	h.releasing = true
+	// The holder need not wait for the delete: until it is stored the slots
+	// stay busy, which costs a little capacity and never over-grants.
+	m.respond(msg.Reply, Reply{Status: StatusReleased})
+	m.startReleaseLocked(h, EventReleased)
+}
+
+func (m *Manager) startReleaseLocked(h *held, kind EventKind) {
+	m.ops.Add(1)
+	go m.release(h, kind)
+}
+
+// release deletes the record, conditional on its revision, and frees the
+// slots once the Store confirms the record is gone. It retries until then:
+// freeing earlier could let the next grant overlap a record still stored.
+func (m *Manager) release(h *held, kind EventKind) {
+	defer m.ops.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		m.mu.Lock()
+		rev := h.rev
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		err := m.cfg.Store.Delete(ctx, h.key, rev)
+		if errors.Is(err, ErrStoreRevision) {
+			// Renewed meanwhile (retry with the newer revision) or expired.
+			var newRev uint64
+			_, newRev, err = m.cfg.Store.Get(ctx, h.key)
+			if err == nil {
+				m.mu.Lock()
+				if newRev > h.rev {
+					h.rev = newRev
+				}
+				m.mu.Unlock()
+				cancel()
+				continue
+			}
+		}
+		cancel()
+		if err == nil || errors.Is(err, ErrStoreNotFound) {
+			m.free(h, kind, "")
+			return
+		}
+		m.log.Warn("deleting a lease record failed; retrying", "key", h.key, "err", err)
+		select {
+		case <-m.ctx.Done():
+			// Shutting down: the record stays until its TTL lapses, and the
+			// next manager for this node counts it until then.
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// free returns a gone lease's slots to its pool and grants waiters.
+func (m *Manager) free(h *held, kind EventKind, code Code) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.freeLocked(h, kind, code)
+}
+
+func (m *Manager) freeLocked(h *held, kind EventKind, code Code) {
+	if m.leases[h.key] != h {
+		return
+	}
+	delete(m.leases, h.key)
+	if h.pool == nil {
+		return
+	}
+	granted := h.pool.p.Release(h.rec.Slots)
+	m.emit(h.pool, Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
+	if !m.closed {
+		m.startGrantsLocked(granted)
+	}
+}
+
+func (m *Manager) handleStats(msg *nats.Msg) {
+	m.respond(msg.Reply, Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.Stats()})
+}
+
+// watch applies the Store's view: first it counts every stored lease of this
+// node, then it frees leases whose records expire or are deleted by others.
+func (m *Manager) watch(w Watcher) {
+	defer close(m.watchDone)
+	rebuilt := false
+	for ch := range w.Changes() {
+		switch ch.Op {
+		case ChangeCaughtUp:
+			if !rebuilt {
+				rebuilt = true
+				close(m.ready)
+			}
+		case ChangePut:
+			m.observePut(ch, rebuilt)
+		case ChangeDelete, ChangeExpire:
+			m.mu.Lock()
+			h := m.leases[ch.Key]
+			// Our own release owns the slots while its delete is in flight.
+			if h != nil && !h.releasing && ch.Rev > h.rev {
+				kind := EventExpired
+				if ch.Op == ChangeDelete {
+					kind = EventReleased
+				}
+				m.freeLocked(h, kind, "")
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
+// observePut counts a stored lease while rebuilding. After that, puts are
+// this manager's own writes and are already known.
+func (m *Manager) observePut(ch Change, rebuilt bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.leases[ch.Key]; h != nil {
+		if ch.Rev > h.rev {
+			h.rev = ch.Rev
+		}
+		return
+	}
+	if rebuilt {
+		return
+	}
+	var rec Record
+	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
+		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
+		return
+	}
+	if rec.Token == 0 {
+		rec.Token = ch.Rev
+	}
+	h := &held{key: ch.Key, rec: rec, rev: ch.Rev, pool: m.pools[rec.Pool]}
+	m.leases[ch.Key] = h
+	if h.pool == nil {
+		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
+		return
+	}
+	h.pool.p.Restore(rec.Slots)
+}
+
+func (m *Manager) emit(p *pool, ev Event) {
+	ev.Time = time.Now().UTC()
+	ev.Node = m.cfg.Node
+	ev.Pool = p.name
+	ev.Stats = p.p.Stats()
+	m.cfg.Events.Publish(ev)
+}
+
+func (m *Manager) respond(reply string, r Reply) {
+	if reply == "" {
+		return
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		m.log.Error("encoding a reply", "err", err)
+		return
+	}
+	if err := m.cfg.Conn.Publish(reply, data); err != nil {
+		m.log.Warn("sending a reply", "subject", reply, "err", err)
+	}
+}
+
+func errReply(e *Error) Reply { return Reply{Status: StatusError, Error: e} }

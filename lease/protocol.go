@@ -1,0 +1,219 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/pools"
+)
+
+// DefaultPrefix is the subject prefix when none is configured.
+const DefaultPrefix = "lease"
+
+// Verbs: the last token of a request subject.
+const (
+	VerbAcquire = "acquire"
+	VerbRenew   = "renew"
+	VerbRelease = "release"
+	VerbCancel  = "cancel"
+)
+
+// Subject returns the request subject for verb on a node's pool:
+// <prefix>.<node>.<pool>.<verb>.
+func Subject(prefix, node, pool, verb string) string {
+	return prefix + "." + node + "." + pool + "." + verb
+}
+
+// StatsSubject is where a node's manager answers stats requests:
+// <prefix>.<node>.stats.
+func StatsSubject(prefix, node string) string {
+	return prefix + "." + node + ".stats"
+}
+
+// EventSubject is where events of one kind for one pool go:
+// <prefix>.events.<node>.<pool>.<kind>. Request subjects have three tokens
+// after the prefix and event subjects four, so a node named "events" cannot
+// collide with the event space.
+func EventSubject(prefix, node, pool string, kind EventKind) string {
+	return prefix + ".events." + node + "." + pool + "." + string(kind)
+}
+
+// EventFilter returns a subscription subject for events, with "*" for any
+// node, pool or kind left empty.
+func EventFilter(prefix, node, pool string, kind EventKind) string {
+	star := func(s string) string {
+		if s == "" {
+			return "*"
+		}
+		return s
+	}
+	return prefix + ".events." + star(node) + "." + star(pool) + "." + star(string(kind))
+}
+
+// BucketName is the KV bucket holding lease records for a prefix. Bucket
+// names cannot hold dots, so a multi-token prefix is joined with '_'.
+func BucketName(prefix string) string {
+	return strings.ReplaceAll(prefix, ".", "_") + "_leases"
+}
+
+// RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
+// is the acquire's request id, so a retried acquire finds the stored grant
+// through the key itself, also after a manager restart.
+func RecordKey(node, pool, id string) string {
+	return node + "." + pool + "." + id
+}
+
+// NodeKeys is the KV key filter for every lease record of a node.
+func NodeKeys(node string) string { return node + ".>" }
+
+// Limits on client-chosen identifiers. Request ids become KV key tokens, so
+// they are restricted to characters valid there.
+const (
+	MaxRequestIDLen = 128
+	MaxHolderLen    = 256
+)
+
+// AcquireRequest asks for slots. Retrying with the same RequestID and Holder
+// is safe: it finds the queued request or the granted lease.
+type AcquireRequest struct {
+	RequestID string `json:"request_id"`
+	Holder    string `json:"holder"`
+	Slots     int64  `json:"slots"`
+	// WaitMs bounds the time spent queued, measured by the manager from the
+	// first time it saw the request. 0 waits until granted or cancelled.
+	WaitMs int64 `json:"wait_ms,omitempty"`
+}
+
+// RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.
+// Both name the lease and its fencing token.
+type RenewRequest struct {
+	LeaseID string `json:"lease_id"`
+	Token   uint64 `json:"token"`
+}
+
+// ReleaseRequest gives a lease's slots back.
+type ReleaseRequest struct {
+	LeaseID string `json:"lease_id"`
+	Token   uint64 `json:"token"`
+}
+
+// CancelRequest withdraws an acquire: a queued request leaves the queue, and
+// a grant that raced the cancel is released by the manager.
+type CancelRequest struct {
+	RequestID string `json:"request_id"`
+	Holder    string `json:"holder"`
+}
+
+// Status values of a Reply.
+const (
+	StatusGranted   = "granted"
+	StatusQueued    = "queued"
+	StatusRenewed   = "renewed"
+	StatusReleased  = "released"
+	StatusCancelled = "cancelled"
+	StatusOK        = "ok"
+	StatusError     = "error"
+)
+
+// Reply is the one reply shape for every request. An acquire may get a
+// "queued" reply first and a final "granted" or "error" later, on the same
+// reply subject.
+type Reply struct {
+	Status   string      `json:"status"`
+	Lease    *Record     `json:"lease,omitempty"`
+	Position int         `json:"position,omitempty"`
+	Node     string      `json:"node,omitempty"`
+	Pools    []PoolStats `json:"pools,omitempty"`
+	Error    *Error      `json:"error,omitempty"`
+}
+
+// PoolStats is one pool's figures in a stats reply.
+type PoolStats struct {
+	Name string `json:"name"`
+	pools.Stats
+}
+
+// Record is a granted lease, as stored in KV and sent to the holder.
+type Record struct {
+	ID     string `json:"id"`
+	Node   string `json:"node"`
+	Pool   string `json:"pool"`
+	Slots  int64  `json:"slots"`
+	Holder string `json:"holder"`
+	// Token is the fencing token: the KV revision of the grant, a JetStream
+	// stream sequence, so it only grows, per pool and across restarts. The
+	// first stored revision carries 0 here (its own revision is the token);
+	// renewals carry it explicitly.
+	Token     uint64    `json:"token"`
+	TTLMs     int64     `json:"ttl_ms"`
+	GrantedAt time.Time `json:"granted_at"`
+	// ExpiresAt is the manager's estimate (write time + TTL). Holders must
+	// not use it: their own deadline starts when they sent the request.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// TTL returns the record's TTL.
+func (r *Record) TTL() time.Duration { return time.Duration(r.TTLMs) * time.Millisecond }
+
+// EventKind names a lease transition.
+type EventKind string
+
+const (
+	EventRequested EventKind = "requested"
+	EventQueued    EventKind = "queued"
+	EventGranted   EventKind = "granted"
+	EventReleased  EventKind = "released"
+	EventExpired   EventKind = "expired"
+	EventCancelled EventKind = "cancelled"
+	EventRejected  EventKind = "rejected"
+)
+
+// Event is published for every transition, carrying the pool's stats after it.
+type Event struct {
+	Kind      EventKind   `json:"kind"`
+	Time      time.Time   `json:"time"`
+	Node      string      `json:"node"`
+	Pool      string      `json:"pool"`
+	RequestID string      `json:"request_id,omitempty"`
+	LeaseID   string      `json:"lease_id,omitempty"`
+	Holder    string      `json:"holder,omitempty"`
+	Slots     int64       `json:"slots,omitempty"`
+	Token     uint64      `json:"token,omitempty"`
+	Position  int         `json:"position,omitempty"`
+	WaitMs    int64       `json:"wait_ms,omitempty"`
+	Code      Code        `json:"code,omitempty"`
+	Message   string      `json:"message,omitempty"`
+	Stats     pools.Stats `json:"stats"`
+}
+
+// validID reports whether s may be used as a request id: it becomes a KV key
+// token, so only [A-Za-z0-9_-] and '=' are allowed.
+func validID(s string) error {
+	if s == "" {
+		return fmt.Errorf("request_id is required")
+	}
+	if len(s) > MaxRequestIDLen {
+		return fmt.Errorf("request_id is longer than %d characters", MaxRequestIDLen)
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '=':
+		default:
+			return fmt.Errorf("request_id %q: must contain only letters, digits, '-', '_' and '='", s)
+		}
+	}
+	return nil
+}
+
+// decode parses a JSON request body strictly enough to name what is wrong.
+func decode(data []byte, v any) *Error {
+	if len(data) == 0 {
+		return errorf(CodeBadRequest, "empty request body, want a JSON object")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return errorf(CodeBadRequest, "malformed JSON: %v", err)
+	}
+	return nil
+}

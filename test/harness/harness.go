@@ -1,0 +1,140 @@
+// Package harness starts real NATS servers and lease managers for tests and
+// benchmarks: an embedded nats-server with JetStream on a free port and a
+// store in a temporary directory, never a fake.
+package harness
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// Server is an embedded nats-server for one test.
+type Server struct {
+	*server.Server
+	URL      string
+	StoreDir string
+}
+
+// StartServer starts a server that lives until the test ends.
+func StartServer(tb testing.TB) *Server {
+	tb.Helper()
+	dir := tb.TempDir()
+	return StartServerAt(tb, "127.0.0.1:-1", dir)
+}
+
+// StartServerAt starts a server on listen with its store in dir, so a test
+// can stop it and start it again on the same address and store.
+func StartServerAt(tb testing.TB, listen, dir string) *Server {
+	tb.Helper()
+	s, err := jetstream.StartServer(jetstream.ServerConfig{Listen: listen, StoreDir: filepath.Join(dir, "jetstream")})
+	if err != nil {
+		tb.Fatalf("start nats-server: %v", err)
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return &Server{Server: s, URL: s.ClientURL(), StoreDir: dir}
+}
+
+// Connect opens a connection closed at the end of the test.
+func Connect(tb testing.TB, url string) *nats.Conn {
+	tb.Helper()
+	nc, err := jetstream.Connect(url, "", tb.Name())
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// Node is a running lease manager with its own connection.
+type Node struct {
+	Manager *lease.Manager
+	Conn    *nats.Conn
+	Store   *jetstream.LeaseStore
+	Config  lease.ManagerConfig
+}
+
+// Logger is quiet unless LEASE_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("LEASE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(discard{}, nil))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// StartManager starts a lease manager for node on url. cfg.Node, Pools and
+// TTL come from the caller; Conn, Store and Events are filled in. It is
+// closed at the end of the test unless the test closes it first. wrap, if
+// given, wraps the real store (to slow or fail calls on purpose).
+func StartManager(tb testing.TB, url string, cfg lease.ManagerConfig, wrap ...func(lease.Store) lease.Store) *Node {
+	tb.Helper()
+	nc := Connect(tb, url)
+	if cfg.Prefix == "" {
+		cfg.Prefix = lease.DefaultPrefix
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.Prefix)})
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	cfg.Conn = nc
+	cfg.Store = store
+	for _, w := range wrap {
+		cfg.Store = w(cfg.Store)
+	}
+	if cfg.Events == nil {
+		cfg.Events = jetstream.NewEvents(nc, cfg.Prefix, nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = Logger()
+	}
+	m, err := lease.NewManager(cfg)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	if err := m.Start(ctx); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() { _ = m.Close() })
+	return &Node{Manager: m, Conn: nc, Store: store, Config: cfg}
+}
+
+// Client returns a lease client for node with its own connection.
+func Client(tb testing.TB, url, node string, opts ...lease.ClientOption) *lease.Client {
+	tb.Helper()
+	c, err := lease.NewClient(Connect(tb, url), node, opts...)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Eventually polls cond until it holds or timeout passes.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
