@@ -172,7 +172,7 @@ func TestServerRestartKeepsTokensGrowing(t *testing.T) {
 }
 
 func TestEventsForEveryTransition(t *testing.T) {
-	srv, _ := startNode(t, time.Second, lease.PoolConfig{Name: "p", Capacity: 2})
+	srv, n := startNode(t, time.Second, lease.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	sub, err := nc.SubscribeSync("lease.events.*.p.>")
 	if err != nil {
@@ -199,6 +199,8 @@ func TestEventsForEveryTransition(t *testing.T) {
 	if err := a.Release(ctx); err != nil { // released
 		t.Fatal(err)
 	}
+	// The release's delete is stored after the holder's reply.
+	harness.Eventually(t, 5*time.Second, "slots back", func() bool { return poolStats(t, n.Manager, "p").InUse == 0 })
 	// expired: a grant nobody renews.
 	raw := request(t, nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "lapse", Holder: "h", Slots: 1})
 	if raw.Status != lease.StatusGranted {

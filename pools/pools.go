@@ -359,7 +359,7 @@ func (p *Pool) remove(w *Waiter) []*Waiter {
 	isFront := p.waiters.Front() == w.elem
 	p.unlink(w)
 	w.state = stateCancelled
-	if isFront || !isFront {
+	if !isFront {
 		// The head is unchanged and still does not fit.
 		return nil
 	}

@@ -104,6 +104,14 @@ func wantValues(t testing.TB, what string, got []*Waiter, want ...any) {
 	}
 }
 
+// bounded returns a context that ends the test's blocking calls if a bug
+// would otherwise leave them blocked forever.
+func bounded(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // waitQueued spins (without sleeping) until p has n queued requests, which
 // is how the tests learn that a goroutine is blocked in Acquire.
 func waitQueued(t testing.TB, p *Pool, n int) {
@@ -433,7 +441,7 @@ func TestStatsJSON(t *testing.T) {
 
 func TestAcquireBlocksUntilRelease(t *testing.T) {
 	p := New(2)
-	ctx := context.Background()
+	ctx := bounded(t)
 	if err := p.Acquire(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +490,7 @@ func TestAcquireCancelUnblocksBehind(t *testing.T) {
 	go func() { bigErr <- p.Acquire(ctx, 10) }()
 	waitQueued(t, p, 1)
 	smallErr := make(chan error, 1)
-	go func() { smallErr <- p.Acquire(context.Background(), 1) }()
+	go func() { smallErr <- p.Acquire(bounded(t), 1) }()
 	waitQueued(t, p, 2)
 
 	cancel()
@@ -499,7 +507,7 @@ func TestAcquireRejectedBySetCapacity(t *testing.T) {
 	p := New(4)
 	p.Restore(1)
 	errc := make(chan error, 1)
-	go func() { errc <- p.Acquire(context.Background(), 4) }()
+	go func() { errc <- p.Acquire(bounded(t), 4) }()
 	waitQueued(t, p, 1)
 	granted, rejected := p.SetCapacity(3)
 	if granted != nil || rejected != nil {
@@ -583,6 +591,7 @@ func TestAcquireCancelRace(t *testing.T) {
 func TestLargeAcquireDoesntStarve(t *testing.T) {
 	const n = 8
 	p := New(n)
+	loopCtx := bounded(t)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for range n {
@@ -594,7 +603,7 @@ func TestLargeAcquireDoesntStarve(t *testing.T) {
 			for !stop.Load() {
 				p.Release(1)
 				runtime.Gosched()
-				if err := p.Acquire(context.Background(), 1); err != nil {
+				if err := p.Acquire(loopCtx, 1); err != nil {
 					t.Error(err)
 					return
 				}

@@ -1,0 +1,91 @@
+// Command executor runs work under a slot lease.
+//
+//	executor run --pool P --slots K [--wait D] [limits] -- CMD ARGS...
+//
+// It acquires the lease on this node (printing its queue position while it
+// waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
+// LEASE_SLOTS and LEASE_NODE in its environment, keeps the lease alive,
+// releases it, and exits with CMD's exit code. Configuration comes from the
+// environment (NODE_ID, NATS_URL, NATS_CREDS, NATS_LISTEN,
+// LEASE_SUBJECT_PREFIX); see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/slotlease/slotlease/sandbox"
+)
+
+// Exit codes of executor itself; any other code is the command's own.
+const (
+	ExitUsage     = 2   // bad flags, arguments or configuration
+	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, no manager
+	ExitLeaseLost = 76  // the lease was lost while the command ran; it was stopped
+	ExitTimeout   = 124 // the command ran past --timeout and was stopped
+)
+
+func main() {
+	sandbox.Init() // the sandbox re-executes this binary to apply limits before exec
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "executor:", err)
+	}
+	os.Exit(code)
+}
+
+const usage = `usage: executor run --pool P [--slots K] [--wait D] [limits] -- CMD ARGS...
+
+Acquires K slots of pool P on this node's lease manager, runs CMD while the
+lease is held, releases it, and exits with CMD's exit code.
+
+exit codes: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
+`
+
+// exitError carries executor's own exit code with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage, errors.New("no command given")
+	}
+	var err error
+	var code int
+	switch args[0] {
+	case "run":
+		code, err = runCommand(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0, nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return ExitUsage, fmt.Errorf("unknown command %q", args[0])
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code, err
+	}
+	if err != nil && code == 0 {
+		code = 1
+	}
+	return code, err
+}

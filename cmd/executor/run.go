@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/sandbox"
+)
+
+// passEnv are the executor's own variables a worker also gets. Everything
+// else, NATS credentials above all, stays out of the worker's environment.
+var passEnv = []string{"PATH", "LANG", "LC_ALL", "TZ", "TERM", "USER", "LOGNAME"}
+
+type runFlags struct {
+	pool        string
+	slots       int64
+	wait        time.Duration
+	timeout     time.Duration
+	cpu         time.Duration
+	memory      byteSize
+	maxProcs    int
+	maxFiles    int
+	keepWorkdir bool
+	dir         string
+	isolate     bool
+	noNetwork   bool
+	grace       time.Duration
+	env         envFlags
+	node        string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error) {
+	f := &runFlags{}
+	fs := flag.NewFlagSet("executor run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.pool, "pool", config.DefaultPool, "pool to take slots from")
+	fs.Int64Var(&f.slots, "slots", 1, "number of slots")
+	fs.DurationVar(&f.wait, "wait", 0, "give up if not granted within this time (0: wait as long as it takes)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command after this wall-clock time (0: none)")
+	fs.DurationVar(&f.cpu, "cpu", 0, "CPU time limit (0: none)")
+	fs.Var(&f.memory, "memory", "memory limit, e.g. 512M or 2G (0: none)")
+	fs.IntVar(&f.maxProcs, "max-procs", 0, "process limit (0: none)")
+	fs.IntVar(&f.maxFiles, "max-files", 0, "open file limit (0: inherit)")
+	fs.BoolVar(&f.keepWorkdir, "keep-workdir", false, "keep the fresh working directory after the run")
+	fs.StringVar(&f.dir, "dir", "", "run in this directory instead of a fresh one")
+	fs.BoolVar(&f.isolate, "isolate", false, "own PID and mount namespace where the machine allows it")
+	fs.BoolVar(&f.noNetwork, "no-network", false, "own network namespace with only loopback")
+	fs.DurationVar(&f.grace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping the command")
+	fs.Var(&f.env, "env", "KEY=VALUE for the command's environment (repeatable)")
+	fs.StringVar(&f.node, "node", "", "node whose lease manager to ask (default NODE_ID)")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	cmd := fs.Args()
+	if len(cmd) == 0 {
+		return nil, nil, errors.New("no command: give it after --, e.g. executor run --pool gpu -- sleep 5")
+	}
+	if err := config.ValidToken(f.pool); err != nil {
+		return nil, nil, fmt.Errorf("--pool %q: %w", f.pool, err)
+	}
+	if f.slots <= 0 {
+		return nil, nil, fmt.Errorf("--slots %d: must be a positive integer", f.slots)
+	}
+	for name, d := range map[string]time.Duration{"--wait": f.wait, "--timeout": f.timeout, "--cpu": f.cpu, "--kill-grace": f.grace} {
+		if d < 0 {
+			return nil, nil, fmt.Errorf("%s %v: must not be negative", name, d)
+		}
+	}
+	return f, cmd, nil
+}
+
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	f, cmd, err := parseRunFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, err
+		}
+		return ExitUsage, &exitError{code: ExitUsage, err: err}
+	}
+	cfg, err := config.LoadCommon()
+	if err != nil {
+		return ExitUsage, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	if f.node == "" {
+		f.node = cfg.NodeID
+	}
+	nc, err := jetstream.Connect(cfg.NATSAddress(), cfg.NATSCreds, "executor")
+	if err != nil {
+		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
+	}
+	defer nc.Close()
+	client, err := lease.NewClient(nc, f.node, lease.WithPrefix(cfg.SubjectPrefix))
+	if err != nil {
+		return ExitNoLease, fail(ExitNoLease, "%v", err)
+	}
+	defer client.Close()
+
+	opts := []lease.AcquireOption{lease.OnQueued(func(pos int) {
+		fmt.Fprintf(stderr, "executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue\n", f.slots, f.pool, f.node, pos)
+	})}
+	if f.wait > 0 {
+		opts = append(opts, lease.WithWait(f.wait))
+	}
+	l, err := client.Acquire(ctx, f.pool, f.slots, opts...)
+	if err != nil {
+		return ExitNoLease, fail(ExitNoLease, "no lease for %d slot(s) of pool %s on node %s: %w", f.slots, f.pool, f.node, err)
+	}
+	fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
+	defer func() {
+		// The caller's context may be done (a signal): release on a fresh,
+		// bounded one so the slots come back now rather than at the TTL.
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := l.Release(rctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+			fmt.Fprintf(stderr, "executor: releasing lease %s: %v (it expires on its own)\n", l.ID(), err)
+		}
+	}()
+
+	env := map[string]string{}
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	for k, v := range f.env {
+		env[k] = v
+	}
+	for k, v := range leaseEnv(l) {
+		env[k] = v
+	}
+	res, err := sandbox.Run(ctx, sandbox.Spec{
+		Command: cmd, Env: env, Dir: f.dir, KeepWorkdir: f.keepWorkdir,
+		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
+		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, CaptureBytes: -1,
+	}, l.Done())
+	if err != nil {
+		return 1, fmt.Errorf("running %q: %w", cmd[0], err)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(stderr, "executor: note: %s\n", n)
+	}
+	if res.Workdir != "" && f.keepWorkdir {
+		fmt.Fprintf(stderr, "executor: working directory kept at %s\n", res.Workdir)
+	}
+	switch res.StoppedBy {
+	case sandbox.StoppedLeaseLost:
+		return ExitLeaseLost, fail(ExitLeaseLost, "lease %s lost (%v); the command was stopped", l.ID(), l.Err())
+	case sandbox.StoppedTimeout:
+		return ExitTimeout, fail(ExitTimeout, "the command ran past --timeout %v and was stopped", f.timeout)
+	case sandbox.StoppedMemory, sandbox.StoppedCPU:
+		fmt.Fprintf(stderr, "executor: the command was stopped by its %s limit\n", res.StoppedBy)
+	}
+	if res.ExitCode >= 0 {
+		return res.ExitCode, nil
+	}
+	if sig, ok := signalNumber(res.Signal); ok {
+		return 128 + sig, nil
+	}
+	return 1, nil
+}
+
+// leaseEnv is what the worker learns about its lease, so it can fence its
+// own writes with the token.
+func leaseEnv(l *lease.Lease) map[string]string {
+	return map[string]string{
+		"LEASE_ID":    l.ID(),
+		"LEASE_TOKEN": strconv.FormatUint(l.Token(), 10),
+		"LEASE_POOL":  l.Pool(),
+		"LEASE_SLOTS": strconv.FormatInt(l.Slots(), 10),
+		"LEASE_NODE":  l.Node(),
+	}
+}
+
+// envFlags collects repeated --env KEY=VALUE flags.
+type envFlags map[string]string
+
+func (e *envFlags) String() string { return fmt.Sprint(map[string]string(*e)) }
+
+func (e *envFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	if *e == nil {
+		*e = envFlags{}
+	}
+	(*e)[k] = v
+	return nil
+}
+
+// byteSize parses sizes like 512M, 2G, 1048576.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	num := strings.TrimSpace(s)
+	if n := len(num); n > 0 {
+		switch strings.ToUpper(num[n-1:]) {
+		case "K":
+			mult, num = 1<<10, num[:n-1]
+		case "M":
+			mult, num = 1<<20, num[:n-1]
+		case "G":
+			mult, num = 1<<30, num[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return fmt.Errorf("want a size like 512M or 2G, got %q", s)
+	}
+	*b = byteSize(v * mult)
+	return nil
+}

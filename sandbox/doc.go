@@ -1,0 +1,101 @@
+// Package sandbox runs a command as isolated worker code on Linux, for as
+// long as a lease is held.
+//
+// It stands alone: the lease-lost signal comes in as a channel and the lease
+// variables as plain entries of Spec.Env.
+//
+// # Init hook (required)
+//
+// Limits are applied by re-executing the current binary as a small init
+// helper (see Init). Every binary that calls Run must call sandbox.Init()
+// as the first statement of main, and test binaries as the first statement
+// of TestMain:
+//
+//	func main() {
+//		sandbox.Init() // returns at once unless this process is the helper
+//		...
+//	}
+//
+// Run returns ErrInitNotCalled otherwise.
+//
+// # What is isolated
+//
+//   - Environment: the worker gets exactly Spec.Env (plus PATH and HOME
+//     defaults). Nothing of the executor's environment (NATS_CREDS...)
+//     reaches it; the helper itself runs with a single marker variable and
+//     receives the worker environment through a memfd.
+//   - File descriptors: only stdin (/dev/null), stdout and stderr (pipes).
+//   - Processes: the worker leads its own process group and, where cgroup v2
+//     is usable, lives in its own cgroup below the executor's
+//     (slotlease-sandbox-<pidns>-<pid>-<n>; a later Run removes those left by
+//     a crashed executor and kills what still runs in them). With Isolate it
+//     also gets its own PID namespace (it is PID 1 there, and its death
+//     kills everything in the namespace) and mount namespace with a fresh
+//     /proc. A user namespace (same uid/gid mapped) is added when the plain
+//     namespaces are not permitted.
+//   - Network: with NoNetwork, a new network namespace with only lo (up).
+//   - Executor death: the worker gets SIGKILL when the executor dies
+//     (PR_SET_PDEATHSIG); with a PID namespace that takes its whole tree.
+//
+// The mount namespace only serves /proc: the worker sees and can write the
+// same filesystem as the executor (no chroot, no read-only root, same uid).
+// Isolate is about containing processes, not about untrusted code.
+//
+// # Stopping
+//
+// On timeout, ctx cancellation or lease loss, every process of the worker
+// gets SIGTERM — by process group and, with a cgroup, each pid of the
+// cgroup — then SIGKILL after KillGrace (cgroup.kill when present),
+// repeated until the group and cgroup are empty. Processes the worker leaves
+// behind after exiting normally are stopped the same way. Run returns only
+// when nothing trackable is left. Note that as PID 1 of its namespace the
+// worker receives SIGTERM only if it installed a handler; without one it is
+// killed after KillGrace (its children do get SIGTERM).
+//
+// # Limits and their fallbacks
+//
+//   - MemoryBytes: cgroup v2 memory.max (with memory.swap.max=0 and
+//     memory.oom.group=1); an OOM kill is reported as StoppedBy "memory".
+//     When the memory controller cannot be used (cgroup v1 / hybrid
+//     hierarchy, controller not delegated, the executor's cgroup holding
+//     processes itself — the cgroup v2 no-internal-process rule), RLIMIT_AS
+//     is used instead: it limits virtual address space per process, so
+//     allocations fail inside the worker, which exits or crashes on its own,
+//     and StoppedBy stays "" (a Note says so). Result.MemoryLimit tells which
+//     applied. Runtimes that reserve large address ranges (Go, Java, some
+//     Python builds) may fail early under RLIMIT_AS.
+//   - MaxProcs: cgroup v2 pids.max, else RLIMIT_NPROC, which counts all
+//     processes of the user and which the kernel ignores for root (a Note
+//     says the limit is not enforced then).
+//   - CPUTime: RLIMIT_CPU, per process: SIGXCPU at the rounded-up limit,
+//     SIGKILL one second later; reported as StoppedBy "cpu" (best effort for
+//     the SIGKILL case). A child of the worker has its own budget.
+//   - MaxOpenFiles: RLIMIT_NOFILE; 0 keeps the limit any os/exec child of the
+//     executor would get.
+//   - Core dumps are disabled (RLIMIT_CORE=0).
+//
+// Every fallback is reported in Result.Notes and in Result.MemoryLimit /
+// Result.Isolation; nothing degrades silently.
+//
+// # Limitations
+//
+//   - Without a usable cgroup v2 directory (not mounted, not writable), a
+//     descendant that calls setsid()/setpgid() leaves the process group and
+//     survives the kill unless Isolate put it in a PID namespace; Run then
+//     stops reading its output after 1s and says so in Notes. When the
+//     executor crashes, grandchildren outside a PID namespace survive it
+//     until a later Run sweeps the dead executor's cgroup (if any).
+//   - cgroup limits need controllers the executor may enable: run it in a
+//     delegated cgroup (e.g. a systemd unit with Delegate=yes) that holds no
+//     other processes than the executor, or the memory/pids controllers
+//     cannot be enabled for children. The helper's own brief Go runtime is
+//     accounted to the worker's cgroup, so very small memory limits (a few
+//     MiB) can kill it before the worker starts.
+//   - PeakMemoryBytes from rusage (no cgroup memory.peak) is the maximum RSS
+//     of the worker process (including the helper before exec, and reaped
+//     children), not of the whole tree.
+//   - Spec.Stdout/Stderr are written from Run's goroutines; a writer that
+//     blocks forever blocks the worker (pipe back-pressure) and Run.
+//   - Pdeathsig is tied to the OS thread that started the worker: Run keeps
+//     that thread locked until the worker has exited.
+package sandbox

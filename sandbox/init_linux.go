@@ -1,0 +1,256 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The init helper.
+//
+// Go's os/exec cannot set resource limits in the child between fork and
+// exec, and setting them on the executor itself would affect the executor.
+// Run therefore re-executes the current binary (/proc/self/exe, so it works
+// even if the file was replaced or deleted) with only initEnvVar in its
+// environment. Init, called first thing in main, recognises that marker and
+// turns the process into a tiny helper which:
+//
+//  1. reads its configuration (target path, argv, env, limits) from fd 3
+//     (a memfd written by Run, so the worker env never appears in the
+//     helper's own environment or argv);
+//  2. in a new PID+mount namespace, makes mounts private and mounts a
+//     fresh /proc; in a new network namespace, brings lo up;
+//  3. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//     before exec, so the limit cannot break the helper's own Go runtime;
+//  4. execve()s the worker with the raw syscall (no allocation after
+//     RLIMIT_AS is in place).
+//
+// The helper is the process Run started, so after exec the worker IS the
+// child of the executor: it keeps the process group, the cgroup (it was
+// cloned into it with CLONE_INTO_CGROUP) and the namespaces, and the exit
+// status Run waits for is the worker's. This is race-free: no worker
+// instruction runs before every limit is in place. Problems before exec are
+// reported on fd 4 (close-on-exec, so EOF means the exec succeeded) as
+// "note:" (non-fatal) or "error:"/"execerr:" lines; on error the helper exits
+// with status 127 and Run returns an error.
+
+const (
+	initEnvVar   = "_SLOTLEASE_SANDBOX_INIT"
+	initEnvValue = "1"
+	initArgv0    = "slotlease-sandbox-init"
+	cfgFD        = 3
+	statusFD     = 4
+)
+
+var initHookCalled atomic.Bool
+
+// Init must be called at the very start of main — and of TestMain in test
+// binaries of packages that call Run — before anything else (flag parsing,
+// logging setup, connecting to NATS...):
+//
+//	func main() {
+//		sandbox.Init()
+//		...
+//	}
+//
+//	func TestMain(m *testing.M) {
+//		sandbox.Init()
+//		os.Exit(m.Run())
+//	}
+//
+// In a normal process it only records that it was called and returns
+// immediately. In a process started by Run as the init helper it never
+// returns: it applies the limits and execs the worker (or exits with status
+// 127). Run refuses to work (ErrInitNotCalled) unless Init was called, so
+// that a forgotten hook cannot make the re-executed binary run main again.
+func Init() {
+	initHookCalled.Store(true)
+	if os.Getenv(initEnvVar) != initEnvValue {
+		return
+	}
+	runInitHelper()
+}
+
+type rlimitSetting struct {
+	Name     string `json:"name"`
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+type initConfig struct {
+	Path          string          `json:"path"`
+	Argv          []string        `json:"argv"`
+	Env           []string        `json:"env"`
+	RestoreNofile bool            `json:"restore_nofile"`
+	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_AS must be last
+	MountProc     bool            `json:"mount_proc"`
+	LoopbackUp    bool            `json:"loopback_up"`
+	DropAmbient   bool            `json:"drop_ambient"`
+}
+
+func helperStatus(kind, msg string) {
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	b := []byte(kind + ":" + msg + "\n")
+	for len(b) > 0 {
+		n, err := unix.Write(statusFD, b)
+		if err != nil {
+			return
+		}
+		b = b[n:]
+	}
+}
+
+func helperFail(format string, args ...any) {
+	helperStatus("error", fmt.Sprintf(format, args...))
+	unix.Exit(127)
+}
+
+func runInitHelper() {
+	// fd 4 must not reach the worker: EOF on it tells Run the exec happened.
+	unix.CloseOnExec(statusFD)
+	cfgFile := os.NewFile(cfgFD, "sandbox-config")
+	data, err := io.ReadAll(cfgFile)
+	cfgFile.Close()
+	if err != nil {
+		helperFail("init helper: read config: %v", err)
+	}
+	var cfg initConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		helperFail("init helper: decode config: %v", err)
+	}
+	if len(cfg.Argv) == 0 || cfg.Path == "" {
+		helperFail("init helper: empty command")
+	}
+
+	if cfg.MountProc {
+		// Make every mount private first so nothing we do here propagates
+		// back to the executor's mount namespace, then give the worker a
+		// /proc that shows only its own PID namespace.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			helperStatus("note", fmt.Sprintf("isolation: could not make mounts private (%v); /proc not remounted, the worker sees the host's /proc", err))
+		} else if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			helperStatus("note", fmt.Sprintf("isolation: could not mount a fresh /proc (%v); the worker sees the host's /proc", err))
+		}
+	}
+	if cfg.LoopbackUp {
+		if err := loopbackUp(); err != nil {
+			helperStatus("note", fmt.Sprintf("network: could not bring lo up in the new network namespace (%v)", err))
+		}
+	}
+
+	// Everything execve needs is prepared now, before the limits.
+	argv0p, err := unix.BytePtrFromString(cfg.Path)
+	if err != nil {
+		helperFail("init helper: bad path %q", cfg.Path)
+	}
+	argvp, err := cStrings(cfg.Argv)
+	if err != nil {
+		helperFail("init helper: bad argument: %v", err)
+	}
+	envp, err := cStrings(cfg.Env)
+	if err != nil {
+		helperFail("init helper: bad environment entry: %v", err)
+	}
+	errBuf := make([]byte, 0, 64)
+
+	if cfg.RestoreNofile {
+		// The Go runtime of this helper raised its soft RLIMIT_NOFILE at
+		// startup and only syscall.Exec knows the original value (it restores
+		// it right before execve). Calling syscall.Exec on an empty path
+		// restores the original limit and then fails with ENOENT without
+		// doing anything else, so the worker "inherits" the limit exactly as
+		// any os/exec child of the executor would. If a future Go release
+		// stopped doing this, the worker would merely keep the raised soft
+		// limit.
+		_ = syscall.Exec("", []string{initArgv0}, nil)
+	}
+	for _, l := range cfg.Limits {
+		if err := setLimit(l); err != nil {
+			helperFail("set %s: %v", l.Name, err)
+		}
+	}
+	if cfg.DropAmbient {
+		// Ambient CAP_SYS_ADMIN/CAP_NET_ADMIN were only needed by this
+		// helper (mounting /proc, lo up) inside the user namespace.
+		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	}
+	// No allocation from here on: RLIMIT_AS may already be in force.
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,
+		uintptr(unsafe.Pointer(argv0p)),
+		uintptr(unsafe.Pointer(&argvp[0])),
+		uintptr(unsafe.Pointer(&envp[0])))
+	errBuf = append(errBuf, "execerr:"...)
+	errBuf = appendUint(errBuf, uint64(errno))
+	errBuf = append(errBuf, '\n')
+	_, _ = unix.Write(statusFD, errBuf)
+	unix.Exit(127)
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+func cStrings(ss []string) ([]*byte, error) {
+	out := make([]*byte, len(ss)+1)
+	for i, s := range ss {
+		p, err := unix.BytePtrFromString(s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// setLimit only ever tightens: it never raises the current hard limit.
+func setLimit(l rlimitSetting) error {
+	var cur unix.Rlimit
+	if err := unix.Prlimit(0, l.Resource, nil, &cur); err != nil {
+		return err
+	}
+	want := unix.Rlimit{Cur: l.Cur, Max: l.Max}
+	if want.Max > cur.Max {
+		want.Max = cur.Max
+	}
+	if want.Cur > want.Max {
+		want.Cur = want.Max
+	}
+	return unix.Prlimit(0, l.Resource, &want, nil)
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}

@@ -1,0 +1,704 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Run runs spec until the command exits, ctx is done (StoppedBy
+// "cancelled"), Timeout passes ("timeout"), or lost closes ("lease_lost").
+//
+// On any stop the whole process group — and, with a cgroup, every process in
+// the cgroup — gets SIGTERM, then SIGKILL after KillGrace (cgroup.kill when
+// present). Processes the worker leaves behind after a normal exit are
+// terminated the same way. No process that can be tracked survives Run's
+// return (see the package documentation for what cannot be tracked), and
+// every goroutine Run starts has ended.
+//
+// Run returns an error only when the command could not be started: bad spec
+// (empty command, invalid env, missing or non-executable binary, bad Dir),
+// exec failure, ctx already done, lost already closed (ErrLeaseLost), or Init
+// not called (ErrInitNotCalled). A non-zero exit is a Result, not an error.
+func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) {
+	if !initHookCalled.Load() {
+		return nil, ErrInitNotCalled
+	}
+	if err := validate(spec); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: not started: %w", err)
+	}
+	select {
+	case <-lost:
+		return nil, ErrLeaseLost
+	default:
+	}
+
+	r := &runner{spec: spec, grace: spec.KillGrace}
+	if r.grace <= 0 {
+		r.grace = DefaultKillGrace
+	}
+	capture := spec.CaptureBytes
+	if capture == 0 {
+		capture = DefaultCaptureBytes
+	}
+	r.outTail, r.errTail = newTailBuffer(capture), newTailBuffer(capture)
+
+	// Working directory.
+	created := false
+	if spec.Dir == "" {
+		d, err := os.MkdirTemp("", "slotlease-sandbox-")
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: create workdir: %w", err)
+		}
+		r.workdir, created = d, true
+	} else {
+		d, err := filepath.Abs(spec.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: workdir: %w", err)
+		}
+		fi, err := os.Stat(d)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: workdir: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("sandbox: workdir %s is not a directory", d)
+		}
+		r.workdir = d
+	}
+
+	res := &Result{MemoryLimit: LimitNone, Isolation: IsolationNone}
+	err := r.prepare()
+	if err == nil {
+		err = r.execute(ctx, lost, res)
+	}
+	if created && !spec.KeepWorkdir {
+		if rmErr := os.RemoveAll(r.workdir); rmErr != nil {
+			r.note(fmt.Sprintf("could not remove workdir %s: %v", r.workdir, rmErr))
+			res.Workdir = r.workdir
+		}
+	} else {
+		res.Workdir = r.workdir
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Notes = r.notes
+	return res, nil
+}
+
+func validate(spec Spec) error {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return errors.New("sandbox: empty command")
+	}
+	for _, a := range spec.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("sandbox: command argument contains NUL")
+		}
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("sandbox: invalid environment entry %q", k)
+		}
+	}
+	if spec.MemoryBytes < 0 || spec.MaxProcs < 0 || spec.MaxOpenFiles < 0 || spec.CPUTime < 0 || spec.Timeout < 0 {
+		return errors.New("sandbox: negative limit")
+	}
+	return nil
+}
+
+// nsVariant is one set of namespaces to try when starting the worker.
+type nsVariant struct {
+	flags uintptr
+	user  bool
+}
+
+func (v nsVariant) String() string {
+	var s []string
+	if v.flags&unix.CLONE_NEWUSER != 0 {
+		s = append(s, "user")
+	}
+	if v.flags&unix.CLONE_NEWPID != 0 {
+		s = append(s, "pid")
+	}
+	if v.flags&unix.CLONE_NEWNS != 0 {
+		s = append(s, "mount")
+	}
+	if v.flags&unix.CLONE_NEWNET != 0 {
+		s = append(s, "net")
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "+")
+}
+
+type runner struct {
+	spec    Spec
+	grace   time.Duration
+	workdir string
+	path    string
+	argv    []string
+	env     []string
+
+	cg                     *cgroup
+	outR, outW, errR, errW *os.File
+	outTail, errTail       *tailBuffer
+	writeMu                sync.Mutex // serialises writes to Spec.Stdout/Stderr
+
+	// Set by start (before it reports on startCh).
+	cmd       *exec.Cmd
+	statusR   *os.File
+	pgid      int
+	nsUsed    nsVariant
+	cgUsed    bool
+	startTime time.Time
+
+	// Set by the waiter before it closes waitDone.
+	exitTime time.Time
+
+	notesMu sync.Mutex
+	notes   []string
+}
+
+func (r *runner) note(s ...string) {
+	r.notesMu.Lock()
+	r.notes = append(r.notes, s...)
+	r.notesMu.Unlock()
+}
+
+// prepare resolves the command and builds the worker environment.
+func (r *runner) prepare() error {
+	env := make(map[string]string, len(r.spec.Env)+2)
+	for k, v := range r.spec.Env {
+		env[k] = v
+	}
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = DefaultPath
+	}
+	if _, ok := env["HOME"]; !ok {
+		env["HOME"] = r.workdir
+	}
+	for k, v := range env {
+		r.env = append(r.env, k+"="+v)
+	}
+	sort.Strings(r.env)
+	p, err := lookPath(r.spec.Command[0], env["PATH"], r.workdir)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	r.path = p
+	r.argv = append([]string(nil), r.spec.Command...)
+	return nil
+}
+
+func (r *runner) nsVariants() []nsVariant {
+	var base uintptr
+	if r.spec.Isolate {
+		base |= unix.CLONE_NEWPID | unix.CLONE_NEWNS
+	}
+	if r.spec.NoNetwork {
+		base |= unix.CLONE_NEWNET
+	}
+	if base == 0 {
+		return []nsVariant{{}}
+	}
+	var vs []nsVariant
+	if os.Geteuid() == 0 {
+		vs = append(vs, nsVariant{flags: base})
+	}
+	// Unprivileged (or root without CAP_SYS_ADMIN, e.g. in a container):
+	// a user namespace makes the other namespaces possible.
+	vs = append(vs, nsVariant{flags: base | unix.CLONE_NEWUSER, user: true})
+	return append(vs, nsVariant{})
+}
+
+func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Setpgid: true,
+		// If the executor dies, the worker (and with a PID namespace,
+		// everything in it) dies too. The fork happens on a locked OS
+		// thread that stays locked until the worker has exited, so the
+		// signal cannot fire early (go.dev/issue/27505).
+		Pdeathsig:  syscall.SIGKILL,
+		Cloneflags: v.flags,
+	}
+	if v.user {
+		uid, gid := os.Getuid(), os.Getgid()
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		if uid != 0 {
+			// The helper needs these across its own exec to mount /proc
+			// and bring lo up; it drops them before exec'ing the worker.
+			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+		}
+	}
+	if useCg {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = r.cg.fd
+	}
+	return attr
+}
+
+func (r *runner) config(v nsVariant, useCg bool, dropAmbient bool) initConfig {
+	s := r.spec
+	cfg := initConfig{
+		Path:          r.path,
+		Argv:          r.argv,
+		Env:           r.env,
+		RestoreNofile: s.MaxOpenFiles == 0,
+		MountProc:     v.flags&unix.CLONE_NEWPID != 0 && v.flags&unix.CLONE_NEWNS != 0,
+		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
+		DropAmbient:   dropAmbient,
+	}
+	// No core dumps: a worker killed by SIGXCPU/SIGABRT must not write
+	// hundreds of MB into its workdir or the host's crash collector.
+	cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_CORE", Resource: unix.RLIMIT_CORE})
+	if s.CPUTime > 0 {
+		secs := uint64(cpuSeconds(s.CPUTime) / time.Second)
+		// SIGXCPU at the soft limit, SIGKILL one second later.
+		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_CPU", Resource: unix.RLIMIT_CPU, Cur: secs, Max: secs + 1})
+	}
+	if s.MaxOpenFiles > 0 {
+		n := uint64(s.MaxOpenFiles)
+		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Cur: n, Max: n})
+	}
+	if s.MaxProcs > 0 && !(useCg && r.cg.pids) {
+		n := uint64(s.MaxProcs)
+		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_NPROC", Resource: unix.RLIMIT_NPROC, Cur: n, Max: n})
+	}
+	if s.MemoryBytes > 0 && !(useCg && r.cg.memory) {
+		n := uint64(s.MemoryBytes)
+		// Must stay last: see runInitHelper.
+		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Cur: n, Max: n})
+	}
+	return cfg
+}
+
+// cpuSeconds rounds d up to whole seconds.
+func cpuSeconds(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+func configFile(cfg initConfig) (*os.File, error) {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var f *os.File
+	if fd, err := unix.MemfdCreate("slotlease-sandbox-config", unix.MFD_CLOEXEC); err == nil {
+		f = os.NewFile(uintptr(fd), "slotlease-sandbox-config")
+	} else {
+		f, err = os.CreateTemp("", "slotlease-sandbox-config-*")
+		if err != nil {
+			return nil, err
+		}
+		_ = os.Remove(f.Name())
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (r *runner) startOnce(v nsVariant, useCg bool) error {
+	attr := r.sysProcAttr(v, useCg)
+	cfgF, err := configFile(r.config(v, useCg, len(attr.AmbientCaps) > 0))
+	if err != nil {
+		return err
+	}
+	defer cfgF.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{initArgv0},
+		Env:         []string{initEnvVar + "=" + initEnvValue},
+		Dir:         r.workdir,
+		Stdout:      r.outW,
+		Stderr:      r.errW,
+		ExtraFiles:  []*os.File{cfgF, statusW}, // fds 3 and 4
+		SysProcAttr: attr,
+	}
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		statusR.Close()
+		return err
+	}
+	r.startTime = time.Now()
+	r.cmd, r.statusR, r.pgid = cmd, statusR, cmd.Process.Pid
+	return nil
+}
+
+// start tries the wanted namespaces and cgroup first and falls back step by
+// step: every failed attempt is reported in Notes.
+func (r *runner) start() error {
+	cgOpts := []bool{false}
+	if r.cg != nil {
+		cgOpts = []bool{true, false}
+	}
+	var failures []string
+	var lastErr error
+	for _, v := range r.nsVariants() {
+		for _, useCg := range cgOpts {
+			err := r.startOnce(v, useCg)
+			if err == nil {
+				r.nsUsed, r.cgUsed = v, useCg
+				if len(failures) > 0 {
+					r.note(fmt.Sprintf("start fell back to namespaces=%s cgroup=%t after: %s", v, useCg, strings.Join(failures, "; ")))
+				}
+				return nil
+			}
+			lastErr = err
+			failures = append(failures, fmt.Sprintf("namespaces=%s cgroup=%t: %v", v, useCg, err))
+		}
+	}
+	return lastErr
+}
+
+func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result) (err error) {
+	if r.outR, r.outW, err = os.Pipe(); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	defer r.outR.Close()
+	if r.errR, r.errW, err = os.Pipe(); err != nil {
+		r.outW.Close()
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	defer r.errR.Close()
+
+	cg, notes := newCgroup(r.spec.MemoryBytes, r.spec.MaxProcs)
+	r.cg = cg
+	r.note(notes...)
+	defer func() {
+		if r.cg != nil {
+			if rmErr := r.cg.remove(); rmErr != nil {
+				r.note(fmt.Sprintf("could not remove cgroup %s: %v", r.cg.path, rmErr))
+			}
+			r.cg = nil
+		}
+	}()
+
+	// The waiter goroutine starts the worker on a locked OS thread and
+	// waits for it there (see Pdeathsig in sysProcAttr).
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	startCh := make(chan error, 1)
+	waitDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := r.start()
+		startCh <- err
+		if err != nil {
+			return
+		}
+		_ = r.cmd.Wait() // a non-zero exit is read from ProcessState
+		r.exitTime = time.Now()
+		close(waitDone)
+	}()
+	err = <-startCh
+	r.outW.Close()
+	r.errW.Close()
+	if err != nil {
+		return fmt.Errorf("sandbox: start %s: %w", r.spec.Command[0], err)
+	}
+	r.reportSetup(res)
+
+	statusCh := make(chan []string, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		data, _ := io.ReadAll(r.statusR)
+		r.statusR.Close()
+		statusCh <- strings.Split(strings.TrimSpace(string(data)), "\n")
+	}()
+	readersDone := make(chan struct{})
+	var rwg sync.WaitGroup
+	rwg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); defer rwg.Done(); r.pump(r.outR, r.spec.Stdout, r.outTail, "stdout") }()
+	go func() { defer wg.Done(); defer rwg.Done(); r.pump(r.errR, r.spec.Stderr, r.errTail, "stderr") }()
+	go func() { defer wg.Done(); rwg.Wait(); close(readersDone) }()
+
+	var timerC <-chan time.Time
+	if r.spec.Timeout > 0 {
+		t := time.NewTimer(r.spec.Timeout)
+		defer t.Stop()
+		timerC = t.C
+	}
+
+	var status []string
+	gotStatus, execFailed := false, false
+	stCh := statusCh
+	reason := ""
+loop:
+	for {
+		select {
+		case status = <-stCh:
+			gotStatus, stCh = true, nil
+			if statusError(status, r.path) != nil {
+				execFailed = true
+				break loop
+			}
+		case <-waitDone:
+			break loop
+		case <-ctx.Done():
+			reason = StoppedCancelled
+			break loop
+		case <-lost:
+			reason = StoppedLeaseLost
+			break loop
+		case <-timerC:
+			reason = StoppedTimeout
+			break loop
+		}
+	}
+
+	switch {
+	case execFailed:
+		r.terminate(waitDone, 0)
+	case reason != "":
+		r.terminate(waitDone, r.grace)
+	default:
+		if !r.allGone(waitDone) {
+			r.note("the worker exited but left processes behind; they were terminated")
+			r.terminate(waitDone, r.grace)
+		}
+	}
+	if !gotStatus {
+		status = <-statusCh // the helper is gone, so its status pipe is at EOF
+	}
+	select {
+	case <-readersDone:
+	case <-time.After(time.Second):
+		// Only possible when a process escaped all tracking (setsid
+		// without cgroup or PID namespace) and still holds the pipes.
+		r.note("worker output pipes are still held open by an untracked process; output capture stopped")
+		_ = r.outR.SetReadDeadline(time.Now())
+		_ = r.errR.SetReadDeadline(time.Now())
+		<-readersDone
+	}
+	wg.Wait()
+
+	for _, line := range status {
+		if n, ok := strings.CutPrefix(line, "note:"); ok {
+			r.note(n)
+		}
+	}
+	if err := statusError(status, r.path); err != nil {
+		return err
+	}
+	r.collect(res, reason)
+	return nil
+}
+
+// statusError extracts a fatal error reported by the init helper.
+func statusError(status []string, path string) error {
+	for _, line := range status {
+		if v, ok := strings.CutPrefix(line, "execerr:"); ok {
+			n, _ := strconv.Atoi(v)
+			return fmt.Errorf("sandbox: %w", &exec.Error{Name: path, Err: syscall.Errno(n)})
+		}
+		if v, ok := strings.CutPrefix(line, "error:"); ok {
+			return fmt.Errorf("sandbox: %s", v)
+		}
+	}
+	return nil
+}
+
+// reportSetup records how isolation and limits were actually applied.
+func (r *runner) reportSetup(res *Result) {
+	s := r.spec
+	if s.Isolate || s.NoNetwork {
+		if r.nsUsed.flags != 0 {
+			res.Isolation = IsolationNamespaces
+			if r.nsUsed.user {
+				r.note("namespaces: " + r.nsUsed.String() + " (a user namespace was needed)")
+			}
+		} else {
+			r.note("isolation requested but namespaces are unavailable (see the start fallback note): the worker shares the executor's PID, mount and network namespaces")
+		}
+	}
+	if r.cg != nil && !r.cgUsed {
+		r.note("the worker could not be placed in its cgroup; tracking by process group only")
+		if err := r.cg.remove(); err != nil {
+			r.note(fmt.Sprintf("could not remove cgroup %s: %v", r.cg.path, err))
+		}
+		r.cg = nil
+	}
+	if s.MemoryBytes > 0 {
+		if r.cgUsed && r.cg.memory {
+			res.MemoryLimit = LimitCgroup
+		} else {
+			res.MemoryLimit = LimitRlimit
+			r.note("memory limit applied as RLIMIT_AS (virtual address space, per process): allocations beyond it fail inside the worker, which then exits or crashes on its own; StoppedBy cannot report \"memory\" in this mode")
+		}
+	}
+	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) {
+		msg := "MaxProcs applied as RLIMIT_NPROC, which counts all processes of the worker's user"
+		if os.Geteuid() == 0 {
+			msg += "; the kernel ignores RLIMIT_NPROC for root, so MaxProcs is NOT enforced"
+		}
+		r.note(msg)
+	}
+}
+
+func (r *runner) pump(f *os.File, w io.Writer, tail *tailBuffer, name string) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			_, _ = tail.Write(buf[:n])
+			if w != nil {
+				r.writeMu.Lock()
+				_, werr := w.Write(buf[:n])
+				r.writeMu.Unlock()
+				if werr != nil {
+					r.note(fmt.Sprintf("%s writer failed (%v); output is still captured", name, werr))
+					w = nil
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *runner) signalAll(sig syscall.Signal) {
+	_ = syscall.Kill(-r.pgid, sig)
+	if r.cgUsed {
+		r.cg.signal(sig)
+	}
+}
+
+// allGone reports whether the worker has exited and nothing of its process
+// group or cgroup is left.
+func (r *runner) allGone(waitDone <-chan struct{}) bool {
+	select {
+	case <-waitDone:
+	default:
+		return false
+	}
+	if pgroupAlive(r.pgid) {
+		return false
+	}
+	return !r.cgUsed || r.cg.empty()
+}
+
+func (r *runner) waitGone(waitDone <-chan struct{}, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if r.allGone(waitDone) {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		time.Sleep(min(left, 10*time.Millisecond))
+	}
+}
+
+// terminate sends SIGTERM to everything, waits up to grace, then SIGKILLs
+// until nothing is left. It returns only once the worker itself has exited.
+func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
+	if grace > 0 {
+		r.signalAll(syscall.SIGTERM)
+		if r.waitGone(waitDone, grace) {
+			return
+		}
+	}
+	start := time.Now()
+	for {
+		// Repeated: a process that forked between two rounds is caught by
+		// the next one.
+		r.signalAll(syscall.SIGKILL)
+		if r.cgUsed {
+			r.cg.kill()
+		}
+		if r.waitGone(waitDone, 20*time.Millisecond) {
+			return
+		}
+		select {
+		case <-waitDone:
+			if time.Since(start) > 10*time.Second {
+				r.note("some processes of the worker survived SIGKILL for 10s (uninterruptible sleep?)")
+				return
+			}
+		default:
+			// The worker itself is still there: SIGKILL always wins in
+			// the end, keep going.
+		}
+	}
+}
+
+// collect fills the result from the exit status, rusage and cgroup stats.
+func (r *runner) collect(res *Result, reason string) {
+	ps := r.cmd.ProcessState
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	ru, _ := ps.SysUsage().(*syscall.Rusage)
+	res.ExitCode = ps.ExitCode()
+	if ws.Signaled() {
+		res.ExitCode = -1
+		res.Signal = ws.Signal().String()
+	}
+	res.Duration = r.exitTime.Sub(r.startTime)
+	var ooms int64
+	if r.cgUsed && r.cg.memory {
+		res.PeakMemoryBytes = r.cg.peak()
+		ooms = r.cg.oomKills()
+	}
+	if res.PeakMemoryBytes == 0 && ru != nil {
+		res.PeakMemoryBytes = ru.Maxrss * 1024
+	}
+	res.StdoutTail, res.StderrTail = r.outTail.Bytes(), r.errTail.Bytes()
+
+	switch {
+	case reason != "":
+		res.StoppedBy = reason
+	case ooms > 0:
+		res.StoppedBy = StoppedMemory
+	case ws.Signaled() && ws.Signal() == syscall.SIGXCPU:
+		res.StoppedBy = StoppedCPU
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && r.spec.CPUTime > 0 && ru != nil:
+		// The hard RLIMIT_CPU (soft + 1s) kills with SIGKILL. Best effort:
+		// a SIGKILL we did not send, after the soft limit was reached. The
+		// rusage times can read up to ~10% low (observed under load), and
+		// they also count reaped children while RLIMIT_CPU is per process.
+		used := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		if used >= cpuSeconds(r.spec.CPUTime)*9/10 {
+			res.StoppedBy = StoppedCPU
+		}
+	}
+}

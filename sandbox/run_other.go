@@ -1,0 +1,13 @@
+//go:build !linux
+
+package sandbox
+
+import "context"
+
+// Init is a no-op outside Linux.
+func Init() {}
+
+// Run is only implemented on Linux.
+func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) {
+	return nil, ErrUnsupported
+}
