@@ -26,6 +26,7 @@ const (
 	EnvExecutorMaxConcurrency = "EXECUTOR_MAX_CONCURRENCY"
 	EnvNATSStoreDir           = "NATS_STORE_DIR"
 	EnvLeaseTTL               = "LEASE_TTL"
+	EnvLeaderTTL              = "LEADER_TTL"
 	EnvHTTPAddr               = "HTTP_ADDR"
 )
 
@@ -37,6 +38,7 @@ const (
 	DefaultSubjectPrefix          = "lease"
 	DefaultExecutorMaxConcurrency = 4
 	DefaultLeaseTTL               = 15 * time.Second
+	DefaultLeaderTTL              = 5 * time.Second
 	DefaultHTTPAddr               = "127.0.0.1:8080"
 )
 
@@ -86,6 +88,10 @@ type Manager struct {
 	// seconds only, at least 1s: JetStream per-message TTLs have one-second
 	// resolution, and silently rounding would change lease lifetimes.
 	LeaseTTL time.Duration `env:"LEASE_TTL" envDefault:"15s"`
+	// LeaderTTL (LEADER_TTL) is the TTL of a node's leadership key: a
+	// standby manager for the same NODE_ID takes over within 2x this after
+	// the active one dies. Whole seconds, at least 1s.
+	LeaderTTL time.Duration `env:"LEADER_TTL" envDefault:"5s"`
 	// HTTPAddr (HTTP_ADDR) is host:port of the HTTP endpoint; empty means
 	// disabled. It has no envDefault tag because env treats set-but-empty
 	// as unset, and here set-but-empty must disable the endpoint.
@@ -179,6 +185,11 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	if !bad[EnvLeaseTTL] {
 		if err := checkTTL(c.LeaseTTL); err != nil {
 			errs = append(errs, varErr(EnvLeaseTTL, m[EnvLeaseTTL], err))
+		}
+	}
+	if !bad[EnvLeaderTTL] {
+		if err := checkTTL(c.LeaderTTL); err != nil {
+			errs = append(errs, varErr(EnvLeaderTTL, m[EnvLeaderTTL], err))
 		}
 	}
 	if c.NATSStoreDir == "" {
@@ -362,7 +373,7 @@ func parseReason(pe env.ParseError) string {
 // the variables, so output is stable whatever order checks run in.
 var varOrder = []string{
 	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSListen, EnvSubjectPrefix,
-	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvHTTPAddr,
+	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvHTTPAddr,
 }
 
 func sortByVar(errs []error) []error {

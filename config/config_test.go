@@ -205,6 +205,9 @@ func TestLoadManagerDefaults(t *testing.T) {
 			if c.LeaseTTL != 15*time.Second {
 				t.Errorf("LeaseTTL = %v, want %v", c.LeaseTTL, 15*time.Second)
 			}
+			if c.LeaderTTL != DefaultLeaderTTL {
+				t.Errorf("LeaderTTL = %v, want DefaultLeaderTTL %v", c.LeaderTTL, DefaultLeaderTTL)
+			}
 			if c.LeaseTTL != DefaultLeaseTTL { // the envDefault tag and the constant must agree
 				t.Errorf("LeaseTTL = %v, want DefaultLeaseTTL %v", c.LeaseTTL, DefaultLeaseTTL)
 			}
@@ -373,6 +376,9 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		{"ttl 1500ms", map[string]string{EnvLeaseTTL: "1500ms"}, EnvLeaseTTL, "whole seconds"},
 		{"ttl 1.5s", map[string]string{EnvLeaseTTL: "1.5s"}, EnvLeaseTTL, "whole seconds"},
 		{"ttl negative", map[string]string{EnvLeaseTTL: "-1s"}, EnvLeaseTTL, "at least 1s"},
+		{"leader ttl 500ms", map[string]string{EnvLeaderTTL: "500ms"}, EnvLeaderTTL, "at least 1s"},
+		{"leader ttl 2.5s", map[string]string{EnvLeaderTTL: "2.5s"}, EnvLeaderTTL, "whole seconds"},
+		{"leader ttl text", map[string]string{EnvLeaderTTL: "x"}, EnvLeaderTTL, "duration"},
 		{"http no port", map[string]string{EnvHTTPAddr: "8080"}, EnvHTTPAddr, "must be host:port"},
 		{"http port too big", map[string]string{EnvHTTPAddr: "127.0.0.1:99999"}, EnvHTTPAddr, "0 to 65535"},
 		{"pools trailing comma", map[string]string{EnvPoolCapacities: "gpu=1,"}, EnvPoolCapacities, "empty entry"},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
 )
@@ -34,6 +35,9 @@ type ManagerConfig struct {
 	Logger *slog.Logger // slog.Default() if nil
 	// StoreTimeout bounds one store call; 5s if zero.
 	StoreTimeout time.Duration
+	// Instance identifies this manager process in the records it writes; a
+	// fresh unique id if empty.
+	Instance string
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -127,6 +131,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = nuid.Next()
+	}
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("lease: manager needs at least one pool")
 	}
@@ -188,7 +195,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
-	if err := m.cfg.Conn.FlushWithContext(ctx); err != nil {
+	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		m.unsubscribe()
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
@@ -423,10 +430,16 @@ func (m *Manager) grant(r *request) {
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
+		Manager: m.cfg.Instance,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data, err := json.Marshal(rec)
 	var rev uint64
+	if m.ctx.Err() != nil {
+		// Closing, perhaps because leadership is about to lapse: write
+		// nothing new, so a successor's count stays complete.
+		err = errors.New("lease manager is shutting down")
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
 		rev, err = m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
@@ -748,8 +761,10 @@ func (m *Manager) watch(w Watcher) {
 	}
 }
 
-// observePut counts a stored lease while rebuilding. After that, puts are
-// this manager's own writes and are already known.
+// observePut counts every stored lease while rebuilding. After that, an
+// unknown put is either this manager's own write for a lease it has already
+// let go (ignored), or a grant a previous instance stored after this one
+// took over (counted, so it cannot be granted twice).
 func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -759,13 +774,16 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		}
 		return
 	}
-	if rebuilt {
-		return
-	}
 	var rec Record
 	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
 		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
 		return
+	}
+	if rebuilt {
+		if rec.Manager == m.cfg.Instance {
+			return
+		}
+		m.log.Warn("counting a lease another manager instance stored after this one took over", "key", ch.Key, "manager", rec.Manager)
 	}
 	if rec.Token == 0 {
 		rec.Token = ch.Rev

@@ -58,6 +58,11 @@ func BucketName(prefix string) string {
 	return strings.ReplaceAll(prefix, ".", "_") + "_leases"
 }
 
+// LeaderBucketName is the KV bucket holding one leadership key per node.
+func LeaderBucketName(prefix string) string {
+	return strings.ReplaceAll(prefix, ".", "_") + "_leaders"
+}
+
 // RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
 // is the acquire's request id, so a retried acquire finds the stored grant
 // through the key itself, also after a manager restart.
@@ -152,6 +157,10 @@ type Record struct {
 	// ExpiresAt is the manager's estimate (write time + TTL). Holders must
 	// not use it: their own deadline starts when they sent the request.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Manager is the instance id of the manager that granted the lease. A
+	// manager that takes over a node counts grants that a previous instance
+	// stored after the takeover began.
+	Manager string `json:"manager,omitempty"`
 }
 
 // TTL returns the record's TTL.

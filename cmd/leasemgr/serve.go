@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
@@ -57,31 +60,30 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	leaders, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(cfg.SubjectPrefix)})
+	if err != nil {
+		return err
+	}
 	pools := make([]lease.PoolConfig, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
 		pools = append(pools, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity})
 	}
-	m, err := lease.NewManager(lease.ManagerConfig{
-		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: pools, TTL: cfg.LeaseTTL,
+	instance := nuid.Next()
+	mcfg := lease.ManagerConfig{
+		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: pools, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
-	})
-	if err != nil {
-		return err
 	}
-	if err := m.Start(setupCtx); err != nil {
+	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
-	}
-	defer m.Close()
-	for _, p := range cfg.Pools {
-		log.Info("pool", "name", p.Name, "capacity", p.Capacity)
 	}
 
+	var active atomic.Pointer[lease.Manager] // nil while standing by
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
-		hs := &http.Server{Handler: httpHandler(m), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: httpHandler(&active), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -95,23 +97,55 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	<-ctx.Done()
-	log.Info("shutting down")
-	return nil
+	// serve runs one term as this node's active manager.
+	serve := func(ctx context.Context) error {
+		m, err := lease.NewManager(mcfg)
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		for _, p := range cfg.Pools {
+			log.Info("pool", "name", p.Name, "capacity", p.Capacity)
+		}
+		active.Store(m)
+		<-ctx.Done()
+		active.Store(nil)
+		return m.Close()
+	}
+	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+	log.Info("shut down")
+	return err
 }
 
-// httpHandler serves health and stats for humans and probes.
-func httpHandler(m *lease.Manager) http.Handler {
+// httpHandler serves health and stats for humans and probes. While this
+// process stands by for another manager of the node, it is alive but not
+// ready.
+func httpHandler(active *atomic.Pointer[lease.Manager]) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /v1/pools", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, m.Stats())
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if active.Load() == nil {
+			http.Error(w, "standing by: another manager leads this node, or the lease state is not rebuilt yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, m.Leases())
-	})
+	withManager := func(f func(*lease.Manager) any) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			m := active.Load()
+			if m == nil {
+				http.Error(w, "standing by: this process is not the node's active manager", http.StatusServiceUnavailable)
+				return
+			}
+			writeJSON(w, f(m))
+		}
+	}
+	mux.HandleFunc("GET /v1/pools", withManager(func(m *lease.Manager) any { return m.Stats() }))
+	mux.HandleFunc("GET /v1/leases", withManager(func(m *lease.Manager) any { return m.Leases() }))
 	return mux
 }
 

@@ -34,8 +34,8 @@ func managerEnv(t *testing.T, node, pools, ttl string) (env []string, httpAddr s
 func startManager(t *testing.T, env []string, httpAddr string) *proc {
 	t.Helper()
 	m := start(t, env, "leasemgr")
-	eventually(t, 20*time.Second, "leasemgr to serve HTTP", func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/healthz")
+	eventually(t, 20*time.Second, "leasemgr to be ready", func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err != nil {
 			return false
 		}

@@ -1,0 +1,195 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// LeaderConfig configures RunLeader: at most one active manager per node,
+// the others hot standbys.
+type LeaderConfig struct {
+	Store    Store         // the leadership bucket (not the lease bucket)
+	Node     string        // the key: one leader per node
+	Instance string        // this process, unique (e.g. a nuid)
+	TTL      time.Duration // leadership TTL, whole seconds >= 1s
+	Logger   *slog.Logger
+}
+
+// LeaderRecord is the value of a node's leadership key.
+type LeaderRecord struct {
+	Instance string    `json:"instance"`
+	Since    time.Time `json:"since"`
+}
+
+// ErrLeadershipLost is the cause of the serve context's end when leadership
+// could not be renewed before its deadline, or was taken.
+var ErrLeadershipLost = errors.New("lease: leadership lost")
+
+// RunLeader waits until this instance holds the node's leadership, runs
+// serve with a context that ends when leadership is lost (or ctx ends),
+// waits for serve to return, and starts over, until ctx ends.
+//
+// Two managers never serve one node at once: the leader's own deadline is
+// measured from when it sent its last successful renewal, minus a margin of
+// TTL/10, so it stops serving before the store could let the key expire and a
+// standby could take it. serve must stop granting promptly when its context
+// ends.
+func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context) error) error {
+	if cfg.Store == nil || cfg.Node == "" || cfg.Instance == "" {
+		return errors.New("lease: leadership needs a store, a node and an instance id")
+	}
+	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
+		return fmt.Errorf("lease: leadership TTL %v: must be whole seconds, at least 1s", cfg.TTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("node", cfg.Node, "instance", cfg.Instance)
+	for {
+		rev, sent, err := waitLeadership(ctx, cfg, log)
+		if err != nil {
+			return nil // ctx ended while standing by
+		}
+		log.Info("leadership acquired")
+		err = lead(ctx, cfg, log, rev, sent, serve)
+		if ctx.Err() != nil {
+			if errors.Is(err, context.Canceled) {
+				err = nil
+			}
+			return err
+		}
+		log.Warn("leadership ended; standing by", "err", err)
+		// Do not spin when serving fails at once (say, NATS is down).
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// waitLeadership creates the leadership key, watching it while another
+// instance holds it. It returns the key's revision and when the winning
+// create was sent.
+func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (uint64, time.Time, error) {
+	value, err := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	var w Watcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	var changes <-chan Change
+	standby := false
+	for {
+		sent := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, cfg.TTL)
+		rev, err := cfg.Store.Create(cctx, cfg.Node, value, cfg.TTL)
+		cancel()
+		if err == nil {
+			return rev, sent, nil
+		}
+		if ctx.Err() != nil {
+			return 0, time.Time{}, ctx.Err()
+		}
+		if !errors.Is(err, ErrStoreExists) {
+			log.Warn("claiming leadership failed; retrying", "err", err)
+		} else if !standby {
+			standby = true
+			log.Info("another manager leads this node; standing by")
+		}
+		if w == nil {
+			if w, err = cfg.Store.Watch(ctx, cfg.Node); err == nil {
+				changes = w.Changes()
+			} else {
+				w = nil
+			}
+		}
+		// Try again when the key goes, and at least every TTL/2 in case a
+		// change was missed.
+		timer := time.NewTimer(cfg.TTL / 2)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return 0, time.Time{}, ctx.Err()
+			case <-timer.C:
+				break wait
+			case ch, ok := <-changes:
+				if !ok {
+					w, changes = nil, nil
+					break wait
+				}
+				if ch.Op == ChangeDelete || ch.Op == ChangeExpire {
+					timer.Stop()
+					break wait
+				}
+			}
+		}
+	}
+}
+
+// lead serves while renewing the leadership key, and gives the key up when
+// ctx ends.
+func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, sent time.Time, serve func(context.Context) error) error {
+	margin := cfg.TTL / 10
+	deadline := sent.Add(cfg.TTL - margin)
+	serveCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	served := make(chan error, 1)
+	go func() { served <- serve(serveCtx) }()
+
+	value, _ := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
+	interval := cfg.TTL / 3
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	lost := time.NewTimer(time.Until(deadline))
+	defer lost.Stop()
+	for {
+		select {
+		case err := <-served:
+			// serve ended on its own (an error, or ctx): give the key up so
+			// a standby takes over at once.
+			giveUp(cfg, rev)
+			return err
+		case <-lost.C:
+			stop(fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeadershipLost))
+			return <-served
+		case <-next.C:
+		}
+		s := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		newRev, err := cfg.Store.Renew(rctx, cfg.Node, value, cfg.TTL, rev)
+		cancel()
+		switch {
+		case err == nil:
+			rev = newRev
+			deadline = s.Add(cfg.TTL - margin)
+			lost.Reset(time.Until(deadline))
+			next.Reset(interval)
+		case errors.Is(err, ErrStoreRevision):
+			stop(fmt.Errorf("%w: the leadership key changed hands", ErrLeadershipLost))
+			return <-served
+		default:
+			if ctx.Err() == nil {
+				log.Warn("renewing leadership failed; retrying", "err", err)
+			}
+			next.Reset(min(interval, 250*time.Millisecond))
+		}
+	}
+}
+
+// giveUp deletes the leadership key if it is still ours.
+func giveUp(cfg LeaderConfig, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = cfg.Store.Delete(ctx, cfg.Node, rev)
+}

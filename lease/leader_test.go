@@ -1,0 +1,168 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// candidate is one lease manager process for a node, running under
+// RunLeader on its own NATS connection.
+type candidate struct {
+	nc      *nats.Conn
+	cancel  context.CancelFunc
+	done    chan struct{}
+	serving atomic.Bool
+	terms   atomic.Int32
+}
+
+func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration, overlap *atomic.Int32, pools ...lease.PoolConfig) *candidate {
+	t.Helper()
+	nc, err := jetstream.Connect(url, "", instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	setup, cancelSetup := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelSetup()
+	store, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: lease.BucketName("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName("lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &candidate{nc: nc, cancel: cancel, done: make(chan struct{})}
+	mcfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: pools, Conn: nc, Store: store,
+		Events: jetstream.NewEvents(nc, "lease", nil), Logger: harness.Logger(), Instance: instance, StoreTimeout: time.Second}
+	serve := func(ctx context.Context) error {
+		m, err := lease.NewManager(mcfg)
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		if overlap.Add(1) > 1 {
+			t.Errorf("%s serves while another manager serves the node", instance)
+		}
+		c.serving.Store(true)
+		c.terms.Add(1)
+		<-ctx.Done()
+		c.serving.Store(false)
+		overlap.Add(-1)
+		return m.Close()
+	}
+	go func() {
+		defer close(c.done)
+		_ = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: node, Instance: instance, TTL: leaderTTL, Logger: harness.Logger()}, serve)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-c.done
+		nc.Close()
+	})
+	return c
+}
+
+// crash cuts the candidate off NATS without a goodbye: no leadership
+// give-up, no clean manager shutdown reaches the server.
+func (c *candidate) crash() { c.nc.Close() }
+
+func TestStandbyTakesOverWithoutLosingLeases(t *testing.T) {
+	const leaderTTL = time.Second
+	srv := harness.StartServer(t)
+	var overlap atomic.Int32
+	a := startCandidate(t, srv.URL, "a", leaderTTL, &overlap, lease.PoolConfig{Name: "p", Capacity: 2})
+	harness.Eventually(t, 5*time.Second, "a leads", a.serving.Load)
+	b := startCandidate(t, srv.URL, "b", leaderTTL, &overlap, lease.PoolConfig{Name: "p", Capacity: 2})
+
+	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(300*time.Millisecond), lease.WithPollInterval(300*time.Millisecond))
+	ctx := context.Background()
+	held, err := c.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.serving.Load() {
+		t.Fatal("standby serves while the leader lives")
+	}
+
+	crashed := time.Now()
+	a.crash()
+	harness.Eventually(t, 2*leaderTTL+time.Second, "b takes over", b.serving.Load)
+	takeover := time.Since(crashed)
+	if takeover > 2*leaderTTL {
+		t.Fatalf("takeover took %v, want within 2x the leadership TTL (%v)", takeover, 2*leaderTTL)
+	}
+	t.Logf("takeover after %v", takeover)
+
+	// The lease granted by a survives the takeover and keeps renewing with
+	// b, past its own TTL.
+	select {
+	case <-held.Done():
+		t.Fatalf("lease lost across the takeover: %v", held.Err())
+	case <-time.After(6 * time.Second):
+	}
+	// b counts it: only one slot is left.
+	second, err := c.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Token() <= held.Token() {
+		t.Fatalf("token after takeover %d not above %d", second.Token(), held.Token())
+	}
+	if _, err := c.Acquire(ctx, "p", 1, lease.WithWait(200*time.Millisecond)); !errors.Is(err, lease.ErrWaitExpired) {
+		t.Fatalf("third slot after takeover: %v", err)
+	}
+	_ = held.Release(ctx)
+	_ = second.Release(ctx)
+}
+
+func TestAtMostOneActiveManagerPerNode(t *testing.T) {
+	const leaderTTL = time.Second
+	srv := harness.StartServer(t)
+	var overlap atomic.Int32
+	var cands []*candidate
+	for _, id := range []string{"w", "x", "y", "z"} { // one more than the rounds below
+		cands = append(cands, startCandidate(t, srv.URL, id, leaderTTL, &overlap, lease.PoolConfig{Name: "p", Capacity: 1}))
+	}
+	leader := func() *candidate {
+		var found *candidate
+		for _, c := range cands {
+			if c.serving.Load() {
+				if found != nil {
+					t.Fatal("two candidates serve at once")
+				}
+				found = c
+			}
+		}
+		return found
+	}
+	// Hand leadership around three times: a graceful stop (the key is given
+	// up: quick) and crashes (the key must expire first).
+	for round := range 3 {
+		var cur *candidate
+		harness.Eventually(t, 3*leaderTTL, "a leader", func() bool { cur = leader(); return cur != nil })
+		if round == 0 {
+			cur.cancel()
+		} else {
+			cur.crash()
+		}
+		harness.Eventually(t, 3*leaderTTL, "a new leader", func() bool {
+			n := leader()
+			return n != nil && n != cur
+		})
+	}
+	if got := overlap.Load(); got != 1 {
+		t.Fatalf("%d managers serving at the end, want 1", got)
+	}
+}
