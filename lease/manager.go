@@ -71,6 +71,9 @@ type Manager struct {
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
 	ops       sync.WaitGroup
+
+	lastOrder int64                  // guarded by mu; see nextOrderLocked
+	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 }
 
 // pool is one named pool's state. Guarded by Manager.mu.
@@ -94,6 +97,13 @@ type request struct {
 	timer      *time.Timer // wait deadline, nil if none
 	granting   bool        // slots granted in memory, record being written
 	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
+
+	// A request that has to wait is persisted as a queue entry under its
+	// lease key, so a successor manager restores the queue in order.
+	order     int64         // position in the node's enqueue order (queued_at)
+	waitUntil time.Time     // wait deadline, zero if none
+	persisted chan struct{} // closed once the entry write ended; nil if never queued
+	entryRev  uint64        // revision of the stored entry, 0 if none
 }
 
 // held is a live lease record. Guarded by Manager.mu.
@@ -142,6 +152,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		log:       cfg.Logger.With("node", cfg.Node),
 		pools:     make(map[string]*pool, len(cfg.Pools)),
 		leases:    make(map[string]*held),
+		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
 	}
@@ -240,17 +251,13 @@ func (m *Manager) Close() error {
 	m.unsubscribe()
 	m.cancel()
 
+	// Queued requests stay queued: their entries are in the store, and the
+	// next manager for this node restores them in order. Their clients keep
+	// polling with the same request id.
 	m.mu.Lock()
 	for _, p := range m.pools {
 		for _, r := range p.waiting {
-			if r.granting {
-				continue
-			}
 			m.stopTimer(r)
-			if removed, _ := p.p.Cancel(r.w); removed {
-				delete(p.waiting, r.id)
-				m.respond(r.reply, errReply(errorf(CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)))
-			}
 		}
 	}
 	m.mu.Unlock()
@@ -364,10 +371,21 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.startGrantLocked(r)
 		return
 	}
-	m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
-	m.emit(p, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	r.order = m.nextOrderLocked()
 	if req.WaitMs > 0 {
-		r.timer = time.AfterFunc(time.Duration(req.WaitMs)*time.Millisecond, func() { m.waitExpired(r) })
+		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond)
+	}
+	m.queuedLocked(r, position)
+	m.startPersistLocked(r)
+}
+
+// queuedLocked tells the holder and the watchers that r waits, and arms its
+// wait deadline.
+func (m *Manager) queuedLocked(r *request, position int) {
+	m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
+	m.emit(r.pool, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	if !r.waitUntil.IsZero() {
+		r.timer = time.AfterFunc(time.Until(r.waitUntil), func() { m.waitExpired(r) })
 	}
 }
 
@@ -441,8 +459,14 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
+		entryRev := r.awaitPersisted()
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		rev, err = m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		if entryRev > 0 {
+			// The grant replaces the queue entry, conditional on it.
+			rev, err = m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+		} else {
+			rev, err = m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		}
 		cancel()
 	}
 
@@ -451,9 +475,13 @@ func (m *Manager) grant(r *request) {
 	p := r.pool
 	delete(p.waiting, r.id)
 	if err != nil {
-		// Nothing was stored: the slots go back, the holder may retry.
+		// Nothing was stored: the slots go back, the holder may retry. A
+		// queue entry, if any, stays for a successor to restore.
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
-		m.startGrantsLocked(p.p.Release(r.slots))
+		granted := p.p.Release(r.slots)
+		if !m.closed {
+			m.startGrantsLocked(granted)
+		}
 		e := errorf(CodeUnavailable, "storing the lease failed: %v", err)
 		m.respond(r.reply, errReply(e))
 		m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
@@ -486,6 +514,7 @@ func (m *Manager) waitExpired(r *request) {
 		return
 	}
 	delete(p.waiting, r.id)
+	m.startDropLocked(r)
 	e := errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond))
 	m.respond(r.reply, errReply(e))
 	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
@@ -531,6 +560,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		removed, granted := p.p.Cancel(r.w)
 		if removed {
 			delete(p.waiting, r.id)
+			m.startDropLocked(r)
 			e := errorf(CodeCancelled, "cancelled by the holder")
 			m.respond(r.reply, errReply(e))
 			m.emit(p, Event{Kind: EventCancelled, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code})
@@ -741,12 +771,14 @@ func (m *Manager) watch(w Watcher) {
 		case ChangeCaughtUp:
 			if !rebuilt {
 				rebuilt = true
+				m.restoreQueue()
 				close(m.ready)
 			}
 		case ChangePut:
 			m.observePut(ch, rebuilt)
 		case ChangeDelete, ChangeExpire:
 			m.mu.Lock()
+			delete(m.restored, ch.Key)
 			h := m.leases[ch.Key]
 			// Our own release owns the slots while its delete is in flight.
 			if h != nil && !h.releasing && ch.Rev > h.rev {
@@ -774,9 +806,18 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		}
 		return
 	}
-	var rec Record
+	var rec storedValue
 	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
 		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
+		return
+	}
+	if rec.Queued {
+		// A queue entry: restored in order once the rebuild is complete.
+		// Later ones are this manager's own, or a predecessor's last words
+		// whose clients will poll again.
+		if !rebuilt {
+			m.restored[ch.Key] = restoredReq{entry: rec, rev: ch.Rev}
+		}
 		return
 	}
 	if rebuilt {
@@ -788,7 +829,8 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 	if rec.Token == 0 {
 		rec.Token = ch.Rev
 	}
-	h := &held{key: ch.Key, rec: rec, rev: ch.Rev, pool: m.pools[rec.Pool]}
+	delete(m.restored, ch.Key)
+	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool]}
 	m.leases[ch.Key] = h
 	if h.pool == nil {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)

@@ -116,6 +116,19 @@ func StartManager(tb testing.TB, url string, cfg lease.ManagerConfig, wrap ...fu
 	return &Node{Manager: m, Conn: nc, Store: store, Config: cfg}
 }
 
+// StartManagerStore opens the default prefix's lease store on its own
+// connection, to look at what managers stored.
+func StartManagerStore(tb testing.TB, url string) *jetstream.LeaseStore {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := jetstream.OpenLeaseStore(ctx, Connect(tb, url), jetstream.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)})
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return store
+}
+
 // Client returns a lease client for node with its own connection.
 func Client(tb testing.TB, url, node string, opts ...lease.ClientOption) *lease.Client {
 	tb.Helper()

@@ -1,0 +1,168 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+)
+
+// A request that has to wait is stored as a queue entry under the key its
+// lease will have. The grant then replaces the entry (conditional on its
+// revision), and a cancel or an expired wait deletes it. A manager that
+// starts, after a restart or taking over from another instance, finds the
+// entries while rebuilding and queues them again in their original order,
+// so queued requests survive a failover in FIFO order; their grants go to
+// the reply subjects stored with them, and a client's next poll (same
+// request id) finds its request where it was.
+//
+// The entry is written asynchronously: the holder is told it is queued at
+// once. A manager that dies before the write is stored loses that one
+// entry; the client's next poll queues it again, at the tail.
+
+// queueEntry is what a stored queue entry adds to the Record fields.
+type queueEntry struct {
+	Queued    bool      `json:"queued,omitempty"`
+	ReplyTo   string    `json:"reply_to,omitempty"`
+	QueuedAt  int64     `json:"queued_at,omitempty"` // enqueue order: unix ns, strictly increasing per manager
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+}
+
+// storedValue is any value of the lease bucket: a lease record, or a queue
+// entry when Queued is set.
+type storedValue struct {
+	Record
+	queueEntry
+}
+
+type restoredReq struct {
+	entry storedValue
+	rev   uint64
+}
+
+// nextOrderLocked returns the enqueue order of a new request: the wall clock
+// in nanoseconds, made strictly increasing, so a successor on another host
+// (whose clock roughly agrees) orders its new requests after restored ones.
+func (m *Manager) nextOrderLocked() int64 {
+	n := time.Now().UnixNano()
+	if n <= m.lastOrder {
+		n = m.lastOrder + 1
+	}
+	m.lastOrder = n
+	return n
+}
+
+func (m *Manager) startPersistLocked(r *request) {
+	r.persisted = make(chan struct{})
+	v := storedValue{
+		Record:     Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance},
+		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
+	}
+	m.ops.Add(1)
+	go m.persist(r, v)
+}
+
+func (m *Manager) persist(r *request, v storedValue) {
+	defer m.ops.Done()
+	defer close(r.persisted)
+	data, err := json.Marshal(v)
+	if err != nil {
+		m.log.Error("encoding a queue entry", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+	defer cancel()
+	rev, err := m.cfg.Store.Create(ctx, RecordKey(m.cfg.Node, r.pool.name, r.id), data, 0)
+	if err != nil {
+		// The request still waits in memory; only a failover would lose
+		// its place, and its client re-sends it then.
+		m.log.Warn("storing a queued request failed", "request", r.id, "err", err)
+		return
+	}
+	r.entryRev = rev // published to readers by close(r.persisted)
+}
+
+// awaitPersisted waits until the queue entry write, if any, has ended and
+// returns the entry's revision (0 if none was stored).
+func (r *request) awaitPersisted() uint64 {
+	if r.persisted == nil {
+		return 0
+	}
+	<-r.persisted
+	return r.entryRev
+}
+
+// startDropLocked deletes the queue entry of a request that left the queue
+// without a grant.
+func (m *Manager) startDropLocked(r *request) {
+	if r.persisted == nil {
+		return
+	}
+	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
+	m.ops.Add(1)
+	go func() {
+		defer m.ops.Done()
+		rev := r.awaitPersisted()
+		if rev == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		defer cancel()
+		if err := m.cfg.Store.Delete(ctx, key, rev); err != nil && !errors.Is(err, ErrStoreNotFound) {
+			m.log.Warn("deleting a queue entry failed; a successor would queue it again", "key", key, "err", err)
+		}
+	}()
+}
+
+// restoreQueue queues the stored entries found while rebuilding, in their
+// original order, after the restored leases were counted.
+func (m *Manager) restoreQueue() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	entries := make([]restoredReq, 0, len(m.restored))
+	for _, e := range m.restored {
+		entries = append(entries, e)
+	}
+	m.restored = nil
+	slices.SortFunc(entries, func(a, b restoredReq) int {
+		return cmp.Or(cmp.Compare(a.entry.QueuedAt, b.entry.QueuedAt), cmp.Compare(a.rev, b.rev))
+	})
+	done := make(chan struct{})
+	close(done)
+	for _, e := range entries {
+		v := e.entry
+		p := m.pools[v.Pool]
+		if p == nil || v.Slots > p.p.Stats().Capacity {
+			m.log.Warn("stored queued request does not fit this node's pools; dropping it", "request", v.ID, "pool", v.Pool, "slots", v.Slots)
+			continue
+		}
+		r := &request{
+			id: v.ID, holder: v.Holder, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
+			persisted: done, entryRev: e.rev,
+		}
+		m.lastOrder = max(m.lastOrder, v.QueuedAt)
+		if !r.waitUntil.IsZero() && time.Now().After(r.waitUntil) {
+			m.respond(r.reply, errReply(errorf(CodeWaitExpired, "not granted within the wait deadline")))
+			m.startDropLocked(r)
+			continue
+		}
+		w, granted, position, err := p.p.Enqueue(r.slots, r)
+		if err != nil {
+			m.log.Error("restoring a queued request", "request", r.id, "err", err)
+			continue
+		}
+		r.w = w
+		p.waiting[r.id] = r
+		if granted {
+			m.startGrantLocked(r)
+		} else {
+			m.queuedLocked(r, position)
+		}
+	}
+	if len(entries) > 0 {
+		m.log.Info("restored queued requests", "count", len(entries))
+	}
+}
