@@ -93,6 +93,11 @@ func (s *LeaseStore) Delete(ctx context.Context, key string, rev uint64) error {
 	return err
 }
 
+// Put writes a key unconditionally, without a TTL.
+func (s *LeaseStore) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	return s.kv.Put(ctx, key, value)
+}
+
 // Get returns a live record.
 func (s *LeaseStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	e, err := s.kv.Get(ctx, key)

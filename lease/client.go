@@ -325,6 +325,15 @@ func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
 	return r.Pools, nil
 }
 
+// Resize changes the node's pools at runtime and returns them afterwards.
+func (c *Client) Resize(ctx context.Context, req ResizeRequest) ([]PoolStats, error) {
+	r, err := c.request(ctx, ResizeSubject(c.prefix, c.node), req)
+	if err != nil {
+		return nil, err
+	}
+	return r.Pools, nil
+}
+
 // request sends one request and decodes its reply; an error reply comes back
 // as *Error, a transport failure wrapped with ErrUnavailable.
 func (c *Client) request(ctx context.Context, subject string, body any) (*Reply, error) {

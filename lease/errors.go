@@ -19,6 +19,7 @@ const (
 	CodeLeaseNotFound   Code = "lease_not_found"  // no live lease with that id (released, expired, never granted)
 	CodeTokenMismatch   Code = "token_mismatch"   // the token does not match the lease's fencing token
 	CodeConflict        Code = "conflict"         // the request id is in use by another holder
+	CodePoolBusy        Code = "pool_busy"        // a resize would remove a pool that has holders or waiters
 	CodeUnavailable     Code = "unavailable"      // the manager could not reach its store or is shutting down; retry
 	CodeInternal        Code = "internal"         // a bug; please report
 )
@@ -58,6 +59,7 @@ var (
 	ErrLeaseNotFound   = &Error{Code: CodeLeaseNotFound}
 	ErrTokenMismatch   = &Error{Code: CodeTokenMismatch}
 	ErrConflict        = &Error{Code: CodeConflict}
+	ErrPoolBusy        = &Error{Code: CodePoolBusy}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrInternal        = &Error{Code: CodeInternal}
 )

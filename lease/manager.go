@@ -38,6 +38,9 @@ type ManagerConfig struct {
 	// Instance identifies this manager process in the records it writes; a
 	// fresh unique id if empty.
 	Instance string
+	// PoolStore keeps runtime pool changes (resize) across restarts, under
+	// the node's key. Optional: without it, resizes last until the restart.
+	PoolStore Store
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -72,6 +75,7 @@ type Manager struct {
 	ready     chan struct{} // closed once the Store's records are counted
 	ops       sync.WaitGroup
 
+	delta     poolDelta              // runtime pool changes; guarded by mu
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 }
@@ -173,6 +177,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 // restart stay valid and are respected), then subscribes to the node's
 // request subjects. It returns once the manager is serving.
 func (m *Manager) Start(ctx context.Context) error {
+	if err := m.loadDelta(ctx); err != nil {
+		return err
+	}
 	w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
 	if err != nil {
 		return fmt.Errorf("lease: watch lease records: %w", err)
@@ -194,6 +201,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbRelease): m.handleRelease,
 		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbCancel):  m.handleCancel,
 		StatsSubject(m.cfg.Prefix, m.cfg.Node):              m.handleStats,
+		ResizeSubject(m.cfg.Prefix, m.cfg.Node):             m.handleResize,
 	}
 	for subj, h := range handlers {
 		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
@@ -276,6 +284,10 @@ func (m *Manager) Close() error {
 func (m *Manager) Stats() []PoolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.statsLocked()
+}
+
+func (m *Manager) statsLocked() []PoolStats {
 	out := make([]PoolStats, 0, len(m.pools))
 	for _, p := range m.pools {
 		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats()})

@@ -63,6 +63,11 @@ func LeaderBucketName(prefix string) string {
 	return strings.ReplaceAll(prefix, ".", "_") + "_leaders"
 }
 
+// PoolBucketName is the KV bucket holding each node's runtime pool changes.
+func PoolBucketName(prefix string) string {
+	return strings.ReplaceAll(prefix, ".", "_") + "_pools"
+}
+
 // RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
 // is the acquire's request id, so a retried acquire finds the stored grant
 // through the key itself, also after a manager restart.

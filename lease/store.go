@@ -19,6 +19,8 @@ type Store interface {
 	// Delete removes a key only if its latest revision is rev, so a stale
 	// caller cannot delete a newer owner's record. ErrStoreRevision otherwise.
 	Delete(ctx context.Context, key string, rev uint64) error
+	// Put writes a key unconditionally, without a TTL.
+	Put(ctx context.Context, key string, value []byte) (rev uint64, err error)
 	// Get returns a live key. ErrStoreNotFound if absent, deleted or expired.
 	Get(ctx context.Context, key string) (value []byte, rev uint64, err error)
 	// Watch streams the latest state of the keys matching filter and then

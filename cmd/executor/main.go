@@ -1,6 +1,10 @@
 // Command executor runs work under a slot lease.
 //
 //	executor run --pool P --slots K [--wait D] [limits] -- CMD ARGS...
+//	executor submit --pool P --slots K [--priority P] -- CMD ARGS...
+//	executor serve [--pools P1,P2] [--concurrency N]
+//	executor status JOB_ID
+//	executor jobs
 //
 // It acquires the lease on this node (printing its queue position while it
 // waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
@@ -42,12 +46,27 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: executor run --pool P [--slots K] [--wait D] [limits] -- CMD ARGS...
+const usage = `usage: executor COMMAND [flags]
 
-Acquires K slots of pool P on this node's lease manager, runs CMD while the
-lease is held, releases it, and exits with CMD's exit code.
+  run --pool P [--slots K] [--wait D] [limits] -- CMD ARGS...
+      Acquires K slots of pool P on this node's lease manager, runs CMD while
+      the lease is held, releases it, and exits with CMD's exit code.
+  submit --pool P [--slots K] [--priority high|normal|low] [--max-attempts N]
+         [--timeout D] [--env K=V]... [--id ID] -- CMD ARGS...
+  submit --spec FILE|-
+      Stores a job in the durable job queue and prints its id.
+  serve [--pools P1,P2] [--concurrency N] [--grace D]
+      Takes jobs of this node's pools, each under a lease of this node, until
+      SIGTERM; running jobs get --grace to finish, then are given back.
+  status [--json] JOB_ID
+      Shows a job's state and latest result.
+  jobs [--limit N] [--state S] [--json]
+      Lists queue depth per pool and priority, and recent jobs.
 
-exit codes: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
+Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
+exit codes of run: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
+exit codes of the others: 0 ok; 1 error (e.g. unknown job); 2 usage or
+invalid job; 69 NATS or the lease manager unreachable.
 `
 
 // exitError carries executor's own exit code with its message.
@@ -73,6 +92,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	switch args[0] {
 	case "run":
 		code, err = runCommand(ctx, args[1:], stdout, stderr)
+	case "submit":
+		code, err = submitCommand(ctx, args[1:], stdout, stderr)
+	case "serve":
+		code, err = serveCommand(ctx, args[1:], stdout, stderr)
+	case "status":
+		code, err = statusCommand(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		code, err = jobsCommand(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0, nil

@@ -61,10 +61,14 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"node": *node, "pools": stats})
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	return printPools(stdout, *node, stats)
+}
+
+func printPools(w io.Writer, node string, stats []lease.PoolStats) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS")
 	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", *node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
 	}
 	return tw.Flush()
 }
@@ -152,4 +156,55 @@ func formatEvent(ev lease.Event) string {
 	}
 	fmt.Fprintf(&b, "  [in_use=%d/%d queued=%d]", ev.Stats.InUse, ev.Stats.Capacity, ev.Stats.QueuedRequests)
 	return b.String()
+}
+
+// stringList collects a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leasemgr resize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var remove stringList
+	fs.Var(&remove, "remove", "pool to remove (repeatable)")
+	force := fs.Bool("force", false, "remove pools even with holders (revoked) or waiters (refused)")
+	reset := fs.Bool("reset", false, "drop every runtime change first: back to POOL_CAPACITIES")
+	node := fs.String("node", "", "node to change (default NODE_ID)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	req := lease.ResizeRequest{Remove: remove, Force: *force, Reset: *reset}
+	if fs.NArg() > 0 {
+		set, err := config.ParsePoolCapacities(strings.Join(fs.Args(), ","))
+		if err != nil {
+			return usageError{fmt.Errorf("arguments: %w", err)}
+		}
+		req.Set = map[string]int64{}
+		for _, p := range set {
+			req.Set[p.Name] = p.Capacity
+		}
+	}
+	if len(req.Set) == 0 && len(req.Remove) == 0 && !req.Reset {
+		return usageError{fmt.Errorf("nothing to change: give name=capacity arguments, --remove or --reset")}
+	}
+	nc, cfg, err := connect("leasemgr resize")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if *node == "" {
+		*node = cfg.NodeID
+	}
+	c, err := lease.NewClient(nc, *node, lease.WithPrefix(cfg.SubjectPrefix))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stats, err := c.Resize(ctx, req)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", *node, err)
+	}
+	return printPools(stdout, *node, stats)
 }

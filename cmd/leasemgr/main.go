@@ -3,6 +3,7 @@
 //	leasemgr [run]          serve this node's pools (embedded NATS unless NATS_URL is set)
 //	leasemgr pools [--json] print this node's pools
 //	leasemgr watch          print lease events live
+//	leasemgr resize gpu=2   change pools at runtime
 //
 // Configuration comes from the environment; see README.md.
 package main
@@ -51,6 +52,8 @@ commands:
   run                 serve this node's pools (the default)
   pools [--json]      print this node's pools: capacity, in use, available, queued
   watch [flags]       print lease events live (--node, --pool, --kind, --json)
+  resize [flags] name=capacity...
+                      change pools at runtime (--remove P, --force, --reset)
 
 Configuration is read from the environment: NODE_ID, POOL_CAPACITIES,
 EXECUTOR_MAX_CONCURRENCY, NATS_URL, NATS_CREDS, NATS_LISTEN, NATS_STORE_DIR,
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPools(ctx, rest, stdout, stderr)
 	case "watch":
 		return runWatch(ctx, rest, stdout, stderr)
+	case "resize":
+		return runResize(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

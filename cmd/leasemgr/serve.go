@@ -64,6 +64,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	poolStore, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.SubjectPrefix)})
+	if err != nil {
+		return err
+	}
 	pools := make([]lease.PoolConfig, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
 		pools = append(pools, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity})
@@ -71,7 +75,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: pools, TTL: cfg.LeaseTTL, Instance: instance,
-		Conn: nc, Store: store, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
+		Conn: nc, Store: store, PoolStore: poolStore, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err

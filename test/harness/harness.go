@@ -94,6 +94,13 @@ func StartManager(tb testing.TB, url string, cfg lease.ManagerConfig, wrap ...fu
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
+	if cfg.PoolStore == nil {
+		ps, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.Prefix)})
+		if err != nil {
+			tb.Fatalf("%v", err)
+		}
+		cfg.PoolStore = ps
+	}
 	cfg.Conn = nc
 	cfg.Store = store
 	for _, w := range wrap {

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
+)
+
+// ExitUnavailable: NATS or the lease manager could not be reached.
+const ExitUnavailable = 69
+
+// connectQueue loads the configuration and binds the job queue; with
+// create false nothing is created (ErrNoQueue if there is no queue yet).
+func connectQueue(ctx context.Context, name string, create bool) (*config.Common, *nats.Conn, *jobs.Queue, error) {
+	cfg, err := config.LoadCommon()
+	if err != nil {
+		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	nc, err := jetstream.Connect(cfg.NATSAddress(), cfg.NATSCreds, name)
+	if err != nil {
+		return nil, nil, nil, fail(ExitUnavailable, "%v (is leasemgr running?)", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var q *jobs.Queue
+	if create {
+		q, err = jobs.Open(ctx, nc, jobs.Config{Prefix: cfg.SubjectPrefix})
+	} else {
+		q, err = jobs.Bind(ctx, nc, cfg.SubjectPrefix)
+	}
+	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
+		nc.Close()
+		return nil, nil, nil, fail(ExitUnavailable, "%v (is JetStream enabled on %s?)", err, cfg.NATSAddress())
+	}
+	return cfg, nc, q, err
+}
+
+// usageErr turns a flag or validation error into exit code 2.
+func usageErr(err error) (int, error) {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0, err
+	}
+	return ExitUsage, &exitError{code: ExitUsage, err: err}
+}
+
+// codeOf returns the exit code an error carries (1 if none).
+func codeOf(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	s, err := parseSubmit(args, os.Stdin, stderr)
+	if err != nil {
+		return usageErr(err)
+	}
+	_, nc, q, err := connectQueue(ctx, "executor submit", true)
+	if err != nil {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	rec, err := q.Submit(ctx, s)
+	if err != nil {
+		if errors.Is(err, jobs.ErrInvalidSpec) || errors.Is(err, jobs.ErrDuplicate) {
+			return usageErr(err)
+		}
+		return 1, err
+	}
+	fmt.Fprintln(stdout, rec.ID)
+	return 0, nil
+}
+
+// parseSubmit builds the job spec from --spec or from flags and a command.
+func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) (jobs.Spec, error) {
+	s := jobs.NewSpec()
+	var (
+		specFile, priority string
+		timeout, cpu       time.Duration
+		memory             byteSize
+		env                envFlags
+	)
+	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&specFile, "spec", "", "read the job spec (JSON, see docs/jobs.md) from this file; - for stdin")
+	fs.StringVar(&s.ID, "id", "", "job id, making the submit idempotent (a fresh unique id otherwise)")
+	fs.StringVar(&s.Pool, "pool", s.Pool, "pool to run in")
+	fs.Int64Var(&s.Slots, "slots", s.Slots, "slots the job needs")
+	fs.StringVar(&priority, "priority", string(s.Priority), "high, normal or low")
+	fs.IntVar(&s.MaxAttempts, "max-attempts", s.MaxAttempts, "attempts before the job is dead-lettered")
+	fs.DurationVar(&timeout, "timeout", 0, "stop an attempt after this wall-clock time (0: none)")
+	fs.DurationVar(&cpu, "cpu", 0, "CPU time limit per attempt (0: none)")
+	fs.Var(&memory, "memory", "memory limit, e.g. 512M or 2G (0: none)")
+	fs.IntVar(&s.MaxProcs, "max-procs", 0, "process limit (0: none)")
+	fs.IntVar(&s.MaxOpenFiles, "max-files", 0, "open file limit (0: inherit)")
+	fs.BoolVar(&s.Isolate, "isolate", false, "own PID and mount namespace where the machine allows it")
+	fs.BoolVar(&s.NoNetwork, "no-network", false, "own network namespace with only loopback")
+	fs.Var(&env, "env", "KEY=VALUE for the job's environment (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return jobs.Spec{}, err
+	}
+	if specFile != "" {
+		var others []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "spec" {
+				others = append(others, "--"+f.Name)
+			}
+		})
+		if len(others) > 0 || fs.NArg() > 0 {
+			return jobs.Spec{}, fmt.Errorf("--spec: give either a spec file or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
+		}
+		var data []byte
+		var err error
+		if specFile == "-" {
+			data, err = io.ReadAll(io.LimitReader(stdin, jobs.MaxSpecBytes+1))
+		} else {
+			data, err = os.ReadFile(specFile)
+		}
+		if err != nil {
+			return jobs.Spec{}, fmt.Errorf("--spec: %w", err)
+		}
+		spec, err := jobs.ParseSpec(data)
+		if err != nil {
+			return jobs.Spec{}, fmt.Errorf("--spec %s: %w", specFile, err)
+		}
+		return spec, nil
+	}
+	if fs.NArg() == 0 {
+		return jobs.Spec{}, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
+	}
+	p, err := jobs.ParsePriority(priority)
+	if err != nil {
+		return jobs.Spec{}, fmt.Errorf("--priority %q: must be high, normal or low", priority)
+	}
+	if s.Slots <= 0 {
+		return jobs.Spec{}, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
+	}
+	if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
+		return jobs.Spec{}, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
+	}
+	s.Priority, s.Command, s.Env = p, fs.Args(), env
+	s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
+	if err := s.Validate(); err != nil {
+		return jobs.Spec{}, err
+	}
+	return s, nil
+}
+
+func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("executor status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the record as JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() != 1 {
+		return usageErr(errors.New("usage: executor status [--json] JOB_ID"))
+	}
+	id := fs.Arg(0)
+	cfg, nc, q, err := connectQueue(ctx, "executor status", false)
+	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	var rec *jobs.Record
+	if q != nil {
+		rec, err = q.Get(ctx, id)
+	}
+	if errors.Is(err, jobs.ErrNotFound) || errors.Is(err, jobs.ErrNoQueue) {
+		return 1, fmt.Errorf("job %q not found: no such id under prefix %q, or its record expired (results are kept %v)", id, cfg.SubjectPrefix, jobs.DefaultResultTTL)
+	}
+	if err != nil {
+		return 1, err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return 0, enc.Encode(rec)
+	}
+	printRecord(stdout, rec)
+	return 0, nil
+}
+
+func printRecord(w io.Writer, r *jobs.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.Local().Format(time.RFC3339Nano)
+	}
+	row("job", r.ID)
+	row("state", string(r.State))
+	row("pool", fmt.Sprintf("%s (%d slot(s)), priority %s", r.Spec.Pool, r.Spec.Slots, r.Spec.Priority))
+	row("command", quoteArgs(r.Spec.Command))
+	row("attempts", fmt.Sprintf("%d of %d", r.Attempts, r.Spec.MaxAttempts))
+	if r.Returned > 0 {
+		row("given back", fmt.Sprintf("%d time(s), not counted as attempts", r.Returned))
+	}
+	if r.Node != "" {
+		row("node", fmt.Sprintf("%s (lease %s, token %d)", r.Node, r.LeaseID, r.LeaseToken))
+	}
+	if r.ExitCode != nil {
+		row("exit code", strconv.Itoa(*r.ExitCode))
+	}
+	row("signal", r.Signal)
+	if r.ExitCode != nil {
+		row("duration", r.Duration().String())
+	}
+	row("stopped by", r.StoppedBy)
+	row("submitted", ts(r.SubmittedAt))
+	row("started", ts(r.StartedAt))
+	row("finished", ts(r.FinishedAt))
+	row("next attempt", ts(r.NextAttemptAt))
+	row("error", r.Error)
+	for _, n := range r.Notes {
+		row("note", n)
+	}
+	_ = tw.Flush()
+	for _, out := range []struct{ name, text string }{{"stdout", r.StdoutTail}, {"stderr", r.StderrTail}} {
+		if out.text != "" {
+			fmt.Fprintf(w, "--- %s (last %d bytes at most) ---\n%s", out.name, jobs.DefaultOutputBytes, out.text)
+			if !strings.HasSuffix(out.text, "\n") {
+				fmt.Fprintln(w)
+			}
+		}
+	}
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;<>()*?[]{}~#!") {
+			a = strconv.Quote(a)
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}
+
+func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("executor jobs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
+	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded or dead")
+	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr(fmt.Errorf("jobs takes no arguments, got %q", fs.Args()))
+	}
+	switch jobs.State(*state) {
+	case "", jobs.StateQueued, jobs.StateRunning, jobs.StateFailed, jobs.StateSucceeded, jobs.StateDead:
+	default:
+		return usageErr(fmt.Errorf("--state %q: must be queued, running, failed, succeeded or dead", *state))
+	}
+	_, nc, q, err := connectQueue(ctx, "executor jobs", false)
+	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	var out struct {
+		Queues []jobs.Depth  `json:"queues"`
+		Jobs   []jobs.Record `json:"jobs"`
+	}
+	if q != nil {
+		if out.Queues, err = q.Depths(ctx); err != nil {
+			return 1, err
+		}
+		if out.Jobs, err = q.List(ctx, *limit, jobs.State(*state)); err != nil {
+			return 1, err
+		}
+	}
+	if *asJSON {
+		if out.Queues == nil {
+			out.Queues = []jobs.Depth{}
+		}
+		if out.Jobs == nil {
+			out.Jobs = []jobs.Record{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return 0, enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POOL\tPRIORITY\tSTORED\tWAITING\tIN-FLIGHT")
+	for _, d := range out.Queues {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", d.Pool, d.Priority, d.Stored, d.Waiting, d.InFlight)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "JOB\tSTATE\tPOOL\tPRIORITY\tATTEMPTS\tNODE\tEXIT\tDURATION\tUPDATED")
+	for _, r := range out.Jobs {
+		exit, dur := "-", "-"
+		if r.ExitCode != nil {
+			exit, dur = strconv.Itoa(*r.ExitCode), r.Duration().String()
+		}
+		node := r.Node
+		if node == "" {
+			node = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Spec.Pool, r.Spec.Priority,
+			r.Attempts, r.Spec.MaxAttempts, node, exit, dur, r.UpdatedAt.Local().Format(time.DateTime))
+	}
+	return 0, tw.Flush()
+}

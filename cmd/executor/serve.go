@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// workerEnv is the whole environment of a worker under lease l: the few
+// harmless variables of the executor in passEnv, then the job's own
+// variables, then the lease variables (which the job cannot override).
+// Nothing else of the executor's environment, NATS credentials above all,
+// reaches the worker.
+func workerEnv(l *lease.Lease, jobEnv map[string]string) map[string]string {
+	env := map[string]string{}
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, jobEnv)
+	maps.Copy(env, leaseEnv(l))
+	return env
+}
+
+type serveFlags struct {
+	pools       string
+	node        string
+	concurrency int
+	grace       time.Duration
+	ackWait     time.Duration
+	aging       time.Duration
+	backoff     time.Duration
+	maxBackoff  time.Duration
+	acquireWait time.Duration
+	killGrace   time.Duration
+	poll        time.Duration
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.pools, "pools", "", "comma-separated pools to take jobs for (default: every pool of this node)")
+	fs.StringVar(&f.node, "node", "", "node whose lease manager grants the slots (default NODE_ID)")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "run at most this many jobs at once (0: as many as the node's free slots allow)")
+	fs.DurationVar(&f.grace, "grace", jobs.DefaultGrace, "on SIGTERM, how long running jobs may finish before they are stopped and given back")
+	fs.DurationVar(&f.ackWait, "ack-wait", jobs.DefaultAckWait, "a taken job's claim lapses after this without a heartbeat (use the same value on every executor)")
+	fs.DurationVar(&f.aging, "aging", jobs.DefaultAging, "a waiting job counts one priority level higher per period waited (negative: no aging)")
+	fs.DurationVar(&f.backoff, "backoff", jobs.DefaultBackoff, "delay before the first retry of a failed job, doubling per attempt")
+	fs.DurationVar(&f.maxBackoff, "max-backoff", jobs.DefaultMaxBackoff, "cap on the retry delay")
+	fs.DurationVar(&f.acquireWait, "acquire-wait", jobs.DefaultAcquireWait, "give a taken job back if its lease is not granted within this time")
+	fs.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a job")
+	fs.DurationVar(&f.poll, "poll", jobs.DefaultPollInterval, "how often to look for retries coming due")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if f.concurrency < 0 {
+		return nil, fmt.Errorf("--concurrency %d: must not be negative", f.concurrency)
+	}
+	if f.ackWait < time.Second {
+		return nil, fmt.Errorf("--ack-wait %v: must be at least 1s", f.ackWait)
+	}
+	for name, d := range map[string]time.Duration{"--grace": f.grace, "--backoff": f.backoff, "--max-backoff": f.maxBackoff,
+		"--acquire-wait": f.acquireWait, "--kill-grace": f.killGrace, "--poll": f.poll} {
+		if d <= 0 {
+			return nil, fmt.Errorf("%s %v: must be positive", name, d)
+		}
+	}
+	return f, nil
+}
+
+func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	f, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return usageErr(err)
+	}
+	cfg, nc, q, err := connectQueue(ctx, "executor serve", true)
+	if err != nil {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	if f.node == "" {
+		f.node = cfg.NodeID
+	}
+	client, err := lease.NewClient(nc, f.node, lease.WithPrefix(cfg.SubjectPrefix))
+	if err != nil {
+		return 1, err
+	}
+	defer client.Close()
+
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stats, err := client.Stats(sctx)
+	cancel()
+	if err != nil {
+		return ExitUnavailable, fail(ExitUnavailable, "asking the lease manager of node %s for its pools: %w (is leasemgr running with NODE_ID=%s?)", f.node, err, f.node)
+	}
+	var have []string
+	for _, s := range stats {
+		have = append(have, s.Name)
+	}
+	pools := have
+	if f.pools != "" {
+		pools = nil
+		for p := range strings.SplitSeq(f.pools, ",") {
+			p = strings.TrimSpace(p)
+			if err := config.ValidToken(p); err != nil {
+				return usageErr(fmt.Errorf("--pools: pool %q: %w", p, err))
+			}
+			if !slices.Contains(have, p) {
+				return usageErr(fmt.Errorf("--pools: node %s has no pool %q (it has %s)", f.node, p, strings.Join(have, ", ")))
+			}
+			if !slices.Contains(pools, p) {
+				pools = append(pools, p)
+			}
+		}
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	srv, err := jobs.NewServer(jobs.ServerConfig{
+		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
+		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
+		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
+		Env: workerEnv, Logger: log,
+	})
+	if err != nil {
+		return usageErr(err)
+	}
+	// A second SIGINT/SIGTERM during the grace period stops running jobs
+	// at once (they are given back all the same).
+	served := make(chan struct{})
+	defer close(served)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-served:
+			return
+		}
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		select {
+		case <-again:
+			log.Warn("second signal: stopping running jobs now")
+			srv.Abort()
+		case <-served:
+		}
+	}()
+	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return 1, err
+	}
+	return 0, nil
+}
