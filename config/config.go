@@ -15,6 +15,10 @@ import (
 	"github.com/caarlos0/env/v10"
 )
 
+// ReservedNodeID cannot name a node: its request subjects would fall inside
+// the event subjects <prefix>.events.>.
+const ReservedNodeID = "events"
+
 // Environment variable names.
 const (
 	EnvNodeID                 = "NODE_ID"
@@ -160,6 +164,8 @@ func (c *Common) resolve() []error {
 	}
 	if err := ValidToken(c.NodeID); err != nil {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, err))
+	} else if c.NodeID == ReservedNodeID {
+		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved: "<prefix>.events.>" is the event subject space`)))
 	}
 	if c.NATSCreds != "" {
 		if err := checkReadable(c.NATSCreds); err != nil {

@@ -376,6 +376,7 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		{"ttl 1500ms", map[string]string{EnvLeaseTTL: "1500ms"}, EnvLeaseTTL, "whole seconds"},
 		{"ttl 1.5s", map[string]string{EnvLeaseTTL: "1.5s"}, EnvLeaseTTL, "whole seconds"},
 		{"ttl negative", map[string]string{EnvLeaseTTL: "-1s"}, EnvLeaseTTL, "at least 1s"},
+		{"node id reserved", map[string]string{EnvNodeID: "events"}, EnvNodeID, "reserved"},
 		{"leader ttl 500ms", map[string]string{EnvLeaderTTL: "500ms"}, EnvLeaderTTL, "at least 1s"},
 		{"leader ttl 2.5s", map[string]string{EnvLeaderTTL: "2.5s"}, EnvLeaderTTL, "whole seconds"},
 		{"leader ttl text", map[string]string{EnvLeaderTTL: "x"}, EnvLeaderTTL, "duration"},

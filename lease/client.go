@@ -190,7 +190,11 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 	if err := validID(o.requestID); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
-	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: o.wait.Milliseconds()})
+	waitMs := o.wait.Milliseconds()
+	if o.wait > 0 && waitMs == 0 {
+		waitMs = 1 // a wait under 1ms is a very short wait, not no limit
+	}
+	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs})
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +249,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 				if r.Lease == nil {
 					return nil, errorf(CodeInternal, "grant without a lease from the lease manager")
 				}
-				return c.newLease(ctx, *r.Lease, firstSent, queued)
+				return c.newLease(ctx, *r.Lease, firstSent, queued || r.Existing)
 			default:
 				e := replyError(&r)
 				if e.Code == CodeUnavailable {
@@ -296,11 +300,12 @@ func (c *Client) withdraw(pool, id string) {
 // newLease starts the heartbeat of a granted lease. The holder's deadline
 // must start no later than the manager's record did, so it is measured from
 // a request sent before the record was written: the first acquire, when the
-// grant came back promptly; otherwise a renewal sent now.
-func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, queued bool) (*Lease, error) {
+// grant was made for it and came back promptly; otherwise (queued, a retry
+// answered from an earlier grant, or slow) a renewal sent now.
+func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, confirm bool) (*Lease, error) {
 	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{})}
 	base := firstSent
-	if queued || time.Since(firstSent) > rec.TTL()/3 {
+	if confirm || time.Since(firstSent) > rec.TTL()/3 {
 		sent := time.Now()
 		if err := l.renew(ctx); err != nil {
 			c.withdraw(rec.Pool, rec.ID)

@@ -127,6 +127,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Node == "" {
 		return nil, errors.New("lease: manager needs a node id")
 	}
+	if cfg.Node == ReservedNode {
+		return nil, fmt.Errorf("lease: node id %q is reserved: its request subjects would fall inside the event subjects", ReservedNode)
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
@@ -336,6 +339,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(msg.Reply, poolName, req, e)
 		return
 	}
+	if msg.Reply == "" {
+		// Nobody could hear of the grant; it would only hold slots for a TTL.
+		m.log.Debug("acquire without a reply subject ignored", "pool", poolName, "request", req.RequestID)
+		return
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -344,29 +352,37 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.rejectLocked(msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
 		return
 	}
-	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
-		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
-		return
-	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if h.rec.Holder != req.Holder {
-			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+		if e := sameRequest(req, h.rec.Holder, h.rec.Slots); e != nil {
+			m.respond(msg.Reply, errReply(e))
 			return
 		}
+		if h.releasing {
+			// Its slots are about to go to someone else: this is no grant.
+			m.respond(msg.Reply, errReply(errorf(CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
+			return
+		}
+		// Existing tells the holder the record was written before this
+		// request was sent, so it must confirm with a renewal before
+		// trusting a deadline measured from its own send time.
 		rec := h.rec
-		m.respond(msg.Reply, Reply{Status: StatusGranted, Lease: &rec})
+		m.respond(msg.Reply, Reply{Status: StatusGranted, Lease: &rec, Existing: true})
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if r.holder != req.Holder {
-			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+		if e := sameRequest(req, r.holder, r.slots); e != nil {
+			m.respond(msg.Reply, errReply(e))
 			return
 		}
 		r.reply = msg.Reply
 		if !r.granting {
 			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: p.p.Position(r.w)})
 		}
+		return
+	}
+	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
+		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
 		return
 	}
 
@@ -401,6 +417,17 @@ func (m *Manager) queuedLocked(r *request, position int) {
 	}
 }
 
+// sameRequest checks that a retry repeats the request it retries.
+func sameRequest(req AcquireRequest, holder string, slots int64) *Error {
+	if holder != req.Holder {
+		return errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)
+	}
+	if slots != req.Slots {
+		return errorf(CodeConflict, "request id %q was sent before for %d slots, not %d", req.RequestID, slots, req.Slots)
+	}
+	return nil
+}
+
 func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if err := validID(req.RequestID); err != nil {
 		return errorf(CodeBadRequest, "%v", err)
@@ -409,7 +436,7 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 		return errorf(CodeBadRequest, "holder is required")
 	}
 	if len(req.Holder) > MaxHolderLen {
-		return errorf(CodeBadRequest, "holder is longer than %d characters", MaxHolderLen)
+		return errorf(CodeBadRequest, "holder is longer than %d bytes", MaxHolderLen)
 	}
 	if req.Slots <= 0 {
 		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
@@ -471,15 +498,7 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
-		entryRev := r.awaitPersisted()
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		if entryRev > 0 {
-			// The grant replaces the queue entry, conditional on it.
-			rev, err = m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
-		} else {
-			rev, err = m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
-		}
-		cancel()
+		rev, err = m.writeGrant(key, data, r.awaitPersisted())
 	}
 
 	m.mu.Lock()
@@ -487,9 +506,12 @@ func (m *Manager) grant(r *request) {
 	p := r.pool
 	delete(p.waiting, r.id)
 	if err != nil {
-		// Nothing was stored: the slots go back, the holder may retry. A
-		// queue entry, if any, stays for a successor to restore.
+		// Nothing was stored: the slots go back, the holder may retry
+		// (anew, so its queue entry goes too).
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
+		if !m.closed {
+			m.startDropLocked(r)
+		}
 		granted := p.p.Release(r.slots)
 		if !m.closed {
 			m.startGrantsLocked(granted)
@@ -550,6 +572,10 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "%v", err)))
 		return
 	}
+	if req.Holder == "" {
+		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "holder is required")))
+		return
+	}
 	poolName := poolToken(msg.Subject)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -602,6 +628,9 @@ func (m *Manager) lookupLocked(subject string, leaseID string, token uint64) (*h
 	poolName := poolToken(subject)
 	if m.pools[poolName] == nil {
 		return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)
+	}
+	if leaseID == "" {
+		return nil, errorf(CodeBadRequest, "lease_id is required")
 	}
 	if err := validID(leaseID); err != nil {
 		return nil, errorf(CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))

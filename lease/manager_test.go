@@ -467,6 +467,9 @@ func TestErrorCodesFromTheNetwork(t *testing.T) {
 		{"release unknown lease", rel, lease.ReleaseRequest{LeaseID: "nope", Token: 1}, lease.CodeLeaseNotFound},
 		{"release bad lease id", rel, lease.ReleaseRequest{LeaseID: "../x", Token: 1}, lease.CodeBadRequest},
 		{"cancel malformed", can, "nope", lease.CodeBadRequest},
+		{"cancel without holder", can, lease.CancelRequest{RequestID: "x"}, lease.CodeBadRequest},
+		{"renew without lease id", ren, lease.RenewRequest{Token: 1}, lease.CodeBadRequest},
+		{"retry with other slots", acq, lease.AcquireRequest{RequestID: l.ID(), Holder: c.Holder(), Slots: 2}, lease.CodeConflict},
 		{"cancel another holder's request", can, lease.CancelRequest{RequestID: l.ID(), Holder: "someone-else"}, lease.CodeConflict},
 	}
 	for _, tc := range cases {
@@ -588,4 +591,91 @@ func eventKinds(t *testing.T, sub *nats.Subscription, max int) []lease.EventKind
 		kinds = append(kinds, ev.Kind)
 	}
 	return kinds
+}
+
+func TestRetryEdgeCases(t *testing.T) {
+	srv, n := startNode(t, 5*time.Second, lease.PoolConfig{Name: "p", Capacity: 2})
+	nc := harness.Connect(t, srv.URL)
+	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	req := lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1}
+
+	// A retry answered from an earlier grant says so: the holder must
+	// confirm before trusting its own deadline.
+	first := request(t, nc, acq, req)
+	retry := request(t, nc, acq, req)
+	if first.Existing || !retry.Existing || retry.Lease == nil || retry.Lease.Token != first.Lease.Token {
+		t.Fatalf("first %+v, retry %+v", first, retry)
+	}
+
+	rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token})
+	if rel.Status != lease.StatusReleased {
+		t.Fatalf("release %+v", rel)
+	}
+	harness.Eventually(t, 5*time.Second, "released", func() bool { return len(n.Manager.Leases()) == 0 })
+
+	// An acquire nobody can answer to is not granted.
+	body, _ := json.Marshal(lease.AcquireRequest{RequestID: "noreply", Holder: "h", Slots: 1})
+	if err := nc.Publish(acq, body); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if s := poolStats(t, n.Manager, "p"); s.InUse != 0 {
+		t.Fatalf("acquire without a reply subject was granted: %+v", s)
+	}
+
+	// A queue entry left behind by a failed attempt is taken over, not an
+	// error forever.
+	stale, _ := json.Marshal(map[string]any{"id": "stale", "node": node, "pool": "p", "slots": 1, "holder": "h", "queued": true, "queued_at": 1})
+	if _, err := n.Store.Create(context.Background(), lease.RecordKey(node, "p", "stale"), stale, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := request(t, nc, acq, lease.AcquireRequest{RequestID: "stale", Holder: "h", Slots: 1})
+	if r.Status != lease.StatusGranted {
+		t.Fatalf("acquire over a stale queue entry: %+v", r)
+	}
+}
+
+// gatedDelete holds every Delete until the test opens the gate.
+type gatedDelete struct {
+	lease.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedDelete) Delete(ctx context.Context, key string, rev uint64) error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.Delete(ctx, key, rev)
+}
+
+func TestRetryWhileReleasingIsNoGrant(t *testing.T) {
+	srv := harness.StartServer(t)
+	var gd *gatedDelete
+	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
+		func(s lease.Store) lease.Store {
+			gd = &gatedDelete{Store: s, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+			return gd
+		})
+	nc := harness.Connect(t, srv.URL)
+	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	req := lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1}
+	first := request(t, nc, acq, req)
+	rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token})
+	if rel.Status != lease.StatusReleased {
+		t.Fatalf("release %+v", rel)
+	}
+	<-gd.entered // the delete is in flight
+	retry := request(t, nc, acq, req)
+	if retry.Error == nil || retry.Error.Code != lease.CodeUnavailable {
+		t.Fatalf("retry while releasing: %+v", retry)
+	}
+	close(gd.gate)
+	harness.Eventually(t, 5*time.Second, "released", func() bool { return poolStats(t, n.Manager, "p").InUse == 0 })
+	again := request(t, nc, acq, req)
+	if again.Status != lease.StatusGranted || again.Lease.Token <= first.Lease.Token {
+		t.Fatalf("acquire after the release: %+v", again)
+	}
 }

@@ -32,10 +32,12 @@ func StatsSubject(prefix, node string) string {
 	return prefix + "." + node + ".stats"
 }
 
+// ReservedNode cannot be a node id: <prefix>.events.<pool>.<verb> would
+// match subscriptions to <prefix>.events.>.
+const ReservedNode = "events"
+
 // EventSubject is where events of one kind for one pool go:
-// <prefix>.events.<node>.<pool>.<kind>. Request subjects have three tokens
-// after the prefix and event subjects four, so a node named "events" cannot
-// collide with the event space.
+// <prefix>.events.<node>.<pool>.<kind>.
 func EventSubject(prefix, node, pool string, kind EventKind) string {
 	return prefix + ".events." + node + "." + pool + "." + string(kind)
 }
@@ -55,17 +57,24 @@ func EventFilter(prefix, node, pool string, kind EventKind) string {
 // BucketName is the KV bucket holding lease records for a prefix. Bucket
 // names cannot hold dots, so a multi-token prefix is joined with '_'.
 func BucketName(prefix string) string {
-	return strings.ReplaceAll(prefix, ".", "_") + "_leases"
+	return bucketPrefix(prefix) + "_leases"
+}
+
+// bucketPrefix maps a subject prefix to a bucket name part. Bucket names
+// cannot hold dots: '_' becomes "__" and '.' becomes '_', so distinct
+// prefixes ("a.b", "a_b") never share a bucket.
+func bucketPrefix(prefix string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(prefix, "_", "__"), ".", "_")
 }
 
 // LeaderBucketName is the KV bucket holding one leadership key per node.
 func LeaderBucketName(prefix string) string {
-	return strings.ReplaceAll(prefix, ".", "_") + "_leaders"
+	return bucketPrefix(prefix) + "_leaders"
 }
 
 // PoolBucketName is the KV bucket holding each node's runtime pool changes.
 func PoolBucketName(prefix string) string {
-	return strings.ReplaceAll(prefix, ".", "_") + "_pools"
+	return bucketPrefix(prefix) + "_pools"
 }
 
 // RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
@@ -137,6 +146,11 @@ type Reply struct {
 	Node     string      `json:"node,omitempty"`
 	Pools    []PoolStats `json:"pools,omitempty"`
 	Error    *Error      `json:"error,omitempty"`
+	// Existing marks a grant answered from an earlier write (a retried
+	// request id): the record's TTL started before this request was sent,
+	// so the holder must confirm it with a renewal and measure its deadline
+	// from that renewal.
+	Existing bool `json:"existing,omitempty"`
 }
 
 // PoolStats is one pool's figures in a stats reply.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -74,7 +75,12 @@ func (m *Manager) persist(r *request, v storedValue) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
 	defer cancel()
-	rev, err := m.cfg.Store.Create(ctx, RecordKey(m.cfg.Node, r.pool.name, r.id), data, 0)
+	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
+	rev, err := m.cfg.Store.Create(ctx, key, data, 0)
+	if errors.Is(err, ErrStoreExists) {
+		// A queue entry left by an earlier attempt: take it over.
+		rev, err = m.staleEntry(ctx, key)
+	}
 	if err != nil {
 		// The request still waits in memory; only a failover would lose
 		// its place, and its client re-sends it then.
@@ -82,6 +88,37 @@ func (m *Manager) persist(r *request, v storedValue) {
 		return
 	}
 	r.entryRev = rev // published to readers by close(r.persisted)
+}
+
+// staleEntry returns the revision of a stored queue entry at key, left by
+// an earlier attempt whose write or delete failed.
+func (m *Manager) staleEntry(ctx context.Context, key string) (uint64, error) {
+	data, rev, err := m.cfg.Store.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	var v storedValue
+	if err := json.Unmarshal(data, &v); err != nil || !v.Queued {
+		return 0, fmt.Errorf("%w: %s holds a record that is not a queue entry", ErrStoreExists, key)
+	}
+	return rev, nil
+}
+
+// writeGrant stores a grant: over its queue entry (conditional on the
+// entry's revision) when the request was queued, else as a new key.
+func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+	defer cancel()
+	if entryRev == 0 {
+		rev, err := m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		if !errors.Is(err, ErrStoreExists) {
+			return rev, err
+		}
+		if entryRev, err = m.staleEntry(ctx, key); err != nil {
+			return 0, err
+		}
+	}
+	return m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
 }
 
 // awaitPersisted waits until the queue entry write, if any, has ended and
@@ -134,18 +171,29 @@ func (m *Manager) restoreQueue() {
 	for _, e := range entries {
 		v := e.entry
 		p := m.pools[v.Pool]
-		if p == nil || v.Slots > p.p.Stats().Capacity {
-			m.log.Warn("stored queued request does not fit this node's pools; dropping it", "request", v.ID, "pool", v.Pool, "slots", v.Slots)
-			continue
-		}
 		r := &request{
 			id: v.ID, holder: v.Holder, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
 			persisted: done, entryRev: e.rev,
 		}
+		if p == nil {
+			// The pool was removed meanwhile: refuse the request, drop its entry.
+			r.pool = &pool{name: v.Pool}
+			m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
+			m.startDropLocked(r)
+			continue
+		}
 		m.lastOrder = max(m.lastOrder, v.QueuedAt)
-		if !r.waitUntil.IsZero() && time.Now().After(r.waitUntil) {
-			m.respond(r.reply, errReply(errorf(CodeWaitExpired, "not granted within the wait deadline")))
+		var e *Error
+		switch {
+		case v.Slots > p.p.Stats().Capacity:
+			e = errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", v.Slots, p.name, p.p.Stats().Capacity)
+		case !r.waitUntil.IsZero() && time.Now().After(r.waitUntil):
+			e = errorf(CodeWaitExpired, "not granted within the wait deadline")
+		}
+		if e != nil {
+			m.respond(r.reply, errReply(e))
+			m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 			m.startDropLocked(r)
 			continue
 		}

@@ -16,11 +16,13 @@ import (
 func TestLapsedLeaseFreesSlotsForNextWaiter(t *testing.T) {
 	srv, n := startNode(t, time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
+	// The record is written after the request is sent, so it cannot expire
+	// earlier than TTL after this.
+	grantedAt := time.Now()
 	r := request(t, nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "crashed", Holder: "h", Slots: 1})
 	if r.Status != lease.StatusGranted {
 		t.Fatalf("acquire %+v", r)
 	}
-	grantedAt := time.Now()
 	c := harness.Client(t, srv.URL, node)
 	got, errc, _ := queuedAcquire(t, c, context.Background(), "p", 1)
 	l := mustGrant(t, got, errc)
