@@ -31,6 +31,8 @@ const (
 	EnvNATSStoreDir           = "NATS_STORE_DIR"
 	EnvLeaseTTL               = "LEASE_TTL"
 	EnvLeaderTTL              = "LEADER_TTL"
+	EnvEventRetention         = "EVENT_RETENTION"
+	EnvReplicas               = "NATS_REPLICAS"
 	EnvHTTPAddr               = "HTTP_ADDR"
 )
 
@@ -96,6 +98,12 @@ type Manager struct {
 	// standby manager for the same NODE_ID takes over within 2x this after
 	// the active one dies. Whole seconds, at least 1s.
 	LeaderTTL time.Duration `env:"LEADER_TTL" envDefault:"5s"`
+	// EventRetention (EVENT_RETENTION) is how long lease events are kept in
+	// a JetStream stream for `leasemgr watch --since`; 0 keeps none.
+	EventRetention time.Duration `env:"EVENT_RETENTION" envDefault:"24h"`
+	// Replicas (NATS_REPLICAS) is the replica count of the lease buckets and
+	// the event stream: 1 on a single server, 3 on a cluster.
+	Replicas int `env:"NATS_REPLICAS" envDefault:"1"`
 	// HTTPAddr (HTTP_ADDR) is host:port of the HTTP endpoint; empty means
 	// disabled. It has no envDefault tag because env treats set-but-empty
 	// as unset, and here set-but-empty must disable the endpoint.
@@ -192,6 +200,12 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		if err := checkTTL(c.LeaseTTL); err != nil {
 			errs = append(errs, varErr(EnvLeaseTTL, m[EnvLeaseTTL], err))
 		}
+	}
+	if !bad[EnvEventRetention] && c.EventRetention < 0 {
+		errs = append(errs, varErr(EnvEventRetention, m[EnvEventRetention], reason("must not be negative (0 keeps no events)")))
+	}
+	if !bad[EnvReplicas] && (c.Replicas < 1 || c.Replicas > 5) {
+		errs = append(errs, varErr(EnvReplicas, m[EnvReplicas], reason("must be 1 to 5 (JetStream's range)")))
 	}
 	if !bad[EnvLeaderTTL] {
 		if err := checkTTL(c.LeaderTTL); err != nil {
@@ -379,7 +393,7 @@ func parseReason(pe env.ParseError) string {
 // the variables, so output is stable whatever order checks run in.
 var varOrder = []string{
 	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSListen, EnvSubjectPrefix,
-	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvHTTPAddr,
+	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr,
 }
 
 func sortByVar(errs []error) []error {

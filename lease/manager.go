@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
@@ -70,6 +71,7 @@ type Manager struct {
 	closed bool
 
 	subs      []*nats.Subscription
+	svc       micro.Service
 	watcher   Watcher
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
@@ -203,8 +205,6 @@ func (m *Manager) Start(ctx context.Context) error {
 		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbRenew):   m.handleRenew,
 		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbRelease): m.handleRelease,
 		Subject(m.cfg.Prefix, m.cfg.Node, "*", VerbCancel):  m.handleCancel,
-		StatsSubject(m.cfg.Prefix, m.cfg.Node):              m.handleStats,
-		ResizeSubject(m.cfg.Prefix, m.cfg.Node):             m.handleResize,
 	}
 	for subj, h := range handlers {
 		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
@@ -217,6 +217,12 @@ func (m *Manager) Start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
+	svc, err := m.addService()
+	if err != nil {
+		m.unsubscribe()
+		return err
+	}
+	m.svc = svc
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		m.unsubscribe()
 		return fmt.Errorf("lease: subscribe: %w", err)
@@ -244,6 +250,10 @@ func (m *Manager) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	m.subs = nil
+	if m.svc != nil {
+		_ = m.svc.Stop()
+		m.svc = nil
+	}
 }
 
 // Close stops serving: queued requests are told the manager is unavailable

@@ -77,6 +77,11 @@ func PoolBucketName(prefix string) string {
 	return bucketPrefix(prefix) + "_pools"
 }
 
+// EventStreamName is the JetStream stream that keeps events for replay.
+func EventStreamName(prefix string) string {
+	return bucketPrefix(prefix) + "_events"
+}
+
 // RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
 // is the acquire's request id, so a retried acquire finds the stored grant
 // through the key itself, also after a manager restart.

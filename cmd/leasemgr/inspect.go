@@ -36,6 +36,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	node := fs.String("node", "", "node to ask (default NODE_ID)")
+	all := fs.Bool("all", false, "every node whose manager answers (NATS micro service discovery)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -44,31 +45,54 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	if *node == "" {
-		*node = cfg.NodeID
+	nodes := []string{*node}
+	switch {
+	case *all:
+		if nodes, err = lease.DiscoverNodes(ctx, nc, cfg.SubjectPrefix); err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return fmt.Errorf("no lease manager answered on $SRV.PING.%s", lease.ServiceName)
+		}
+	case *node == "":
+		nodes = []string{cfg.NodeID}
 	}
-	c, err := lease.NewClient(nc, *node, lease.WithPrefix(cfg.SubjectPrefix))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	stats, err := c.Stats(ctx)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", *node, err)
+	var out []nodePools
+	for _, n := range nodes {
+		c, err := lease.NewClient(nc, n, lease.WithPrefix(cfg.SubjectPrefix))
+		if err != nil {
+			return err
+		}
+		stats, err := c.Stats(ctx)
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n, err)
+		}
+		out = append(out, nodePools{Node: n, Pools: stats})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"node": *node, "pools": stats})
+		if !*all {
+			return enc.Encode(out[0])
+		}
+		return enc.Encode(out)
 	}
-	return printPools(stdout, *node, stats)
+	return printPools(stdout, out...)
 }
 
-func printPools(w io.Writer, node string, stats []lease.PoolStats) error {
+type nodePools struct {
+	Node  string            `json:"node"`
+	Pools []lease.PoolStats `json:"pools"`
+}
+
+func printPools(w io.Writer, nodes ...nodePools) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS")
-	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
+	for _, n := range nodes {
+		for _, s := range n.Pools {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", n.Node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
+		}
 	}
 	return tw.Flush()
 }
@@ -80,8 +104,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pool := fs.String("pool", "*", "pool to watch")
 	kind := fs.String("kind", "*", "event kind to watch (requested, queued, granted, released, expired, cancelled, rejected)")
 	asJSON := fs.Bool("json", false, "print each event as JSON")
+	since := fs.Duration("since", 0, "first replay the events of this long ago (e.g. 1h), then follow")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if *since < 0 {
+		return usageError{fmt.Errorf("--since %v: must not be negative", *since)}
 	}
 	nc, cfg, err := connect("leasemgr watch")
 	if err != nil {
@@ -98,8 +126,24 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
-	msgs := make(chan *nats.Msg, 1024)
 	subject := lease.EventFilter(cfg.SubjectPrefix, *node, *pool, lease.EventKind(*kind))
+	show := func(subj string, data []byte) {
+		if *asJSON {
+			fmt.Fprintln(stdout, string(data))
+			return
+		}
+		var ev lease.Event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			fmt.Fprintf(stdout, "%s: unreadable event: %v\n", subj, err)
+			return
+		}
+		fmt.Fprintln(stdout, formatEvent(ev))
+	}
+	if *since > 0 {
+		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-*since).Format(time.TimeOnly))
+		return jetstream.ReplayEvents(ctx, nc, lease.EventStreamName(cfg.SubjectPrefix), subject, time.Now().Add(-*since), show)
+	}
+	msgs := make(chan *nats.Msg, 1024)
 	sub, err := nc.ChanSubscribe(subject, msgs)
 	if err != nil {
 		return err
@@ -114,16 +158,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case <-ctx.Done():
 			return nil
 		case msg := <-msgs:
-			if *asJSON {
-				fmt.Fprintln(stdout, string(msg.Data))
-				continue
-			}
-			var ev lease.Event
-			if err := json.Unmarshal(msg.Data, &ev); err != nil {
-				fmt.Fprintf(stdout, "%s: unreadable event: %v\n", msg.Subject, err)
-				continue
-			}
-			fmt.Fprintln(stdout, formatEvent(ev))
+			show(msg.Subject, msg.Data)
 		}
 	}
 }
@@ -206,5 +241,5 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("node %s: %w", *node, err)
 	}
-	return printPools(stdout, *node, stats)
+	return printPools(stdout, nodePools{Node: *node, Pools: stats})
 }

@@ -56,17 +56,26 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.SubjectPrefix)})
+	store, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
 	if err != nil {
 		return err
 	}
-	leaders, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(cfg.SubjectPrefix)})
+	leaders, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
 	if err != nil {
 		return err
 	}
-	poolStore, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.SubjectPrefix)})
+	poolStore, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
 	if err != nil {
 		return err
+	}
+	if cfg.EventRetention > 0 {
+		err := jetstream.EnsureAuditStream(setupCtx, nc, jetstream.AuditConfig{
+			Stream: lease.EventStreamName(cfg.SubjectPrefix), Subjects: cfg.SubjectPrefix + ".events.>",
+			MaxAge: cfg.EventRetention, Replicas: cfg.Replicas,
+		})
+		if err != nil {
+			return err
+		}
 	}
 	pools := make([]lease.PoolConfig, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
