@@ -148,6 +148,7 @@ func (c *Client) dispatch(msg *nats.Msg) {
 
 type acquireOptions struct {
 	requestID string
+	secret    string
 	wait      time.Duration
 	onQueued  func(position int)
 }
@@ -159,6 +160,13 @@ type AcquireOption func(*acquireOptions)
 // again with the same id after a lost reply or a crash returns the same lease.
 func WithRequestID(id string) AcquireOption {
 	return func(o *acquireOptions) { o.requestID = id }
+}
+
+// WithSecret sets the secret that proves holdership on renew, release and
+// cancel (a fresh random one otherwise). Give the same secret with the same
+// request id when retrying from another process.
+func WithSecret(secret string) AcquireOption {
+	return func(o *acquireOptions) { o.secret = secret }
 }
 
 // WithWait asks the manager to give up on the request if it is still queued
@@ -194,7 +202,10 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 	if o.wait > 0 && waitMs == 0 {
 		waitMs = 1 // a wait under 1ms is a very short wait, not no limit
 	}
-	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs})
+	if o.secret == "" {
+		o.secret = nuid.Next()
+	}
+	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret})
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +227,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 	for {
 		select {
 		case <-ctx.Done():
-			c.withdraw(pool, o.requestID)
+			c.withdraw(pool, o.requestID, o.secret)
 			return nil, ctx.Err()
 		case <-timer.C:
 			// No answer in time: the request or its answer was lost, or the
@@ -291,10 +302,10 @@ func (c *Client) unregister(id string) {
 // withdraw cancels an acquire whose caller gave up. It runs on a fresh,
 // bounded context: the caller's has already ended. If the cancel is lost,
 // a grant nobody heartbeats expires after its TTL.
-func (c *Client) withdraw(pool, id string) {
+func (c *Client) withdraw(pool, id, secret string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.requestTimeout)
 	defer cancel()
-	_, _ = c.request(ctx, Subject(c.prefix, c.node, pool, VerbCancel), CancelRequest{RequestID: id, Holder: c.holder})
+	_, _ = c.request(ctx, Subject(c.prefix, c.node, pool, VerbCancel), CancelRequest{RequestID: id, Holder: c.holder, Secret: secret})
 }
 
 // newLease starts the heartbeat of a granted lease. The holder's deadline
@@ -308,7 +319,7 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 	if confirm || time.Since(firstSent) > rec.TTL()/3 {
 		sent := time.Now()
 		if err := l.renew(ctx); err != nil {
-			c.withdraw(rec.Pool, rec.ID)
+			c.withdraw(rec.Pool, rec.ID, rec.Secret)
 			return nil, fmt.Errorf("lease: confirming the grant: %w", err)
 		}
 		base = sent

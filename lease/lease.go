@@ -53,7 +53,7 @@ func (l *Lease) Slots() int64 { return l.rec.Slots }
 // TTL returns the lease's TTL; a heartbeat goes out every TTL/3.
 func (l *Lease) TTL() time.Duration { return l.rec.TTL() }
 
-// Record returns the lease record as the manager granted it.
+// Record returns the lease record as the manager granted it, secret included.
 func (l *Lease) Record() Record { return l.rec }
 
 // Deadline is when the holder must consider the lease lost unless a renewal
@@ -116,12 +116,12 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 func (l *Lease) sendRelease(ctx context.Context) error {
-	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token})
+	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
 	return err
 }
 
 func (l *Lease) renew(ctx context.Context) error {
-	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token})
+	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
 	return err
 }
 

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +96,7 @@ type pool struct {
 // stored, or it ends with an error. Guarded by Manager.mu.
 type request struct {
 	id, holder string
+	secret     string
 	slots      int64
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
@@ -309,13 +311,14 @@ func (m *Manager) statsLocked() []PoolStats {
 	return out
 }
 
-// Leases returns a copy of every live lease record of this node.
+// Leases returns a copy of every live lease record of this node, without
+// their secrets.
 func (m *Manager) Leases() []Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Record, 0, len(m.leases))
 	for _, h := range m.leases {
-		out = append(out, h.rec)
+		out = append(out, h.rec.Public())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
 	return out
@@ -364,7 +367,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if e := sameRequest(req, h.rec.Holder, h.rec.Slots); e != nil {
+		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
 			m.respond(msg.Reply, errReply(e))
 			return
 		}
@@ -381,7 +384,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if e := sameRequest(req, r.holder, r.slots); e != nil {
+		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
 			m.respond(msg.Reply, errReply(e))
 			return
 		}
@@ -396,7 +399,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		return
 	}
 
-	r := &request{id: req.RequestID, holder: req.Holder, slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
 	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots})
 	w, granted, position, err := p.p.Enqueue(r.slots, r)
 	if err != nil { // checked above; kept so a pools change cannot go unnoticed
@@ -428,8 +431,8 @@ func (m *Manager) queuedLocked(r *request, position int) {
 }
 
 // sameRequest checks that a retry repeats the request it retries.
-func sameRequest(req AcquireRequest, holder string, slots int64) *Error {
-	if holder != req.Holder {
+func sameRequest(req AcquireRequest, holder, secret string, slots int64) *Error {
+	if holder != req.Holder || !secretMatches(secret, req.Secret) {
 		return errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)
 	}
 	if slots != req.Slots {
@@ -447,6 +450,9 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	}
 	if len(req.Holder) > MaxHolderLen {
 		return errorf(CodeBadRequest, "holder is longer than %d bytes", MaxHolderLen)
+	}
+	if len(req.Secret) > MaxSecretLen {
+		return errorf(CodeBadRequest, "secret is longer than %d bytes", MaxSecretLen)
 	}
 	if req.Slots <= 0 {
 		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
@@ -497,7 +503,7 @@ func (m *Manager) grant(r *request) {
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Manager: m.cfg.Instance,
+		Manager: m.cfg.Instance, Secret: r.secret,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data, err := json.Marshal(rec)
@@ -595,7 +601,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if r.holder != req.Holder {
+		if r.holder != req.Holder || !secretMatches(r.secret, req.Secret) {
 			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
 			return
 		}
@@ -618,7 +624,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		return
 	}
 	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if h.rec.Holder != req.Holder {
+		if h.rec.Holder != req.Holder || !secretMatches(h.rec.Secret, req.Secret) {
 			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
 			return
 		}
@@ -634,7 +640,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 }
 
 // lookupLocked finds the lease a renew or release names and checks its token.
-func (m *Manager) lookupLocked(subject string, leaseID string, token uint64) (*held, *Error) {
+func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, secret string) (*held, *Error) {
 	poolName := poolToken(subject)
 	if m.pools[poolName] == nil {
 		return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)
@@ -652,7 +658,15 @@ func (m *Manager) lookupLocked(subject string, leaseID string, token uint64) (*h
 	if h.rec.Token != token {
 		return nil, errorf(CodeTokenMismatch, "lease %q has a different fencing token than %d", leaseID, token)
 	}
+	if !secretMatches(h.rec.Secret, secret) {
+		return nil, errorf(CodeTokenMismatch, "lease %q was acquired with a different secret", leaseID)
+	}
 	return h, nil
+}
+
+// secretMatches compares in constant time, so timing tells nothing.
+func secretMatches(want, got string) bool {
+	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
 func (m *Manager) handleRenew(msg *nats.Msg) {
@@ -662,7 +676,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		return
 	}
 	m.mu.Lock()
-	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token)
+	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		m.mu.Unlock()
 		m.respond(msg.Reply, errReply(e))
@@ -726,7 +740,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token)
+	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		m.respond(msg.Reply, errReply(e))
 		return

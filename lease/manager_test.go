@@ -382,7 +382,7 @@ func TestRetriedAcquireReturnsSameLease(t *testing.T) {
 	srv, n := startNode(t, 5*time.Second, lease.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	subj := lease.Subject("lease", node, "p", lease.VerbAcquire)
-	req := lease.AcquireRequest{RequestID: "req-1", Holder: "h1", Slots: 1}
+	req := lease.AcquireRequest{RequestID: "req-1", Holder: "h1", Slots: 1, Secret: "s1"}
 	r1 := request(t, nc, subj, req)
 	r2 := request(t, nc, subj, req)
 	if r1.Status != lease.StatusGranted || r2.Status != lease.StatusGranted {
@@ -394,15 +394,31 @@ func TestRetriedAcquireReturnsSameLease(t *testing.T) {
 	if s := poolStats(t, n.Manager, "p"); s.InUse != 1 {
 		t.Fatalf("in_use %d after a retried acquire, want 1", s.InUse)
 	}
-	// Another holder reusing the id is refused.
-	r3 := request(t, nc, subj, lease.AcquireRequest{RequestID: "req-1", Holder: "h2", Slots: 1})
-	if r3.Error == nil || r3.Error.Code != lease.CodeConflict {
-		t.Fatalf("other holder: %+v", r3)
+	// Another holder reusing the id is refused, and so is the same holder
+	// name without the secret.
+	for _, other := range []lease.AcquireRequest{
+		{RequestID: "req-1", Holder: "h2", Slots: 1, Secret: "s1"},
+		{RequestID: "req-1", Holder: "h1", Slots: 1},
+	} {
+		r3 := request(t, nc, subj, other)
+		if r3.Error == nil || r3.Error.Code != lease.CodeConflict {
+			t.Fatalf("%+v: %+v", other, r3)
+		}
+	}
+	// Renew and release need the secret too.
+	for _, verb := range []string{lease.VerbRenew, lease.VerbRelease} {
+		r := request(t, nc, lease.Subject("lease", node, "p", verb), lease.RenewRequest{LeaseID: "req-1", Token: r1.Lease.Token, Secret: "guess"})
+		if r.Error == nil || r.Error.Code != lease.CodeTokenMismatch {
+			t.Fatalf("%s with a wrong secret: %+v", verb, r)
+		}
+	}
+	if ls := n.Manager.Leases(); len(ls) != 1 || ls[0].Secret != "" {
+		t.Fatalf("Leases() must not show secrets: %+v", ls)
 	}
 
 	// The same through the client: a retry with the same request id.
 	c := harness.Client(t, srv.URL, node, lease.WithHolder("h1"))
-	l, err := c.Acquire(context.Background(), "p", 1, lease.WithRequestID("req-1"))
+	l, err := c.Acquire(context.Background(), "p", 1, lease.WithRequestID("req-1"), lease.WithSecret("s1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,7 @@ func NodeKeys(node string) string { return node + ".>" }
 const (
 	MaxRequestIDLen = 128
 	MaxHolderLen    = 256
+	MaxSecretLen    = 128
 )
 
 // AcquireRequest asks for slots. Retrying with the same RequestID and Holder
@@ -105,6 +106,11 @@ type AcquireRequest struct {
 	RequestID string `json:"request_id"`
 	Holder    string `json:"holder"`
 	Slots     int64  `json:"slots"`
+	// Secret, if given, must accompany every renew, release and cancel of
+	// this request and its lease. It never appears in events or in the HTTP
+	// API, so another executor that sees the lease id and token cannot
+	// release or renew the lease. The Go client always sends one.
+	Secret string `json:"secret,omitempty"`
 	// WaitMs bounds the time spent queued, measured by the manager from the
 	// first time it saw the request. 0 waits until granted or cancelled.
 	WaitMs int64 `json:"wait_ms,omitempty"`
@@ -115,12 +121,14 @@ type AcquireRequest struct {
 type RenewRequest struct {
 	LeaseID string `json:"lease_id"`
 	Token   uint64 `json:"token"`
+	Secret  string `json:"secret,omitempty"`
 }
 
 // ReleaseRequest gives a lease's slots back.
 type ReleaseRequest struct {
 	LeaseID string `json:"lease_id"`
 	Token   uint64 `json:"token"`
+	Secret  string `json:"secret,omitempty"`
 }
 
 // CancelRequest withdraws an acquire: a queued request leaves the queue, and
@@ -128,6 +136,7 @@ type ReleaseRequest struct {
 type CancelRequest struct {
 	RequestID string `json:"request_id"`
 	Holder    string `json:"holder"`
+	Secret    string `json:"secret,omitempty"`
 }
 
 // Status values of a Reply.
@@ -185,6 +194,14 @@ type Record struct {
 	// manager that takes over a node counts grants that a previous instance
 	// stored after the takeover began.
 	Manager string `json:"manager,omitempty"`
+	// Secret is the acquire's secret: shown only to the holder.
+	Secret string `json:"secret,omitempty"`
+}
+
+// Public returns the record without its secret, for anyone but its holder.
+func (r Record) Public() Record {
+	r.Secret = ""
+	return r
 }
 
 // TTL returns the record's TTL.

@@ -58,7 +58,7 @@ func (m *Manager) nextOrderLocked() int64 {
 func (m *Manager) startPersistLocked(r *request) {
 	r.persisted = make(chan struct{})
 	v := storedValue{
-		Record:     Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance},
+		Record:     Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance, Secret: r.secret},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
 	}
 	m.ops.Add(1)
@@ -172,7 +172,7 @@ func (m *Manager) restoreQueue() {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
-			id: v.ID, holder: v.Holder, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			id: v.ID, holder: v.Holder, secret: v.Secret, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
 			persisted: done, entryRev: e.rev,
 		}
