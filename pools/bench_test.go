@@ -111,3 +111,62 @@ func BenchmarkEnqueueGrant(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEnqueueGrantPolicy is BenchmarkEnqueueGrant for the priority
+// and fair policies (and fifo through EnqueueRequest, for comparison):
+// each iteration queues one request, with its position, and releases one
+// slot, which grants the next in service order. Priorities cycle through
+// -1, 0 and 1 on the real clock; tenants cycle through 8, weighted 1 to 4.
+func BenchmarkEnqueueGrantPolicy(b *testing.B) {
+	const tenants = 8
+	names := make([]string, tenants)
+	weights := map[string]int{}
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%d", i)
+		weights[names[i]] = 1 + i%4
+	}
+	for _, pol := range []Policy{PolicyFIFO, PolicyPriority, PolicyFair} {
+		for _, queued := range []int{1_000, 10_000, 100_000} {
+			b.Run(fmt.Sprintf("%s/queued=%d", pol, queued), func(b *testing.B) {
+				p, err := NewWithOptions(1, Options{Policy: pol, Weights: weights})
+				if err != nil {
+					b.Fatal(err)
+				}
+				held, err := p.TryAcquireRequest(Request{Slots: 1, Tenant: names[0]})
+				if err != nil {
+					b.Fatal(err)
+				}
+				i := 0
+				req := func() Request {
+					i++
+					return Request{Slots: 1, Tenant: names[i%tenants], Priority: i%3 - 1}
+				}
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				for range queued {
+					if _, granted, _, err := p.EnqueueRequest(req()); granted || err != nil {
+						b.Fatal("EnqueueRequest on a full pool did not queue", err)
+					}
+				}
+				runtime.ReadMemStats(&after)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, granted, pos, _ := p.EnqueueRequest(req()); granted || pos < 1 {
+						b.Fatal("EnqueueRequest on a full pool granted")
+					}
+					g := p.ReleaseFor(held.Tenant, held.Slots)
+					if len(g) != 1 {
+						b.Fatalf("ReleaseFor granted %d waiters, want 1", len(g))
+					}
+					held = g[0]
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/grant")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(queued), "B/waiter")
+				if s := p.Stats(); s.QueuedRequests != queued || s.InUse != 1 {
+					b.Fatalf("after the run: %+v", s)
+				}
+			})
+		}
+	}
+}

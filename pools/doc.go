@@ -1,17 +1,74 @@
 // Package pools is the in-memory slot accounting behind the lease manager.
 //
 // A [Pool] has a capacity of slots. A request asks for k slots: when k
-// slots are free and nobody is waiting it is granted at once, otherwise it
-// waits in a queue that is served strictly first-in, first-out. The queue
-// stops at the head waiter: a newcomer is never granted ahead of a waiting
-// request, even when it would fit, so that a large request cannot starve
+// slots are free and the request would be the next one served anyway, it is
+// granted at once; otherwise it waits in a queue. The queue's order is the
+// pool's [Policy]. Whatever the policy, the request the policy puts next
+// blocks the queue until it fits: nobody is granted ahead of it, even a
+// smaller request that would fit, so that a large request cannot starve
 // behind a stream of small ones.
 //
+// # Policies
+//
+// [PolicyFIFO], the default and what [New] makes, serves strictly in
+// arrival order. A newcomer is granted at once only when nobody waits.
+//
+// [PolicyPriority] serves in order of virtual time, smallest first, ties in
+// arrival order:
+//
+//	virtual time = arrival time - Priority × AgingStep
+//
+// So a higher priority goes first and requests of one priority go first-in,
+// first-out; and a waiting request gains one level per AgingStep waited: a
+// request of priority p goes before a request of priority p+d that arrives
+// d×AgingStep or more after it. Low priority therefore never starves: at
+// worst it waits (highest-lowest priority)×AgingStep plus the service of
+// what was ahead of it. A newcomer that goes before the queue's next
+// request and fits is granted at once.
+//
+// [PolicyFair] shares the slots across tenants ([Request.Tenant]) by
+// deficit round robin. Each tenant's requests are served first-in,
+// first-out. Tenants with requests take turns in a round; when a tenant's
+// turn begins it is credited its weight in slots ([Options.Weights],
+// [Options.DefaultWeight]) on top of any credit left from its last turn,
+// and it is served while its next request costs no more than its credit.
+// Over a long drain every backlogged tenant receives slots in proportion to
+// its weight. A tenant whose queue empties leaves the round and loses its
+// credit; a tenant that gets a request joins at the back of the round, so
+// it is served within the next round. A newcomer is granted at once only
+// when no tenant is in the round and its own tenant has nothing queued.
+// With [Options.TenantCap], a tenant whose next request would take it over
+// the cap is out of the round until its own releases (or cancels) bring it
+// back under; it blocks nobody meanwhile. (TenantCap needs the fair policy:
+// the others keep no per-tenant queues to pass a tenant over with.)
+//
+// Every policy counts slots held and queued per tenant ([Pool.Tenants]).
+// [Options.MaxQueue] bounds the queue under every policy: a request that
+// would have to wait when MaxQueue requests already do is refused with
+// [ErrQueueFull]. [Pool.TryAcquireRequest] grants exactly what
+// [Pool.EnqueueRequest] would grant at once and otherwise returns
+// [ErrWouldWait], queueing nothing.
+//
+// # Costs
+//
+// With n requests queued and T tenants in the fair round: fifo is O(1) per
+// operation ([Pool.Position] walks the queue, O(n)). priority is O(log n)
+// expected per operation, positions included, on a treap. fair is O(1)
+// amortised per grant, release and cancel while requests are no larger
+// than the weights, and O(T) when they are larger (a whole round may pass
+// without a grant; the rounds are then skipped arithmetically rather than
+// played); a position is O(T), and [Pool.EnqueueRequest] returns one.
+//
+// # Use
+//
 // The package does no I/O, starts no goroutines and sets no timers. The
-// non-blocking API ([Pool.Enqueue], [Pool.Release], [Pool.Cancel],
-// [Pool.SetCapacity]) returns the waiters that a call granted or rejected,
-// and the caller answers them. [Pool.Acquire] is a blocking convenience in
-// the style of golang.org/x/sync/semaphore for simple callers and tests.
+// non-blocking API ([Pool.EnqueueRequest], [Pool.ReleaseFor],
+// [Pool.Cancel], [Pool.SetCapacity]) returns the waiters that a call
+// granted or rejected, and the caller answers them; a granted waiter's
+// slots are given back with ReleaseFor(w.Tenant, w.Slots). [Pool.Enqueue],
+// [Pool.Release] and [Pool.Restore] are the same for tenant "" and
+// priority 0. [Pool.Acquire] is a blocking convenience in the style of
+// golang.org/x/sync/semaphore for simple callers and tests.
 //
 // A Pool is safe for concurrent use.
 package pools

@@ -1,18 +1,24 @@
 package pools
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"sync"
+	"time"
 )
 
 var (
 	// ErrInvalidSlots is returned (wrapped) for a request of zero or fewer slots.
 	ErrInvalidSlots = errors.New("pools: invalid slot count")
 	// ErrExceedsCapacity is returned (wrapped) for a request of more slots
-	// than the pool's capacity: such a request could never be granted.
+	// than the pool's capacity, or than Options.TenantCap: such a request
+	// could never be granted.
 	ErrExceedsCapacity = errors.New("pools: request exceeds capacity")
 )
 
@@ -21,25 +27,38 @@ var (
 type waiterState uint8
 
 const (
-	stateQueued    waiterState = iota // in Pool.waiters
+	stateQueued    waiterState = iota // in the pool's queue
 	stateGranted                      // slots counted in Pool.inUse; the owner must Release them
 	stateCancelled                    // removed by Cancel (or by Acquire giving up)
 	stateRejected                     // removed by SetCapacity: Slots > capacity
 )
 
-// Waiter is one queued request. Value is the caller's, opaque to the pool.
+// Waiter is one request. Value is the caller's, opaque to the pool. Tenant
+// and Priority are copied from the Request and must not be changed: a
+// granted waiter's slots are given back with ReleaseFor(w.Tenant, w.Slots).
 type Waiter struct {
-	Slots int64
-	Value any
+	Slots    int64
+	Value    any
+	Tenant   string
+	Priority int
 
-	pool  *Pool
-	elem  *list.Element // non-nil exactly while state == stateQueued
-	state waiterState
+	pool *Pool
+	// elem is w's element in Pool.waiters (fifo) or in its tenant's queue
+	// (fair); non-nil exactly while queued under those policies.
+	elem *list.Element
 	// ready is closed when the waiter leaves the queue by a grant or a
 	// rejection. It is nil unless the waiter was created by Acquire; such
 	// waiters are private to Acquire and never returned to callers.
 	ready chan struct{}
-	seq   uint64 // enqueue order, strictly increasing along the queue
+	seq   uint64  // enqueue order, strictly increasing along the queue
+	vt    int64   // priority: virtual time, see Pool.vtime
+	t     *tenant // w's tenant while queued, else nil
+
+	// priority: w's node in priorityQueue's treap.
+	left, right *Waiter
+	size        int32 // of the subtree rooted at w
+
+	state waiterState
 }
 
 // Granted reports whether w has been granted.
@@ -61,49 +80,158 @@ type Pool struct {
 	//   - 0 <= inUse, and inUse <= capacity except after Restore or a
 	//     SetCapacity shrink; while inUse > capacity nothing is granted, since
 	//     a grant of n needs capacity-inUse >= n > 0.
-	//   - waiters are granted only from the head of the queue, and when the
-	//     queue is non-empty its head does not fit (capacity-inUse < Slots):
-	//     every operation that frees slots or removes the head grants before
-	//     returning.
-	//   - every queued waiter has 0 < Slots <= capacity.
-	//   - queuedSlots == sum of Slots over waiters, kept so Stats is O(1).
+	//   - waiters are granted only as q.next() names them, and q.next(),
+	//     when not nil, does not fit (capacity-inUse < Slots): every
+	//     operation that frees slots or changes the queue grants before
+	//     returning. Exception: a RestoreFor that caps a fair tenant may
+	//     leave a grantable waiter for the next Release, Cancel or
+	//     SetCapacity (RestoreFor cannot return grants).
+	//   - every queued waiter has 0 < Slots <= capacity (and <= TenantCap).
+	//   - queued == number of queued waiters; queuedSlots == sum of their
+	//     Slots, kept so Stats is O(1).
+	//   - inUse == sum of tenant.inUse over anon and tenants; the same for
+	//     queued and queuedSlots.
 	capacity    int64
 	inUse       int64
+	queued      int
 	queuedSlots int64
-	waiters     list.List // of *Waiter, FIFO
+	waiters     list.List // fifo: the queue, of *Waiter; empty under other policies
 	seq         uint64    // last Waiter.seq handed out
+
+	opts  Options // normalized; never changes
+	q     queue   // the policy's service order
+	epoch time.Time
+
+	// anon is the tenant "", kept outside the map so that requests without
+	// a tenant cost no lookup or allocation. tenants holds every other
+	// tenant with slots held or requests queued, and no others.
+	anon    tenant
+	tenants map[string]*tenant
 }
 
-// New returns a pool of the given capacity with no slots in use. It panics
-// if capacity is negative. A pool of capacity 0 rejects every request with
-// ErrExceedsCapacity.
+// tenant is the accounting of one tenant key.
+type tenant struct {
+	name   string
+	weight int // fair quantum: slots credited per round
+
+	// inUse >= 0 and, under the fair policy with a cap, inUse <= TenantCap
+	// except after RestoreFor. queued and queuedSlots count the queued
+	// waiters whose tenant this is.
+	inUse       int64
+	queued      int
+	queuedSlots int64
+
+	// Fair policy only; see fairQueue.
+	waiters list.List     // this tenant's queued *Waiter, FIFO
+	ring    *list.Element // in fairQueue.ring, or nil
+	deficit int64         // slots this tenant may still be granted this round
+	started bool          // this tenant's turn has begun: deficit includes its quantum
+}
+
+// queue is a policy's service order over the queued waiters. Pool keeps
+// the counts; a queue only orders. All methods run under Pool.mu.
+type queue interface {
+	// first reports whether a new request of n slots from t (nil: a tenant
+	// with nothing held or queued) would be the next in service order,
+	// capacity aside, were it queued now. vt is its virtual time.
+	first(t *tenant, n int64, vt int64) bool
+	// push queues a new waiter; w.t is set and already counts it.
+	push(w *Waiter)
+	// remove takes a queued waiter out. granted reports that w was the
+	// waiter next() named and its slots are now counted in its tenant.
+	remove(w *Waiter, granted bool)
+	// next returns the next waiter in service order, or nil if no waiter
+	// may be granted (the queue is empty, or every tenant is at its cap).
+	next() *Waiter
+	// update is called after t's slots in use changed.
+	update(t *tenant)
+	// rank returns the 1-based position of a queued waiter (see Position).
+	rank(w *Waiter) int
+	// each calls f for every queued waiter. f must not change the queue.
+	each(f func(*Waiter))
+}
+
+// New returns a strict FIFO pool of the given capacity with no slots in
+// use. It panics if capacity is negative. A pool of capacity 0 rejects every
+// request with ErrExceedsCapacity.
 func New(capacity int64) *Pool {
 	if capacity < 0 {
 		panic("pools: capacity < 0")
 	}
-	return &Pool{capacity: capacity}
+	p, _ := NewWithOptions(capacity, Options{})
+	return p
 }
 
-// Enqueue grants n slots at once when n are free and nobody is waiting
-// (granted is true and w, already granted, is returned); otherwise it queues
-// a waiter at the tail (granted is false). position is the 1-based position
-// in the queue, 0 when granted.
-//
-// A granted waiter's slots must eventually be given back with Release. A
-// queued waiter is later returned by Release, Cancel or SetCapacity as
-// granted, or by SetCapacity as rejected, unless the caller cancels it.
+// NewWithOptions returns a pool of the given capacity with no slots in use,
+// serving its queue as o says. It returns an error wrapping
+// ErrInvalidOptions for a negative capacity or invalid options.
+func NewWithOptions(capacity int64, o Options) (*Pool, error) {
+	if capacity < 0 {
+		return nil, fmt.Errorf("%w: capacity %d is negative", ErrInvalidOptions, capacity)
+	}
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{capacity: capacity, opts: o}
+	p.anon.weight = p.weightOf("")
+	switch o.Policy {
+	case PolicyFIFO:
+		p.q = fifoQueue{p}
+	case PolicyPriority:
+		p.q = &priorityQueue{}
+		p.epoch = o.Now()
+	case PolicyFair:
+		p.q = &fairQueue{p: p}
+	}
+	return p, nil
+}
+
+// Policy returns the pool's queue policy.
+func (p *Pool) Policy() Policy { return p.opts.Policy }
+
+// Options returns the pool's options with their defaults filled in.
+func (p *Pool) Options() Options {
+	o := p.opts
+	o.Weights = maps.Clone(o.Weights)
+	return o
+}
+
+// Enqueue is EnqueueRequest(Request{Slots: n, Value: value}).
 func (p *Pool) Enqueue(n int64, value any) (w *Waiter, granted bool, position int, err error) {
+	return p.EnqueueRequest(Request{Slots: n, Value: value})
+}
+
+// EnqueueRequest grants r at once when it would be the next in service
+// order and its slots are free (granted is true and w, already granted, is
+// returned); otherwise it queues a waiter (granted is false). Under fifo a
+// request is granted at once only when nobody is waiting. position is the
+// waiter's position (see Position), 0 when granted.
+//
+// A granted waiter's slots must eventually be given back with
+// ReleaseFor(w.Tenant, w.Slots). A queued waiter is later returned by
+// ReleaseFor, Cancel or SetCapacity as granted, or by SetCapacity as
+// rejected, unless the caller cancels it.
+//
+// It fails with an error wrapping ErrInvalidSlots or ErrExceedsCapacity
+// for a request that could never be granted, and with ErrQueueFull when r
+// would have to wait and the queue holds Options.MaxQueue requests.
+func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.check(n); err != nil {
+	if err := p.check(r.Slots); err != nil {
 		return nil, false, 0, err
 	}
-	if p.fits(n) {
-		p.inUse += n
-		return &Waiter{Slots: n, Value: value, pool: p, state: stateGranted}, true, 0, nil
+	vt := p.vtime(r.Priority)
+	if p.grantable(r.Tenant, r.Slots, vt) {
+		p.take(r.Tenant, r.Slots)
+		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, true, 0, nil
 	}
-	w = p.push(n, value, nil)
-	return w, false, p.waiters.Len(), nil
+	if err := p.room(); err != nil {
+		return nil, false, 0, err
+	}
+	w = p.push(r, vt, nil)
+	return w, false, p.q.rank(w), nil
 }
 
 // TryAcquire grants n slots only if that is possible right now without
@@ -112,17 +240,35 @@ func (p *Pool) Enqueue(n int64, value any) (w *Waiter, granted bool, position in
 func (p *Pool) TryAcquire(n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.check(n) != nil || !p.fits(n) {
+	if p.check(n) != nil || !p.grantable("", n, p.vtime(0)) {
 		return false
 	}
-	p.inUse += n
+	p.take("", n)
 	return true
+}
+
+// TryAcquireRequest grants r exactly when EnqueueRequest would grant it at
+// once, and otherwise returns an error wrapping ErrWouldWait (or
+// ErrInvalidSlots or ErrExceedsCapacity for a request that could never be
+// granted). It never queues.
+func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.check(r.Slots); err != nil {
+		return nil, err
+	}
+	if !p.grantable(r.Tenant, r.Slots, p.vtime(r.Priority)) {
+		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
+			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
+	}
+	p.take(r.Tenant, r.Slots)
+	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, nil
 }
 
 // Acquire blocks until n slots are granted or ctx is done. On success it
 // returns nil. On failure it returns ctx.Err() (or an error wrapping
-// ErrInvalidSlots or ErrExceedsCapacity) and leaves the pool as if it had
-// not been called.
+// ErrInvalidSlots, ErrExceedsCapacity or ErrQueueFull) and leaves the pool
+// as if it had not been called. The request has tenant "" and priority 0.
 //
 // When Acquire gives slots back or leaves the queue, waiters queued behind
 // it by Enqueue may be granted; Acquire cannot return them, so they are only
@@ -144,13 +290,18 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 		return ctx.Err()
 	default:
 	}
-	if p.fits(n) {
-		p.inUse += n
+	vt := p.vtime(0)
+	if p.grantable("", n, vt) {
+		p.take("", n)
 		p.mu.Unlock()
 		return nil
 	}
+	if err := p.room(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	ready := make(chan struct{})
-	w := p.push(n, nil, ready)
+	w := p.push(Request{Slots: n}, vt, ready)
 	p.mu.Unlock()
 
 	select {
@@ -164,7 +315,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 		case stateGranted:
 			// Granted after ctx was done. Pretend we weren't and give the
 			// slots back.
-			p.inUse -= n
+			p.release("", n)
 			p.grant(nil)
 		case stateRejected, stateCancelled:
 		}
@@ -188,26 +339,26 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	}
 }
 
-// Release returns n slots and grants waiters from the head of the queue
-// while they fit, returning them in FIFO order (nil if none). It panics if n
-// is negative or more than the slots in use.
+// Release is ReleaseFor("", n).
 func (p *Pool) Release(n int64) []*Waiter {
+	return p.ReleaseFor("", n)
+}
+
+// ReleaseFor returns n slots held by tenant and grants waiters in service
+// order while they fit, returning them in that order (nil if none). It
+// panics if n is negative, or more than the slots in use, in all or by
+// tenant.
+func (p *Pool) ReleaseFor(tenant string, n int64) []*Waiter {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n < 0 {
-		panic("pools: release of negative slots")
-	}
-	if n > p.inUse {
-		panic(fmt.Sprintf("pools: released %d slots, %d in use", n, p.inUse))
-	}
-	p.inUse -= n
+	p.release(tenant, n)
 	return p.grant(nil)
 }
 
 // Cancel removes a queued waiter. removed is false when w was already
-// granted (the caller owns its slots and must Release them) or already
-// removed. Removing the head waiter may let the waiters behind it fit: those
-// are granted and returned in FIFO order.
+// granted (the caller owns its slots and must give them back with
+// ReleaseFor(w.Tenant, w.Slots)) or already removed. Removing the next waiter in service order may let the waiters
+// behind it fit: those are granted and returned in service order.
 func (p *Pool) Cancel(w *Waiter) (removed bool, granted []*Waiter) {
 	if w == nil {
 		return false, nil
@@ -223,24 +374,39 @@ func (p *Pool) Cancel(w *Waiter) (removed bool, granted []*Waiter) {
 	return true, p.remove(w)
 }
 
-// Restore adds n slots in use without queue or capacity checks. The manager
-// uses it to rebuild state from stored leases after a restart. In use may
-// then exceed capacity; nothing is granted until it is back below. It
-// panics if n is negative.
+// Restore is RestoreFor("", n).
 func (p *Pool) Restore(n int64) {
+	p.RestoreFor("", n)
+}
+
+// RestoreFor adds n slots in use by tenant without queue, capacity or
+// tenant cap checks. The manager uses it to rebuild state from stored
+// leases after a restart, before it queues requests. In use may then exceed
+// capacity or the tenant cap; nothing is granted until it is back below. It
+// grants nothing itself: under the fair policy, capping a tenant whose
+// request was next may let another waiter fit, and that waiter is granted
+// by the next ReleaseFor, Cancel or SetCapacity. It panics if n is negative.
+func (p *Pool) RestoreFor(tenant string, n int64) {
 	if n < 0 {
 		panic("pools: restore of negative slots")
 	}
+	if n == 0 {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.inUse += n
+	p.take(tenant, n)
+	if t := p.lookup(tenant); t.queued > 0 {
+		p.q.update(t)
+	}
 }
 
 // SetCapacity changes the capacity. Queued waiters that ask for more than c
 // slots could never be granted: they are removed and returned as rejected,
-// for the caller to answer with an error. Then the waiters that now fit are
-// granted and returned, in FIFO order. Shrinking below the slots in use
-// grants nothing until holders release enough. It panics if c is negative.
+// in enqueue order, for the caller to answer with an error. Then the waiters
+// that now fit are granted and returned, in service order. Shrinking below
+// the slots in use grants nothing until holders release enough. It panics
+// if c is negative.
 //
 // SetCapacity walks the queue when shrinking; it is meant for rare resizes.
 func (p *Pool) SetCapacity(c int64) (granted, rejected []*Waiter) {
@@ -252,13 +418,17 @@ func (p *Pool) SetCapacity(c int64) (granted, rejected []*Waiter) {
 	old := p.capacity
 	p.capacity = c
 	if c < old {
-		for e := p.waiters.Front(); e != nil; {
-			w := e.Value.(*Waiter)
-			e = e.Next()
-			if w.Slots <= c {
-				continue
+		var drop []*Waiter
+		p.q.each(func(w *Waiter) {
+			if w.Slots > c {
+				drop = append(drop, w)
 			}
-			p.unlink(w)
+		})
+		slices.SortFunc(drop, func(a, b *Waiter) int { return cmp.Compare(a.seq, b.seq) })
+		for _, w := range drop {
+			t := w.t
+			p.unlink(w, false)
+			p.forget(t)
 			w.state = stateRejected
 			if w.ready != nil {
 				w.Value = p.exceeds(w.Slots)
@@ -272,7 +442,21 @@ func (p *Pool) SetCapacity(c int64) (granted, rejected []*Waiter) {
 }
 
 // Position returns the 1-based position of a queued waiter, 0 if w is not
-// queued. It walks the queue from the head.
+// queued:
+//   - fifo: its place in the queue. O(n): it walks the queue from the head.
+//   - priority: 1 + the number of queued requests with a smaller virtual
+//     time (or the same and queued earlier), the exact place in service
+//     order. O(log n).
+//   - fair: 1 + the number of requests deficit round robin would grant
+//     before it if nothing else arrived, ignoring tenant caps (a capped
+//     tenant's requests are not counted; a capped waiter is placed as if
+//     its tenant joined the round now). Its own tenant's requests are
+//     counted exactly; another tenant's from its queued slots, so the
+//     position is exact when each tenant's queued requests are of one size.
+//     O(tenants queued).
+//
+// A position can grow: later requests of higher priority, or of a tenant
+// joining the round, may be served first.
 func (p *Pool) Position(w *Waiter) int {
 	if w == nil {
 		return 0
@@ -282,14 +466,7 @@ func (p *Pool) Position(w *Waiter) int {
 	if w.pool != p || w.state != stateQueued {
 		return 0
 	}
-	i := 1
-	for e := p.waiters.Front(); e != nil; e = e.Next() {
-		if e == w.elem {
-			return i
-		}
-		i++
-	}
-	return 0 // unreachable while the invariants hold
+	return p.q.rank(w)
 }
 
 // Stats is a snapshot of a pool's accounting.
@@ -299,19 +476,54 @@ type Stats struct {
 	Available      int64 `json:"available"` // max(0, capacity-in_use)
 	QueuedRequests int   `json:"queued"`
 	QueuedSlots    int64 `json:"queued_slots"`
+	// Policy is "" for fifo, the default, so that a fifo pool's stats read
+	// as they did before policies existed.
+	Policy    Policy `json:"policy,omitempty"`
+	MaxQueue  int    `json:"max_queue,omitempty"`
+	TenantCap int64  `json:"tenant_cap,omitempty"`
 }
 
-// Stats returns a snapshot of the pool's accounting.
+// Stats returns a snapshot of the pool's accounting. It is O(1); see
+// Tenants for the per-tenant counts.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{
+	s := Stats{
 		Capacity:       p.capacity,
 		InUse:          p.inUse,
 		Available:      max(0, p.capacity-p.inUse),
-		QueuedRequests: p.waiters.Len(),
+		QueuedRequests: p.queued,
 		QueuedSlots:    p.queuedSlots,
+		MaxQueue:       p.opts.MaxQueue,
+		TenantCap:      p.opts.TenantCap,
 	}
+	if p.opts.Policy != PolicyFIFO {
+		s.Policy = p.opts.Policy
+	}
+	return s
+}
+
+// Tenants returns the tenants with slots held or requests queued, sorted
+// by name. Weight is set under the fair policy only.
+func (p *Pool) Tenants() []TenantStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]TenantStats, 0, len(p.tenants)+1)
+	add := func(t *tenant) {
+		if t.inUse == 0 && t.queued == 0 {
+			return
+		}
+		s := TenantStats{Tenant: t.name, InUse: t.inUse, QueuedRequests: t.queued, QueuedSlots: t.queuedSlots}
+		if p.opts.Policy == PolicyFair {
+			s.Weight = t.weight
+		}
+		out = append(out, s)
+	}
+	add(&p.anon) // "" sorts first
+	for _, name := range slices.Sorted(maps.Keys(p.tenants)) {
+		add(p.tenants[name])
+	}
+	return out
 }
 
 // check validates a request of n slots. p.mu must be held.
@@ -322,6 +534,9 @@ func (p *Pool) check(n int64) error {
 	if n > p.capacity {
 		return p.exceeds(n)
 	}
+	if c := p.opts.TenantCap; c > 0 && n > c {
+		return fmt.Errorf("%w: %d slots requested, tenant cap is %d", ErrExceedsCapacity, n, c)
+	}
 	return nil
 }
 
@@ -329,71 +544,230 @@ func (p *Pool) exceeds(n int64) error {
 	return fmt.Errorf("%w: %d slots requested, capacity is %d", ErrExceedsCapacity, n, p.capacity)
 }
 
-// fits reports whether a new request of n slots may be granted at once: the
-// slots are free and nobody is waiting, since a newcomer must not jump the
-// queue. p.mu must be held.
-func (p *Pool) fits(n int64) bool {
-	return p.waiters.Len() == 0 && p.capacity-p.inUse >= n
+// room reports ErrQueueFull if the queue cannot take one more request.
+// p.mu must be held.
+func (p *Pool) room() error {
+	if m := p.opts.MaxQueue; m > 0 && p.queued >= m {
+		return fmt.Errorf("%w: %d requests queued, max_queue is %d", ErrQueueFull, p.queued, m)
+	}
+	return nil
 }
 
-// push queues a new waiter at the tail. p.mu must be held.
-func (p *Pool) push(n int64, value any, ready chan struct{}) *Waiter {
+// grantable reports whether a new request may be granted at once: it would
+// be the next in service order, so it jumps nobody the policy puts first,
+// and its slots are free. p.mu must be held.
+func (p *Pool) grantable(tenant string, n int64, vt int64) bool {
+	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), n, vt)
+}
+
+// vtime is the virtual time of a new request under the priority policy:
+// its age since the pool was made, less one AgingStep per priority level.
+// Smaller is served first, so a request that waited k steps longer than one
+// of k levels higher is served no later. Priorities too large to scale are
+// clamped; they still order above or below every sane one. It is 0 under
+// other policies, which never read the clock. p.mu must be held.
+func (p *Pool) vtime(priority int) int64 {
+	if p.opts.Policy != PolicyPriority {
+		return 0
+	}
+	const limit = math.MaxInt64 / 4 // leaves room for ±292 years of age
+	step := int64(p.opts.AgingStep)
+	var boost int64
+	switch pr := int64(priority); {
+	case pr > limit/step:
+		boost = limit
+	case pr < -limit/step:
+		boost = -limit
+	default:
+		boost = pr * step
+	}
+	return int64(p.opts.Now().Sub(p.epoch)) - boost
+}
+
+func (p *Pool) weightOf(name string) int {
+	if w, ok := p.opts.Weights[name]; ok {
+		return w
+	}
+	return p.opts.DefaultWeight
+}
+
+// lookup returns the tenant of that name, or nil if it holds and queues
+// nothing. p.mu must be held.
+func (p *Pool) lookup(name string) *tenant {
+	if name == "" {
+		return &p.anon
+	}
+	return p.tenants[name]
+}
+
+// tenant returns the tenant of that name, creating it if needed. p.mu must
+// be held.
+func (p *Pool) tenant(name string) *tenant {
+	if t := p.lookup(name); t != nil {
+		return t
+	}
+	if p.tenants == nil {
+		p.tenants = make(map[string]*tenant)
+	}
+	t := &tenant{name: name, weight: p.weightOf(name)}
+	p.tenants[name] = t
+	return t
+}
+
+// forget drops t from the map once it holds and queues nothing, so that a
+// stream of one-off tenant keys does not grow the pool. p.mu must be held.
+func (p *Pool) forget(t *tenant) {
+	if t != &p.anon && t.inUse == 0 && t.queued == 0 {
+		delete(p.tenants, t.name)
+	}
+}
+
+// take counts n more slots in use by the named tenant. p.mu must be held.
+func (p *Pool) take(name string, n int64) {
+	p.inUse += n
+	p.tenant(name).inUse += n
+}
+
+// release counts n slots less in use by the named tenant, or panics. The
+// caller grants. p.mu must be held.
+func (p *Pool) release(name string, n int64) {
+	if n < 0 {
+		panic("pools: release of negative slots")
+	}
+	if n > p.inUse {
+		panic(fmt.Sprintf("pools: released %d slots, %d in use", n, p.inUse))
+	}
+	t := p.lookup(name)
+	var held int64
+	if t != nil {
+		held = t.inUse
+	}
+	if n > held {
+		panic(fmt.Sprintf("pools: released %d slots for tenant %q, which holds %d", n, name, held))
+	}
+	if n == 0 {
+		return
+	}
+	p.inUse -= n
+	t.inUse -= n
+	if t.queued > 0 {
+		p.q.update(t)
+	}
+	p.forget(t)
+}
+
+// push queues a new waiter. p.mu must be held.
+func (p *Pool) push(r Request, vt int64, ready chan struct{}) *Waiter {
 	p.seq++
-	w := &Waiter{Slots: n, Value: value, pool: p, state: stateQueued, ready: ready, seq: p.seq}
-	w.elem = p.waiters.PushBack(w)
-	p.queuedSlots += n
+	t := p.tenant(r.Tenant)
+	w := &Waiter{
+		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority,
+		pool: p, state: stateQueued, ready: ready, seq: p.seq, vt: vt, t: t,
+	}
+	t.queued++
+	t.queuedSlots += r.Slots
+	p.queued++
+	p.queuedSlots += r.Slots
+	p.q.push(w)
 	return w
 }
 
 // unlink takes a queued waiter out of the queue; the caller sets its new
-// state. p.mu must be held.
-func (p *Pool) unlink(w *Waiter) {
-	p.waiters.Remove(w.elem)
-	w.elem = nil
+// state and, unless granted, forgets its tenant if idle. p.mu must be held.
+func (p *Pool) unlink(w *Waiter, granted bool) {
+	t := w.t
+	t.queued--
+	t.queuedSlots -= w.Slots
+	p.queued--
 	p.queuedSlots -= w.Slots
+	p.q.remove(w, granted)
+	w.t = nil
 }
 
-// remove cancels a queued waiter and, if it was the head, grants the
-// waiters behind it that now fit. p.mu must be held.
+// remove cancels a queued waiter and grants the waiters that now fit. p.mu
+// must be held.
 func (p *Pool) remove(w *Waiter) []*Waiter {
-	isFront := p.waiters.Front() == w.elem
-	p.unlink(w)
+	// Under fifo only the head's removal can let others through; the other
+	// policies' next waiter is cheaper to recompute than to predict.
+	wasNext := p.opts.Policy != PolicyFIFO || p.waiters.Front() == w.elem
+	t := w.t
+	p.unlink(w, false)
+	p.forget(t)
 	w.state = stateCancelled
-	if !isFront {
+	if !wasNext {
 		// The head is unchanged and still does not fit.
 		return nil
 	}
 	return p.grant(nil)
 }
 
-// grant grants waiters from the head of the queue while they fit, appending
-// them to out. Waiters created by Acquire are woken through their ready
-// channel instead of being returned. p.mu must be held.
+// grant grants waiters in service order while they fit, appending them to
+// out. Waiters created by Acquire are woken through their ready channel
+// instead of being returned. p.mu must be held.
 func (p *Pool) grant(out []*Waiter) []*Waiter {
 	for {
-		e := p.waiters.Front()
-		if e == nil {
-			return out // Nobody waiting.
+		w := p.q.next()
+		if w == nil {
+			return out // Nobody waiting, or every waiting tenant at its cap.
 		}
-		w := e.Value.(*Waiter)
 		if p.capacity-p.inUse < w.Slots {
-			// Not enough free slots for the head waiter. We could look
+			// Not enough free slots for the next waiter. We could look
 			// further down the queue for a smaller request that fits, but
 			// under load that starves large requests: with capacity N, a
 			// request for N slots waiting behind a steady stream of 1-slot
 			// requests would never see N slots free, since a newcomer could
 			// always take the one slot just released. So nobody is granted
-			// ahead of the head, and a newcomer never jumps a waiting
-			// multi-slot request.
+			// ahead of the next waiter, and a newcomer never jumps a waiting
+			// multi-slot request that the policy puts first.
 			return out
 		}
 		p.inUse += w.Slots
-		p.unlink(w)
+		w.t.inUse += w.Slots
+		p.unlink(w, true)
 		w.state = stateGranted
 		if w.ready != nil {
 			close(w.ready)
 			continue
 		}
 		out = append(out, w)
+	}
+}
+
+// fifoQueue is PolicyFIFO: Pool.waiters in arrival order.
+type fifoQueue struct{ p *Pool }
+
+func (q fifoQueue) first(*tenant, int64, int64) bool { return q.p.waiters.Len() == 0 }
+func (q fifoQueue) push(w *Waiter)                   { w.elem = q.p.waiters.PushBack(w) }
+func (q fifoQueue) update(*tenant)                   {}
+
+func (q fifoQueue) remove(w *Waiter, _ bool) {
+	q.p.waiters.Remove(w.elem)
+	w.elem = nil
+}
+
+func (q fifoQueue) next() *Waiter {
+	if e := q.p.waiters.Front(); e != nil {
+		return e.Value.(*Waiter)
+	}
+	return nil
+}
+
+func (q fifoQueue) rank(w *Waiter) int {
+	if q.p.waiters.Back() == w.elem {
+		return q.p.waiters.Len() // just queued: O(1)
+	}
+	i := 1
+	for e := q.p.waiters.Front(); e != nil; e = e.Next() {
+		if e == w.elem {
+			return i
+		}
+		i++
+	}
+	return 0 // unreachable while the invariants hold
+}
+
+func (q fifoQueue) each(f func(*Waiter)) {
+	for e := q.p.waiters.Front(); e != nil; e = e.Next() {
+		f(e.Value.(*Waiter))
 	}
 }

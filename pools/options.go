@@ -1,0 +1,135 @@
+package pools
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Policy is the order in which a pool serves its queued requests.
+type Policy string
+
+const (
+	// PolicyFIFO serves requests strictly in arrival order. It is the default.
+	PolicyFIFO Policy = "fifo"
+	// PolicyPriority serves higher priorities first, with aging.
+	PolicyPriority Policy = "priority"
+	// PolicyFair shares the slots across tenants by weight (deficit round robin).
+	PolicyFair Policy = "fair"
+)
+
+// Defaults and limits of Options.
+const (
+	DefaultAgingStep = 10 * time.Second
+	// MaxWeight bounds a fair weight: weights are ratios, and bounding them
+	// keeps the deficit arithmetic far from overflow.
+	MaxWeight = 1_000_000
+)
+
+var (
+	// ErrQueueFull is returned (wrapped) by EnqueueRequest, Enqueue and
+	// Acquire when the request cannot be granted at once and the queue
+	// already holds Options.MaxQueue requests.
+	ErrQueueFull = errors.New("pools: queue full")
+	// ErrWouldWait is returned (wrapped) by TryAcquireRequest when the
+	// request cannot be granted at once.
+	ErrWouldWait = errors.New("pools: request would wait")
+	// ErrInvalidOptions is returned (wrapped) by NewWithOptions.
+	ErrInvalidOptions = errors.New("pools: invalid options")
+)
+
+// Options configure a pool made by NewWithOptions. The zero value is a
+// strict FIFO pool with an unbounded queue, the same as New.
+type Options struct {
+	// Policy is the queue's service order; "" means PolicyFIFO.
+	Policy Policy
+	// AgingStep (priority): waiting this long is worth one priority level.
+	// 0 means DefaultAgingStep.
+	AgingStep time.Duration
+	// Weights (fair): tenant -> weight, each in 1..MaxWeight. A tenant's
+	// quantum per round is its weight in slots. Accepted and ignored under
+	// the other policies.
+	Weights map[string]int
+	// DefaultWeight (fair) is the weight of tenants not in Weights; 0 means 1.
+	DefaultWeight int
+	// TenantCap (fair only) is the most slots one tenant may hold at once;
+	// 0 means no cap. A request for more than TenantCap slots is refused
+	// with ErrExceedsCapacity, since it could never be granted.
+	TenantCap int64
+	// MaxQueue is the most requests the queue holds; 0 means unbounded.
+	MaxQueue int
+	// Now is the clock that dates requests for aging; nil means time.Now.
+	Now func() time.Time
+}
+
+// normalize validates o and fills in its defaults. The returned Options own
+// a copy of Weights.
+func (o Options) normalize() (Options, error) {
+	bad := func(format string, args ...any) (Options, error) {
+		return Options{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+	}
+	switch o.Policy {
+	case "":
+		o.Policy = PolicyFIFO
+	case PolicyFIFO, PolicyPriority, PolicyFair:
+	default:
+		return bad("unknown policy %q (want %q, %q or %q)", o.Policy, PolicyFIFO, PolicyPriority, PolicyFair)
+	}
+	if o.AgingStep < 0 {
+		return bad("aging step %v is negative", o.AgingStep)
+	}
+	if o.AgingStep == 0 {
+		o.AgingStep = DefaultAgingStep
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(o.Weights)) {
+		if w := o.Weights[tenant]; w <= 0 || w > MaxWeight {
+			return bad("weight %d of tenant %q is not in 1..%d", w, tenant, MaxWeight)
+		}
+	}
+	o.Weights = maps.Clone(o.Weights)
+	if o.DefaultWeight < 0 || o.DefaultWeight > MaxWeight {
+		return bad("default weight %d is not in 1..%d", o.DefaultWeight, MaxWeight)
+	}
+	if o.DefaultWeight == 0 {
+		o.DefaultWeight = 1
+	}
+	if o.TenantCap < 0 {
+		return bad("tenant cap %d is negative", o.TenantCap)
+	}
+	if o.TenantCap > 0 && o.Policy != PolicyFair {
+		// Passing over a capped tenant needs per-tenant queues, which only
+		// the fair policy keeps; ignoring the cap would break its promise.
+		return bad("tenant cap needs policy %q, not %q", PolicyFair, o.Policy)
+	}
+	if o.MaxQueue < 0 {
+		return bad("max queue %d is negative", o.MaxQueue)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+// Request is a request for slots.
+type Request struct {
+	Slots int64
+	// Priority (priority policy): higher is served first, e.g. low -1,
+	// normal 0, high 1. Ignored by the other policies.
+	Priority int
+	// Tenant is the fair policy's share key. Every policy counts slots held
+	// and queued per tenant under it (see Pool.Tenants); "" is a tenant too.
+	Tenant string
+	// Value is the caller's, opaque to the pool.
+	Value any
+}
+
+// TenantStats is a snapshot of one tenant's accounting.
+type TenantStats struct {
+	Tenant         string `json:"tenant"`
+	Weight         int    `json:"weight,omitempty"` // fair policy only
+	InUse          int64  `json:"in_use"`
+	QueuedRequests int    `json:"queued"`
+	QueuedSlots    int64  `json:"queued_slots"`
+}
