@@ -34,6 +34,16 @@ const (
 	EnvEventRetention         = "EVENT_RETENTION"
 	EnvReplicas               = "NATS_REPLICAS"
 	EnvHTTPAddr               = "HTTP_ADDR"
+
+	EnvNATSNKey        = "NATS_NKEY"
+	EnvNATSUser        = "NATS_USER"
+	EnvNATSPassword    = "NATS_PASSWORD"
+	EnvNATSTLSCA       = "NATS_TLS_CA"
+	EnvNATSTLSCert     = "NATS_TLS_CERT"
+	EnvNATSTLSKey      = "NATS_TLS_KEY"
+	EnvNATSInboxPrefix = "NATS_INBOX_PREFIX"
+	EnvLogLevel        = "LOG_LEVEL"
+	EnvLogFormat       = "LOG_FORMAT"
 )
 
 // Defaults. The envDefault struct tags repeat them because tags must be
@@ -46,6 +56,9 @@ const (
 	DefaultLeaseTTL               = 15 * time.Second
 	DefaultLeaderTTL              = 5 * time.Second
 	DefaultHTTPAddr               = "127.0.0.1:8080"
+	DefaultInboxPrefix            = "_INBOX" // nats.go's own
+	DefaultLogLevel               = "info"
+	DefaultLogFormat              = "text"
 )
 
 // Common is what both the lease manager and executors read.
@@ -64,6 +77,33 @@ type Common struct {
 	// SubjectPrefix (LEASE_SUBJECT_PREFIX) is one or more dot-separated
 	// tokens put in front of every lease subject.
 	SubjectPrefix string `env:"LEASE_SUBJECT_PREFIX" envDefault:"lease"`
+
+	// NATSNKey (NATS_NKEY) is an optional path to a user nkey seed file;
+	// the public user key is derived from it. Not with NATS_CREDS, which
+	// already holds a seed.
+	NATSNKey string `env:"NATS_NKEY"`
+	// NATSUser and NATSPassword (NATS_USER, NATS_PASSWORD) authenticate
+	// with a user name and password. Not with NATS_CREDS or NATS_NKEY.
+	NATSUser     string `env:"NATS_USER"`
+	NATSPassword string `env:"NATS_PASSWORD"`
+	// NATSTLSCA (NATS_TLS_CA) is a PEM file of CAs that verify the server;
+	// setting it requires TLS. Default: the system's roots (when the URL
+	// is tls://).
+	NATSTLSCA string `env:"NATS_TLS_CA"`
+	// NATSTLSCert and NATSTLSKey (NATS_TLS_CERT, NATS_TLS_KEY) are the PEM
+	// client certificate and its key, for servers that verify clients.
+	// Both or neither.
+	NATSTLSCert string `env:"NATS_TLS_CERT"`
+	NATSTLSKey  string `env:"NATS_TLS_KEY"`
+	// NATSInboxPrefix (NATS_INBOX_PREFIX) is the prefix of this process's
+	// reply subjects, so that a server's permissions can limit an executor
+	// to its own inboxes (see docs/security.md).
+	NATSInboxPrefix string `env:"NATS_INBOX_PREFIX" envDefault:"_INBOX"`
+
+	// LogLevel (LOG_LEVEL) is debug, info, warn or error; LogFormat
+	// (LOG_FORMAT) is text or json. Logger builds the logger from them.
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"text"`
 }
 
 // NATSAddress returns the address to dial: NATS_URL if set, else the
@@ -108,6 +148,11 @@ type Manager struct {
 	// disabled. It has no envDefault tag because env treats set-but-empty
 	// as unset, and here set-but-empty must disable the endpoint.
 	HTTPAddr string `env:"HTTP_ADDR"`
+
+	// Queue policies, derived from the variables in policies.go.
+	TenantWeights       map[string]int
+	TenantDefaultWeight int
+	PriorityAging       time.Duration
 
 	// Pools is derived: the POOL_CAPACITIES pools plus the default pool,
 	// sorted by name. The default pool's capacity is "default=N" from
@@ -176,7 +221,7 @@ func (c *Common) resolve() []error {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved: "<prefix>.events.>" is the event subject space`)))
 	}
 	if c.NATSCreds != "" {
-		if err := checkReadable(c.NATSCreds); err != nil {
+		if err := checkReadable(c.NATSCreds, "a .creds file"); err != nil {
 			errs = append(errs, varErr(EnvNATSCreds, c.NATSCreds, err))
 		}
 	}
@@ -186,6 +231,8 @@ func (c *Common) resolve() []error {
 	if err := checkSubjectPrefix(c.SubjectPrefix); err != nil {
 		errs = append(errs, varErr(EnvSubjectPrefix, c.SubjectPrefix, err))
 	}
+	errs = append(errs, c.resolveAuth()...)
+	errs = append(errs, c.resolveLog()...)
 	return errs
 }
 
@@ -233,6 +280,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	}
 	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	c.Pools = pools
+	errs = append(errs, c.resolvePolicies(m)...)
 	return errs
 }
 
@@ -284,8 +332,9 @@ func checkHostPort(addr string) error {
 
 // checkReadable opens path for reading, so that a missing or unreadable
 // credentials file is reported at start-up. The os error is kept as the
-// cause so errors.Is(err, fs.ErrNotExist) works.
-func checkReadable(path string) error {
+// cause so errors.Is(err, fs.ErrNotExist) works. want names the expected
+// file in the message for a directory.
+func checkReadable(path, want string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		var pe *os.PathError
@@ -300,7 +349,7 @@ func checkReadable(path string) error {
 		return fmt.Errorf("cannot read file: %w", err)
 	}
 	if fi.IsDir() {
-		return reason("is a directory, want a .creds file")
+		return reason("is a directory, want " + want)
 	}
 	return nil
 }
@@ -392,8 +441,10 @@ func parseReason(pe env.ParseError) string {
 // varOrder is the order errors are reported in: the documented order of
 // the variables, so output is stable whatever order checks run in.
 var varOrder = []string{
-	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSListen, EnvSubjectPrefix,
-	EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr,
+	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
+	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSListen, EnvSubjectPrefix,
+	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr,
+	EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 }
 
 func sortByVar(errs []error) []error {

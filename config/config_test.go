@@ -89,14 +89,14 @@ func TestParsePoolCapacities(t *testing.T) {
 	}{
 		{"", nil},
 		{"  \t ", nil},
-		{"gpu=1,io=16", []Pool{{"gpu", 1}, {"io", 16}}},
-		{"io=16,gpu=1", []Pool{{"io", 16}, {"gpu", 1}}}, // input order kept
-		{" gpu = 1 ,\tio=16 ", []Pool{{"gpu", 1}, {"io", 16}}},
-		{"default=8", []Pool{{"default", 8}}}, // no default pool added or removed
-		{"GPU=1,gpu=2", []Pool{{"GPU", 1}, {"gpu", 2}}},
-		{"a-b_C9=+5", []Pool{{"a-b_C9", 5}}},
-		{"big=9223372036854775807", []Pool{{"big", 9223372036854775807}}},
-		{"gpu=007", []Pool{{"gpu", 7}}},
+		{"gpu=1,io=16", []Pool{{Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}}},
+		{"io=16,gpu=1", []Pool{{Name: "io", Capacity: 16}, {Name: "gpu", Capacity: 1}}}, // input order kept
+		{" gpu = 1 ,\tio=16 ", []Pool{{Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}}},
+		{"default=8", []Pool{{Name: "default", Capacity: 8}}}, // no default pool added or removed
+		{"GPU=1,gpu=2", []Pool{{Name: "GPU", Capacity: 1}, {Name: "gpu", Capacity: 2}}},
+		{"a-b_C9=+5", []Pool{{Name: "a-b_C9", Capacity: 5}}},
+		{"big=9223372036854775807", []Pool{{Name: "big", Capacity: 9223372036854775807}}},
+		{"gpu=007", []Pool{{Name: "gpu", Capacity: 7}}},
 	}
 	for _, tt := range tests {
 		got, err := ParsePoolCapacities(tt.in)
@@ -220,7 +220,7 @@ func TestLoadManagerDefaults(t *testing.T) {
 			if want := filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream"); c.NATSStoreDir != want {
 				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
 			}
-			if want := []Pool{{"default", 4}}; !reflect.DeepEqual(c.Pools, want) {
+			if want := []Pool{{Name: "default", Capacity: 4}}; !reflect.DeepEqual(c.Pools, want) {
 				t.Errorf("Pools = %v, want %v", c.Pools, want)
 			}
 			if want := "nats://127.0.0.1:4222"; c.NATSAddress() != want {
@@ -241,25 +241,25 @@ func TestLoadManagerFrom(t *testing.T) {
 		check func(t *testing.T, c *Manager)
 	}{
 		{"pools sorted with default", map[string]string{EnvPoolCapacities: "io=16,gpu=1"}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}})
 		}},
 		{"pools gpu io", map[string]string{EnvPoolCapacities: "gpu=1,io=16"}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}})
 		}},
 		{"default entry overrides max concurrency", map[string]string{EnvPoolCapacities: "default=8", EnvExecutorMaxConcurrency: "2"}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"default", 8}})
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 8}})
 			if c.DefaultCapacity != 2 {
 				t.Errorf("DefaultCapacity = %d, want the raw EXECUTOR_MAX_CONCURRENCY 2", c.DefaultCapacity)
 			}
 		}},
 		{"default entry with others", map[string]string{EnvPoolCapacities: "zz=1,default=8,aa=2"}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"aa", 2}, {"default", 8}, {"zz", 1}})
+			wantPools(t, c, []Pool{{Name: "aa", Capacity: 2}, {Name: "default", Capacity: 8}, {Name: "zz", Capacity: 1}})
 		}},
 		{"max concurrency alone", map[string]string{EnvExecutorMaxConcurrency: "6"}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"default", 6}})
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 6}})
 		}},
 		{"whitespace trimmed", map[string]string{EnvPoolCapacities: "  gpu = 1 ,  io=16  "}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{"default", 4}, {"gpu", 1}, {"io", 16}})
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}})
 			if c.PoolCapacities != "  gpu = 1 ,  io=16  " {
 				t.Errorf("PoolCapacities = %q, want the raw value", c.PoolCapacities)
 			}
@@ -502,10 +502,13 @@ func TestLoadCommonFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Common{
-		NodeID:        "exec-1",
-		NATSURL:       "nats://nats.example:4222",
-		NATSListen:    "127.0.0.1:4222",
-		SubjectPrefix: "lease",
+		NodeID:          "exec-1",
+		NATSURL:         "nats://nats.example:4222",
+		NATSListen:      "127.0.0.1:4222",
+		SubjectPrefix:   "lease",
+		NATSInboxPrefix: "_INBOX",
+		LogLevel:        "info",
+		LogFormat:       "text",
 	}
 	if *c != want {
 		t.Errorf("LoadCommonFrom = %+v, want %+v", *c, want)
@@ -579,7 +582,7 @@ func TestLoadManagerReadsProcessEnv(t *testing.T) {
 	if c.NodeID != "proc-node" || c.SubjectPrefix != "p" || c.LeaseTTL != 30*time.Second || c.HTTPAddr != "" {
 		t.Errorf("LoadManager() = %+v", c)
 	}
-	wantPools(t, c, []Pool{{"default", 3}, {"gpu", 2}})
+	wantPools(t, c, []Pool{{Name: "default", Capacity: 3}, {Name: "gpu", Capacity: 2}})
 
 	cc, err := LoadCommon()
 	if err != nil {
@@ -601,5 +604,62 @@ func checkVarError(t *testing.T, err error, varName string) {
 	}
 	if ve.Var != varName {
 		t.Errorf("VarError.Var = %q, want %q", ve.Var, varName)
+	}
+}
+
+func TestQueuePolicies(t *testing.T) {
+	c, err := LoadManagerFrom(map[string]string{
+		EnvPoolCapacities: "gpu=2,io=8", EnvPoolPolicies: "gpu=fair, io=priority", EnvPoolMaxQueue: "gpu=10",
+		EnvTenantCaps: "gpu=1", EnvTenantWeights: "a:3,b:1", EnvTenantDefaultWeight: "2", EnvPriorityAging: "30s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Pool{
+		"default": {Name: "default", Capacity: 4},
+		"gpu":     {Name: "gpu", Capacity: 2, Policy: "fair", MaxQueue: 10, TenantCap: 1},
+		"io":      {Name: "io", Capacity: 8, Policy: "priority"},
+	}
+	for _, p := range c.Pools {
+		if p != want[p.Name] {
+			t.Errorf("pool %+v, want %+v", p, want[p.Name])
+		}
+	}
+	if c.TenantWeights["a"] != 3 || c.TenantWeights["b"] != 1 || c.TenantDefaultWeight != 2 || c.PriorityAging != 30*time.Second {
+		t.Errorf("weights %v default %d aging %v", c.TenantWeights, c.TenantDefaultWeight, c.PriorityAging)
+	}
+	d, err := LoadManagerFrom(map[string]string{})
+	if err != nil || d.TenantDefaultWeight != 1 || d.PriorityAging != 10*time.Second {
+		t.Fatalf("defaults: %+v %v", d, err)
+	}
+}
+
+func TestQueuePolicyErrors(t *testing.T) {
+	base := map[string]string{EnvPoolCapacities: "gpu=2"}
+	cases := []struct {
+		name, variable, value, want string
+	}{
+		{"unknown policy", EnvPoolPolicies, "gpu=lifo", `POOL_POLICIES: entry "gpu=lifo": unknown policy "lifo"`},
+		{"unknown pool", EnvPoolPolicies, "tpu=fair", `POOL_POLICIES: entry "tpu=fair": no pool "tpu"`},
+		{"missing =", EnvPoolPolicies, "gpu", `POOL_POLICIES: entry "gpu": missing "="`},
+		{"duplicate", EnvPoolPolicies, "gpu=fair,gpu=fifo", `duplicate name "gpu"`},
+		{"negative max queue", EnvPoolMaxQueue, "gpu=-1", `POOL_MAX_QUEUE: entry "gpu=-1": max queue must be a non-negative integer`},
+		{"cap on fifo", EnvTenantCaps, "gpu=1", `TENANT_CAPS: entry "gpu=1": pool "gpu" is not fair`},
+		{"zero weight", EnvTenantWeights, "a:0", `TENANT_WEIGHTS: entry "a:0": weight must be an integer from 1 to 1000000`},
+		{"weight sep", EnvTenantWeights, "a=3", `TENANT_WEIGHTS: entry "a=3": missing ":"`},
+		{"default weight", EnvTenantDefaultWeight, "x", `TENANT_DEFAULT_WEIGHT`},
+		{"aging", EnvPriorityAging, "-1s", `PRIORITY_AGING`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := map[string]string{tc.variable: tc.value}
+			for k, v := range base {
+				m[k] = v
+			}
+			_, err := LoadManagerFrom(m)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -21,8 +21,22 @@
 //	NATS_URL              NATS server URL(s); empty: the lease manager runs an
 //	                      embedded server and executors connect to NATS_LISTEN
 //	NATS_CREDS            optional .creds file; must exist and be readable
+//	NATS_NKEY             optional user nkey seed file (SU...); not with NATS_CREDS
+//	NATS_USER             optional user name; not with NATS_CREDS or NATS_NKEY
+//	NATS_PASSWORD         password of NATS_USER
+//	NATS_TLS_CA           optional PEM CA file that verifies the server; requires TLS
+//	NATS_TLS_CERT         optional PEM client certificate; with NATS_TLS_KEY
+//	NATS_TLS_KEY          the client certificate's PEM key; with NATS_TLS_CERT
+//	NATS_INBOX_PREFIX     prefix of reply subjects; default "_INBOX"
 //	NATS_LISTEN           host:port of the embedded server; default 127.0.0.1:4222
 //	LEASE_SUBJECT_PREFIX  dot-separated subject tokens; default "lease"
+//	LOG_LEVEL             debug, info, warn or error; default info
+//	LOG_FORMAT            text or json; default text
+//
+// Every file named by a NATS_* variable is opened and parsed at load time
+// (seed, PEM certificates, key pair), so a wrong path or file stops the
+// process at start-up. Error messages never show NATS_PASSWORD.
+// docs/security.md shows how the variables fit a server's permissions.
 //
 // Read by the lease manager only ([Manager]):
 //

@@ -20,6 +20,11 @@ const DefaultPool = "default"
 type Pool struct {
 	Name     string
 	Capacity int64
+	// Queue policy (POOL_POLICIES, POOL_MAX_QUEUE, TENANT_CAPS): "" is fifo;
+	// MaxQueue 0 is unbounded; TenantCap 0 is none.
+	Policy    string
+	MaxQueue  int
+	TenantCap int64
 }
 
 // ValidToken reports whether s may be used as a node id, a pool name or one

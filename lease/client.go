@@ -149,6 +149,9 @@ func (c *Client) dispatch(msg *nats.Msg) {
 type acquireOptions struct {
 	requestID string
 	secret    string
+	priority  int
+	tenant    string
+	noWait    bool
 	wait      time.Duration
 	onQueued  func(position int)
 }
@@ -167,6 +170,23 @@ func WithRequestID(id string) AcquireOption {
 // request id when retrying from another process.
 func WithSecret(secret string) AcquireOption {
 	return func(o *acquireOptions) { o.secret = secret }
+}
+
+// WithPriority sets the request's priority (pools with the priority policy):
+// higher first, e.g. low -1, normal 0, high 1.
+func WithPriority(p int) AcquireOption {
+	return func(o *acquireOptions) { o.priority = p }
+}
+
+// WithTenant sets the request's tenant (pools with the fair policy share
+// slots across tenants by weight).
+func WithTenant(t string) AcquireOption {
+	return func(o *acquireOptions) { o.tenant = t }
+}
+
+// NoWait makes Acquire a try-acquire: granted at once, or ErrWouldWait.
+func NoWait() AcquireOption {
+	return func(o *acquireOptions) { o.noWait = true }
 }
 
 // WithWait asks the manager to give up on the request if it is still queued
@@ -205,7 +225,8 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 	if o.secret == "" {
 		o.secret = nuid.Next()
 	}
-	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret})
+	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
+		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait})
 	if err != nil {
 		return nil, err
 	}

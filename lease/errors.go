@@ -15,6 +15,8 @@ const (
 	CodeInvalidSlots    Code = "invalid_slots"    // slots <= 0
 	CodeExceedsCapacity Code = "exceeds_capacity" // slots > the pool's capacity: could never be granted
 	CodeWaitExpired     Code = "wait_expired"     // the request's wait deadline passed while it was queued
+	CodeQueueFull       Code = "queue_full"       // the pool's queue is at its limit; retry after retry_after_ms
+	CodeWouldWait       Code = "would_wait"       // a no_wait (try) acquire that could not be granted at once
 	CodeCancelled       Code = "cancelled"        // the queued request was cancelled by its holder
 	CodeLeaseNotFound   Code = "lease_not_found"  // no live lease with that id (released, expired, never granted)
 	CodeTokenMismatch   Code = "token_mismatch"   // the token does not match the lease's fencing token
@@ -29,6 +31,8 @@ const (
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// RetryAfterMs hints when to retry a queue_full refusal.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -55,6 +59,8 @@ var (
 	ErrInvalidSlots    = &Error{Code: CodeInvalidSlots}
 	ErrExceedsCapacity = &Error{Code: CodeExceedsCapacity}
 	ErrWaitExpired     = &Error{Code: CodeWaitExpired}
+	ErrQueueFull       = &Error{Code: CodeQueueFull}
+	ErrWouldWait       = &Error{Code: CodeWouldWait}
 	ErrCancelled       = &Error{Code: CodeCancelled}
 	ErrLeaseNotFound   = &Error{Code: CodeLeaseNotFound}
 	ErrTokenMismatch   = &Error{Code: CodeTokenMismatch}

@@ -26,7 +26,7 @@ type candidate struct {
 
 func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration, overlap *atomic.Int32, pools ...lease.PoolConfig) *candidate {
 	t.Helper()
-	nc, err := jetstream.Connect(url, "", instance)
+	nc, err := jetstream.Connect(url, jetstream.Auth{}, instance)
 	if err != nil {
 		t.Fatal(err)
 	}

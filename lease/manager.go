@@ -19,10 +19,12 @@ import (
 	"github.com/slotlease/slotlease/pools"
 )
 
-// PoolConfig names a pool and its capacity in slots.
+// PoolConfig names a pool, its capacity in slots, and its queue policy
+// (the zero Options: strict FIFO, unbounded queue).
 type PoolConfig struct {
 	Name     string
 	Capacity int64
+	Options  pools.Options
 }
 
 // ManagerConfig wires a Manager. Conn, Store, Node and Pools are required.
@@ -92,11 +94,21 @@ type pool struct {
 	waiting map[string]*request
 }
 
+func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
+	pp, err := pools.NewWithOptions(capacity, o)
+	if err != nil {
+		return nil, fmt.Errorf("lease: pool %q: %w", name, err)
+	}
+	return &pool{name: name, p: pp, waiting: make(map[string]*request)}, nil
+}
+
 // request is an acquire from the moment it is accepted until its lease is
 // stored, or it ends with an error. Guarded by Manager.mu.
 type request struct {
 	id, holder string
 	secret     string
+	tenant     string
+	priority   int
 	slots      int64
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
@@ -174,7 +186,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		if _, dup := m.pools[pc.Name]; dup {
 			return nil, fmt.Errorf("lease: pool %q configured twice", pc.Name)
 		}
-		m.pools[pc.Name] = &pool{name: pc.Name, p: pools.New(pc.Capacity), waiting: make(map[string]*request)}
+		p, err := newPool(pc.Name, pc.Capacity, pc.Options)
+		if err != nil {
+			return nil, err
+		}
+		m.pools[pc.Name] = p
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -305,7 +321,7 @@ func (m *Manager) Stats() []PoolStats {
 func (m *Manager) statsLocked() []PoolStats {
 	out := make([]PoolStats, 0, len(m.pools))
 	for _, p := range m.pools {
-		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats()})
+		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -399,11 +415,21 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		return
 	}
 
-	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
-	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots})
-	w, granted, position, err := p.p.Enqueue(r.slots, r)
-	if err != nil { // checked above; kept so a pools change cannot go unnoticed
-		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeInternal, "%v", err))
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
+	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	var w *pools.Waiter
+	var granted bool
+	var position int
+	var err error
+	if req.NoWait {
+		w, err = p.p.TryAcquireRequest(r.poolRequest())
+		granted = err == nil
+	} else {
+		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
+	}
+	if err != nil {
+		m.rejectLocked(msg.Reply, p, poolName, req, m.enqueueError(p, req, err))
 		return
 	}
 	r.w = w
@@ -441,6 +467,29 @@ func sameRequest(req AcquireRequest, holder, secret string, slots int64) *Error 
 	return nil
 }
 
+func (r *request) poolRequest() pools.Request {
+	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Value: r}
+}
+
+// enqueueError maps a pool's refusal to a wire error.
+func (m *Manager) enqueueError(p *pool, req AcquireRequest, err error) *Error {
+	s := p.p.Stats()
+	switch {
+	case errors.Is(err, pools.ErrWouldWait):
+		return errorf(CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests)
+	case errors.Is(err, pools.ErrQueueFull):
+		e := errorf(CodeQueueFull, "pool %q already has %d queued requests, its limit", p.name, s.QueuedRequests)
+		// A hint, not a promise: about when a holder renews, by which time
+		// the queue has likely moved.
+		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
+		return e
+	case errors.Is(err, pools.ErrExceedsCapacity):
+		return errorf(CodeExceedsCapacity, "%v", err)
+	default:
+		return errorf(CodeInternal, "%v", err)
+	}
+}
+
 func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if err := validID(req.RequestID); err != nil {
 		return errorf(CodeBadRequest, "%v", err)
@@ -453,6 +502,9 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	}
 	if len(req.Secret) > MaxSecretLen {
 		return errorf(CodeBadRequest, "secret is longer than %d bytes", MaxSecretLen)
+	}
+	if len(req.Tenant) > MaxTenantLen {
+		return errorf(CodeBadRequest, "tenant is longer than %d bytes", MaxTenantLen)
 	}
 	if req.Slots <= 0 {
 		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
@@ -503,7 +555,7 @@ func (m *Manager) grant(r *request) {
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Manager: m.cfg.Instance, Secret: r.secret,
+		Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data, err := json.Marshal(rec)
@@ -528,7 +580,7 @@ func (m *Manager) grant(r *request) {
 		if !m.closed {
 			m.startDropLocked(r)
 		}
-		granted := p.p.Release(r.slots)
+		granted := p.p.ReleaseFor(r.tenant, r.slots)
 		if !m.closed {
 			m.startGrantsLocked(granted)
 		}
@@ -815,7 +867,7 @@ func (m *Manager) freeLocked(h *held, kind EventKind, code Code) {
 	if h.pool == nil {
 		return
 	}
-	granted := h.pool.p.Release(h.rec.Slots)
+	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
 	m.emit(h.pool, Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(granted)
@@ -901,7 +953,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
 		return
 	}
-	h.pool.p.Restore(rec.Slots)
+	h.pool.p.RestoreFor(rec.Tenant, rec.Slots)
 }
 
 func (m *Manager) emit(p *pool, ev Event) {

@@ -98,6 +98,7 @@ const (
 	MaxRequestIDLen = 128
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
+	MaxTenantLen    = 128
 )
 
 // AcquireRequest asks for slots. Retrying with the same RequestID and Holder
@@ -114,6 +115,15 @@ type AcquireRequest struct {
 	// WaitMs bounds the time spent queued, measured by the manager from the
 	// first time it saw the request. 0 waits until granted or cancelled.
 	WaitMs int64 `json:"wait_ms,omitempty"`
+	// Priority orders requests in a pool with the priority policy: higher
+	// first (e.g. low -1, normal 0, high 1), FIFO within a priority, with
+	// aging. Ignored by other policies.
+	Priority int `json:"priority,omitempty"`
+	// Tenant is the share key of a pool with the fair policy; every pool
+	// counts slots per tenant. Empty is a tenant too.
+	Tenant string `json:"tenant,omitempty"`
+	// NoWait refuses with would_wait instead of queueing (try-acquire).
+	NoWait bool `json:"no_wait,omitempty"`
 }
 
 // RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.
@@ -171,6 +181,8 @@ type Reply struct {
 type PoolStats struct {
 	Name string `json:"name"`
 	pools.Stats
+	// Tenants holding or waiting for slots, with their counts.
+	Tenants []pools.TenantStats `json:"tenants,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.
@@ -195,7 +207,9 @@ type Record struct {
 	// stored after the takeover began.
 	Manager string `json:"manager,omitempty"`
 	// Secret is the acquire's secret: shown only to the holder.
-	Secret string `json:"secret,omitempty"`
+	Secret   string `json:"secret,omitempty"`
+	Tenant   string `json:"tenant,omitempty"`
+	Priority int    `json:"priority,omitempty"`
 }
 
 // Public returns the record without its secret, for anyone but its holder.
@@ -230,6 +244,7 @@ type Event struct {
 	LeaseID   string      `json:"lease_id,omitempty"`
 	Holder    string      `json:"holder,omitempty"`
 	Slots     int64       `json:"slots,omitempty"`
+	Tenant    string      `json:"tenant,omitempty"`
 	Token     uint64      `json:"token,omitempty"`
 	Position  int         `json:"position,omitempty"`
 	WaitMs    int64       `json:"wait_ms,omitempty"`

@@ -58,7 +58,8 @@ func (m *Manager) nextOrderLocked() int64 {
 func (m *Manager) startPersistLocked(r *request) {
 	r.persisted = make(chan struct{})
 	v := storedValue{
-		Record:     Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance, Secret: r.secret},
+		Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
+			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
 	}
 	m.ops.Add(1)
@@ -172,7 +173,7 @@ func (m *Manager) restoreQueue() {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
-			id: v.ID, holder: v.Holder, secret: v.Secret, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
 			persisted: done, entryRev: e.rev,
 		}
@@ -197,7 +198,7 @@ func (m *Manager) restoreQueue() {
 			m.startDropLocked(r)
 			continue
 		}
-		w, granted, position, err := p.p.Enqueue(r.slots, r)
+		w, granted, position, err := p.p.EnqueueRequest(r.poolRequest())
 		if err != nil {
 			m.log.Error("restoring a queued request", "request", r.id, "err", err)
 			continue

@@ -230,7 +230,18 @@ func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(target)) {
 		if m.pools[name] == nil {
-			p := &pool{name: name, p: pools.New(target[name]), waiting: make(map[string]*request)}
+			// A configured pool that comes back keeps its configured policy.
+			var o pools.Options
+			for _, pc := range m.cfg.Pools {
+				if pc.Name == name {
+					o = pc.Options
+				}
+			}
+			p, err := newPool(name, target[name], o)
+			if err != nil {
+				m.log.Error("adding a pool", "pool", name, "err", err)
+				continue
+			}
 			m.pools[name] = p
 			if !quiet {
 				m.emit(p, Event{Kind: EventResized, Message: fmt.Sprintf("added with capacity %d", target[name])})

@@ -94,7 +94,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (i
 	if f.node == "" {
 		f.node = cfg.NodeID
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), cfg.NATSCreds, "executor")
+	nc, err := jetstream.Connect(cfg.NATSAddress(), natsAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -33,7 +32,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := cfg.Logger(stderr)
 
 	url := cfg.NATSURL
 	if url == "" {
@@ -48,7 +47,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		url = srv.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir)
 	}
-	nc, err := jetstream.Connect(url, cfg.NATSCreds, "leasemgr "+cfg.NodeID)
+	nc, err := jetstream.Connect(url, natsAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 	if err != nil {
 		return err
 	}

@@ -50,12 +50,64 @@ func StartServerAt(tb testing.TB, listen, dir string) *Server {
 // Connect opens a connection closed at the end of the test.
 func Connect(tb testing.TB, url string) *nats.Conn {
 	tb.Helper()
-	nc, err := jetstream.Connect(url, "", tb.Name())
+	nc, err := jetstream.Connect(url, jetstream.Auth{}, tb.Name())
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// ConnectAuth opens a connection with auth and extra options (an
+// ErrorHandler that records permission violations, say), closed at the end
+// of the test. Connect is ConnectAuth with neither.
+func ConnectAuth(tb testing.TB, url string, auth jetstream.Auth, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	nc, err := jetstream.Connect(url, auth, tb.Name(), opts...)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// StartManagerConn is StartManager on a connection the caller made, e.g.
+// with ConnectAuth as a user with restricted permissions. It opens the
+// prefix's lease and pool buckets on nc.
+func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) *Node {
+	tb.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = lease.DefaultPrefix
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.Prefix)})
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	if cfg.PoolStore == nil {
+		ps, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.Prefix)})
+		if err != nil {
+			tb.Fatalf("%v", err)
+		}
+		cfg.PoolStore = ps
+	}
+	cfg.Conn, cfg.Store = nc, store
+	if cfg.Events == nil {
+		cfg.Events = jetstream.NewEvents(nc, cfg.Prefix, nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = Logger()
+	}
+	m, err := lease.NewManager(cfg)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	if err := m.Start(ctx); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() { _ = m.Close() })
+	return &Node{Manager: m, Conn: nc, Store: store, Config: cfg}
 }
 
 // Node is a running lease manager with its own connection.

@@ -1,0 +1,154 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Queue policy variables. Each is a comma-separated list like
+// POOL_CAPACITIES; every name must be a pool of POOL_CAPACITIES (or
+// "default").
+const (
+	EnvPoolPolicies        = "POOL_POLICIES"         // gpu=fair,io=priority (fifo|priority|fair; default fifo)
+	EnvPoolMaxQueue        = "POOL_MAX_QUEUE"        // gpu=100 (0 or absent: unbounded)
+	EnvTenantCaps          = "TENANT_CAPS"           // gpu=2: most slots one tenant may hold (fair pools only)
+	EnvTenantWeights       = "TENANT_WEIGHTS"        // tenant-a:3,tenant-b:1 (fair pools)
+	EnvTenantDefaultWeight = "TENANT_DEFAULT_WEIGHT" // weight of tenants not in TENANT_WEIGHTS (default 1)
+	EnvPriorityAging       = "PRIORITY_AGING"        // waiting this long is worth one priority level (default 10s)
+)
+
+// Policies, as POOL_POLICIES accepts them.
+var policies = []string{"fifo", "priority", "fair"}
+
+// parseEntries parses a comma-separated list of name<sep>value entries,
+// reporting every bad entry as a *VarError naming the variable. Names must
+// be tokens and unique; value parses the value.
+func parseEntries(variable, s string, sep string, value func(name, v string) error) []error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, raw := range strings.Split(s, ",") {
+		entry := strings.TrimSpace(raw)
+		err := func() error {
+			if entry == "" {
+				return reason("empty entry (stray comma?)")
+			}
+			name, v, ok := strings.Cut(entry, sep)
+			if !ok {
+				return reason(fmt.Sprintf("missing %q (want name%svalue)", sep, sep))
+			}
+			name = strings.TrimSpace(name)
+			if err := ValidToken(name); err != nil {
+				return fmt.Errorf("invalid name %q: %w", name, err)
+			}
+			if seen[name] {
+				return reason(fmt.Sprintf("duplicate name %q", name))
+			}
+			seen[name] = true
+			return value(name, strings.TrimSpace(v))
+		}()
+		if err != nil {
+			errs = append(errs, &VarError{Var: variable, Value: entry, Entry: true, Reason: err.Error(), Err: err})
+		}
+	}
+	return errs
+}
+
+func positiveInt(v string, what string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, reason(what + " must be a positive integer")
+	}
+	return n, nil
+}
+
+// resolvePolicies reads the queue policy variables from m into the pools
+// and c. Pools must already be built.
+func (c *Manager) resolvePolicies(m map[string]string) []error {
+	index := map[string]*Pool{}
+	for i := range c.Pools {
+		index[c.Pools[i].Name] = &c.Pools[i]
+	}
+	pool := func(name string) (*Pool, error) {
+		p := index[name]
+		if p == nil {
+			return nil, reason(fmt.Sprintf("no pool %q (name it in POOL_CAPACITIES first)", name))
+		}
+		return p, nil
+	}
+	var errs []error
+	errs = append(errs, parseEntries(EnvPoolPolicies, m[EnvPoolPolicies], "=", func(name, v string) error {
+		p, err := pool(name)
+		if err != nil {
+			return err
+		}
+		for _, known := range policies {
+			if v == known {
+				p.Policy = v
+				return nil
+			}
+		}
+		return reason(fmt.Sprintf("unknown policy %q (want fifo, priority or fair)", v))
+	})...)
+	errs = append(errs, parseEntries(EnvPoolMaxQueue, m[EnvPoolMaxQueue], "=", func(name, v string) error {
+		p, err := pool(name)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return reason("max queue must be a non-negative integer (0: unbounded)")
+		}
+		p.MaxQueue = n
+		return nil
+	})...)
+	// Caps after policies: a cap needs the fair policy.
+	errs = append(errs, parseEntries(EnvTenantCaps, m[EnvTenantCaps], "=", func(name, v string) error {
+		p, err := pool(name)
+		if err != nil {
+			return err
+		}
+		if p.Policy != "fair" {
+			return reason(fmt.Sprintf("pool %q is not fair: a tenant cap needs POOL_POLICIES=%s=fair", name, name))
+		}
+		n, err := positiveInt(v, "cap")
+		if err != nil {
+			return err
+		}
+		p.TenantCap = n
+		return nil
+	})...)
+	c.TenantWeights = map[string]int{}
+	errs = append(errs, parseEntries(EnvTenantWeights, m[EnvTenantWeights], ":", func(name, v string) error {
+		n, err := positiveInt(v, "weight")
+		if err != nil || n > 1_000_000 {
+			return reason("weight must be an integer from 1 to 1000000")
+		}
+		c.TenantWeights[name] = int(n)
+		return nil
+	})...)
+	if v, ok := m[EnvTenantDefaultWeight]; ok && v != "" {
+		n, err := positiveInt(v, "weight")
+		if err != nil || n > 1_000_000 {
+			errs = append(errs, varErr(EnvTenantDefaultWeight, v, reason("must be an integer from 1 to 1000000")))
+		} else {
+			c.TenantDefaultWeight = int(n)
+		}
+	} else {
+		c.TenantDefaultWeight = 1
+	}
+	c.PriorityAging = 10 * time.Second
+	if v, ok := m[EnvPriorityAging]; ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, varErr(EnvPriorityAging, v, reason(`must be a positive duration, e.g. "10s"`)))
+		} else {
+			c.PriorityAging = d
+		}
+	}
+	return errs
+}

@@ -1,0 +1,323 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/config"
+)
+
+// Priority orders jobs of one pool: high is taken before normal, normal
+// before low, subject to the aging rule (see Order).
+type Priority string
+
+const (
+	High   Priority = "high"
+	Normal Priority = "normal"
+	Low    Priority = "low"
+)
+
+// Priorities lists the priorities from highest to lowest.
+var Priorities = []Priority{High, Normal, Low}
+
+// rank is the priority's level: high 2, normal 1, low 0, unknown -1.
+func (p Priority) rank() int {
+	switch p {
+	case High:
+		return 2
+	case Normal:
+		return 1
+	case Low:
+		return 0
+	}
+	return -1
+}
+
+// ParsePriority accepts high, normal or low.
+func ParsePriority(s string) (Priority, error) {
+	p := Priority(s)
+	if p.rank() < 0 {
+		return "", fmt.Errorf("%w: priority %q: must be high, normal or low", ErrInvalidSpec, s)
+	}
+	return p, nil
+}
+
+// State is where a job is in its life. queued, running and failed are
+// transient; succeeded and dead are final.
+type State string
+
+const (
+	// StateQueued: stored, waiting to be taken (also after it was given back
+	// by an executor that stopped or could not get a lease in time).
+	StateQueued State = "queued"
+	// StateRunning: an executor holds a lease for it and runs it.
+	StateRunning State = "running"
+	// StateFailed: its last attempt failed and another is scheduled at
+	// Record.NextAttemptAt.
+	StateFailed State = "failed"
+	// StateSucceeded: an attempt exited 0. Final.
+	StateSucceeded State = "succeeded"
+	// StateDead: every attempt failed (or it could not be decoded); it is in
+	// the dead-letter bucket with its last error. Final.
+	StateDead State = "dead"
+)
+
+// Final reports whether no further attempt will be made.
+func (s State) Final() bool { return s == StateSucceeded || s == StateDead }
+
+// Defaults and limits of a job spec.
+const (
+	DefaultPool        = config.DefaultPool
+	DefaultSlots       = 1
+	DefaultPriority    = Normal
+	DefaultMaxAttempts = 3
+	MaxMaxAttempts     = 100
+	// MaxSpecBytes caps an encoded job: it is a stream message.
+	MaxSpecBytes = 256 << 10
+)
+
+// Spec is what a job runs and where. Its JSON form is the job spec file
+// `executor submit --spec` reads; docs/jobs.md documents it.
+type Spec struct {
+	// ID is optional: a client-chosen id makes submitting idempotent (the
+	// same id is stored once). A fresh unique id otherwise.
+	ID          string            `json:"id,omitempty"`
+	Pool        string            `json:"pool"`
+	Slots       int64             `json:"slots"`
+	Priority    Priority          `json:"priority"`
+	MaxAttempts int               `json:"max_attempts"`
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	// Limits applied by the sandbox to each attempt; zero means none.
+	Timeout      Duration `json:"timeout,omitzero"`
+	CPU          Duration `json:"cpu,omitzero"`
+	MemoryBytes  int64    `json:"memory_bytes,omitempty"`
+	MaxProcs     int      `json:"max_procs,omitempty"`
+	MaxOpenFiles int      `json:"max_open_files,omitempty"`
+	Isolate      bool     `json:"isolate,omitempty"`
+	NoNetwork    bool     `json:"no_network,omitempty"`
+}
+
+// NewSpec returns a spec holding the defaults, for callers that fill it in
+// field by field.
+func NewSpec() Spec {
+	return Spec{Pool: DefaultPool, Slots: DefaultSlots, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts}
+}
+
+// ErrInvalidSpec is matched by every validation and decoding error of a
+// job spec.
+var ErrInvalidSpec = errors.New("invalid job spec")
+
+// ParseSpec decodes a JSON job spec, fills in defaults for absent fields,
+// and validates it. Errors name the offending field.
+func ParseSpec(data []byte) (Spec, error) {
+	s := NewSpec()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, specJSONError(data, err)
+	}
+	if dec.More() {
+		return Spec{}, fmt.Errorf("%w: more than one JSON value", ErrInvalidSpec)
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+// specJSONError rewrites encoding/json's errors, which name Go types, into
+// ones that name the JSON field and what it should hold.
+func specJSONError(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		line := 1 + bytes.Count(data[:min(int(syn.Offset), len(data))], []byte("\n"))
+		return fmt.Errorf("%w: malformed JSON on line %d: %v", ErrInvalidSpec, line, syn)
+	case errors.As(err, &typ):
+		want := "a " + typ.Type.Kind().String()
+		switch {
+		case typ.Type == durationType:
+			want = `a duration string like "90s" or "10m"`
+		case typ.Type.Kind() >= reflect.Int && typ.Type.Kind() <= reflect.Int64:
+			want = "an integer"
+		case typ.Type.Kind() == reflect.Slice:
+			want = "an array of strings"
+		case typ.Type.Kind() == reflect.Map:
+			want = "an object of strings"
+		case typ.Type.Kind() == reflect.String:
+			want = "a string"
+		case typ.Type.Kind() == reflect.Bool:
+			want = "true or false"
+		}
+		field := typ.Field
+		if field == "" {
+			return fmt.Errorf("%w: want a JSON object, got %s", ErrInvalidSpec, typ.Value)
+		}
+		return fmt.Errorf("%w: field %q: want %s, got %s", ErrInvalidSpec, field, want, typ.Value)
+	case errors.Is(err, errDuration):
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Errorf("%w: unknown field %s", ErrInvalidSpec, strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: empty input, want a JSON object", ErrInvalidSpec)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: malformed JSON: unexpected end of input", ErrInvalidSpec)
+	default:
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+}
+
+// Validate checks every field and reports all problems at once.
+func (s *Spec) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if s.ID != "" {
+		if err := config.ValidToken(s.ID); err != nil {
+			bad("id %q: %v", s.ID, err)
+		}
+	}
+	if err := config.ValidToken(s.Pool); err != nil {
+		bad("pool %q: %v", s.Pool, err)
+	}
+	if s.Slots <= 0 {
+		bad("slots %d: must be a positive integer", s.Slots)
+	}
+	if s.Priority.rank() < 0 {
+		bad("priority %q: must be high, normal or low", s.Priority)
+	}
+	if s.MaxAttempts < 1 || s.MaxAttempts > MaxMaxAttempts {
+		bad("max_attempts %d: must be from 1 to %d", s.MaxAttempts, MaxMaxAttempts)
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		bad("command: must not be empty (give the program and its arguments)")
+	}
+	for _, a := range s.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			bad("command: argument %q holds a NUL byte", a)
+		}
+	}
+	for k, v := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			bad("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+	}
+	for name, d := range map[string]Duration{"timeout": s.Timeout, "cpu": s.CPU} {
+		if d < 0 {
+			bad("%s %v: must not be negative", name, time.Duration(d))
+		}
+	}
+	if s.MemoryBytes < 0 || s.MaxProcs < 0 || s.MaxOpenFiles < 0 {
+		bad("memory_bytes, max_procs and max_open_files must not be negative")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidSpec, errors.Join(errs...))
+}
+
+// Duration is a time.Duration that reads and writes as a string like "10m".
+type Duration time.Duration
+
+var errDuration = errors.New("bad duration")
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string; a non-string is a type error so
+// that encoding/json names the field.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: durationType}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: fmt.Sprintf("string %q", s), Type: durationType}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func describeJSON(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	default:
+		return "number " + string(b)
+	}
+}
+
+// Job is the message stored in the jobs stream.
+type Job struct {
+	ID          string    `json:"id"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	Spec        Spec      `json:"spec"`
+}
+
+// Record is a job's state and latest result, kept in the results bucket
+// under its id (and, once dead, in the dead-letter bucket too).
+type Record struct {
+	ID          string    `json:"id"`
+	State       State     `json:"state"`
+	Spec        Spec      `json:"spec"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	// Attempts counts the deliveries that counted as attempts: every
+	// delivery except those given back unrun (see Returned).
+	Attempts int `json:"attempts"`
+	// Returned counts deliveries an executor gave back without running the
+	// job to an end: it stopped (SIGTERM), or no slot came free in time.
+	// They do not use up attempts.
+	Returned int `json:"returned,omitempty"`
+
+	// The latest attempt.
+	Node            string    `json:"node,omitempty"`
+	LeaseID         string    `json:"lease_id,omitempty"`
+	LeaseToken      uint64    `json:"lease_token,omitempty"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	FinishedAt      time.Time `json:"finished_at,omitzero"`
+	ExitCode        *int      `json:"exit_code,omitempty"`
+	Signal          string    `json:"signal,omitempty"`
+	DurationMs      int64     `json:"duration_ms,omitempty"`
+	StoppedBy       string    `json:"stopped_by,omitempty"`
+	PeakMemoryBytes int64     `json:"peak_memory_bytes,omitempty"`
+	Isolation       string    `json:"isolation,omitempty"`
+	Notes           []string  `json:"notes,omitempty"`
+	StdoutTail      string    `json:"stdout_tail,omitempty"`
+	StderrTail      string    `json:"stderr_tail,omitempty"`
+	// Error is the last error: why the latest attempt failed, or why the
+	// job is dead.
+	Error         string    `json:"error,omitempty"`
+	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+}
+
+// Duration returns the latest attempt's run time.
+func (r *Record) Duration() time.Duration { return time.Duration(r.DurationMs) * time.Millisecond }
+
+// validID checks a job id: a token (letters, digits, '-', '_'), so it is a
+// valid KV key and fits in a lease request id.
+func validID(id string) error { return config.ValidToken(id) }

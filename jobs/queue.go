@@ -1,0 +1,359 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no record for that job id (never submitted, or its
+	// record expired after the results TTL).
+	ErrNotFound = errors.New("jobs: job not found")
+	// ErrDuplicate: a client-chosen id names a job that already finished.
+	ErrDuplicate = errors.New("jobs: job id already used by a finished job")
+	// ErrNoQueue: Bind found no job stream or bucket for the prefix: no job
+	// was ever submitted with it.
+	ErrNoQueue = errors.New("jobs: no job queue for this prefix")
+)
+
+// Defaults of Config.
+const (
+	DefaultResultTTL = 7 * 24 * time.Hour
+	DefaultDeadTTL   = 30 * 24 * time.Hour
+	// DefaultMaxQueuedBytes caps the jobs stream; submits fail once it is
+	// full rather than dropping jobs.
+	DefaultMaxQueuedBytes = 1 << 30
+	// duplicateWindow is how long a client-chosen id is deduplicated by the
+	// stream itself (Nats-Msg-Id); the results bucket covers longer.
+	duplicateWindow = 2 * time.Minute
+)
+
+// Config describes the queue's storage. Only the first process to create a
+// stream or bucket sets its limits; later ones bind to what exists.
+type Config struct {
+	Prefix    string        // subject prefix; "lease" if empty
+	Replicas  int           // 1 if zero; 3 on a cluster
+	ResultTTL time.Duration // how long results are kept; DefaultResultTTL if zero
+	DeadTTL   time.Duration // how long dead letters are kept; DefaultDeadTTL if zero
+	MaxBytes  int64         // jobs stream size cap; DefaultMaxQueuedBytes if zero
+}
+
+// Queue is the durable job queue: a work-queue stream of jobs, one subject
+// per pool and priority, plus KV buckets for results and dead letters.
+type Queue struct {
+	names   Names
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	results jetstream.KeyValue
+	dead    jetstream.KeyValue
+}
+
+// Open binds the queue, creating the stream and buckets on first use.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
+	return open(ctx, nc, cfg, true)
+}
+
+// Bind binds an existing queue without creating anything; ErrNoQueue if it
+// does not exist. For read-only commands, so a mistyped prefix does not
+// leave a stray stream behind.
+func Bind(ctx context.Context, nc *nats.Conn, prefix string) (*Queue, error) {
+	return open(ctx, nc, Config{Prefix: prefix}, false)
+}
+
+func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "lease"
+	}
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
+	cfg.ResultTTL = cmp.Or(cfg.ResultTTL, DefaultResultTTL)
+	cfg.DeadTTL = cmp.Or(cfg.DeadTTL, DefaultDeadTTL)
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultMaxQueuedBytes)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: jetstream: %w", err)
+	}
+	q := &Queue{names: NamesFor(cfg.Prefix), js: js}
+
+	q.stream, err = js.Stream(ctx, q.names.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if !create {
+			return nil, ErrNoQueue
+		}
+		q.stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        q.names.Stream,
+			Description: "slotlease jobs: one subject per pool and priority; a job leaves when acknowledged",
+			Subjects:    []string{q.names.AllSubjects()},
+			// Work-queue retention: a message is removed when its executor
+			// acknowledges it, i.e. once its result is stored.
+			Retention:  jetstream.WorkQueuePolicy,
+			Storage:    jetstream.FileStorage,
+			Replicas:   cfg.Replicas,
+			MaxBytes:   cfg.MaxBytes,
+			MaxMsgSize: MaxSpecBytes,
+			// No MaxAge: a job is never dropped for waiting long. When the
+			// stream is full, submits fail instead.
+			Discard:    jetstream.DiscardNew,
+			Duplicates: duplicateWindow,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			q.stream, err = js.Stream(ctx, q.names.Stream)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: stream %s: %w", q.names.Stream, err)
+	}
+	q.results, err = bucket(ctx, js, create, jetstream.KeyValueConfig{
+		Bucket: q.names.Results, Description: "slotlease job states and results by job id",
+		History: 1, TTL: cfg.ResultTTL, MaxValueSize: 2 * MaxSpecBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	q.dead, err = bucket(ctx, js, create, jetstream.KeyValueConfig{
+		Bucket: q.names.Dead, Description: "slotlease dead letters: jobs whose every attempt failed, with their last error",
+		History: 1, TTL: cfg.DeadTTL, MaxValueSize: 2 * MaxSpecBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+func bucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !create {
+			return nil, ErrNoQueue
+		}
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// Names returns the queue's subjects, stream and bucket names.
+func (q *Queue) Names() Names { return q.names }
+
+// Submit validates spec, stores the job in the stream and its record as
+// queued, and returns the record. With spec.ID set, submitting the same id
+// again while the job is not finished returns the existing record;
+// ErrDuplicate once it finished.
+func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.ID == "" {
+		spec.ID = nuid.Next()
+	} else if rec, _, err := q.get(ctx, q.results, spec.ID); err == nil {
+		if rec.State.Final() {
+			return nil, fmt.Errorf("%w: %s is %s", ErrDuplicate, spec.ID, rec.State)
+		}
+		return rec, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	data, err := json.Marshal(Job{ID: spec.ID, SubmittedAt: now, Spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSpecBytes {
+		return nil, fmt.Errorf("%w: encoded job is %d bytes, more than %d", ErrInvalidSpec, len(data), MaxSpecBytes)
+	}
+	// The job goes into the stream first, its record second: an executor
+	// that takes the job at once may already have written a newer record,
+	// which Create then leaves alone. A submitter dying in between leaves a
+	// job without a record, and the executor that takes it writes one.
+	ack, err := q.js.Publish(ctx, q.names.Subject(spec.Pool, spec.Priority), data,
+		jetstream.WithMsgID(spec.ID), jetstream.WithExpectStream(q.names.Stream))
+	if err != nil {
+		return nil, fmt.Errorf("jobs: storing the job: %w", err)
+	}
+	rec := &Record{ID: spec.ID, State: StateQueued, Spec: spec, SubmittedAt: now, UpdatedAt: now}
+	if ack.Duplicate {
+		if got, _, err := q.get(ctx, q.results, spec.ID); err == nil {
+			return got, nil
+		}
+	}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := q.results.Create(ctx, spec.ID, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("jobs: storing the record of job %s (the job itself is queued): %w", spec.ID, err)
+	}
+	return rec, nil
+}
+
+// Get returns a job's record; ErrNotFound if there is none.
+func (q *Queue) Get(ctx context.Context, id string) (*Record, error) {
+	rec, _, err := q.get(ctx, q.results, id)
+	return rec, err
+}
+
+// DeadLetter returns a dead job's record from the dead-letter bucket.
+func (q *Queue) DeadLetter(ctx context.Context, id string) (*Record, error) {
+	rec, _, err := q.get(ctx, q.dead, id)
+	return rec, err
+}
+
+func (q *Queue) get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64, error) {
+	if validID(id) != nil {
+		return nil, 0, fmt.Errorf("%w: %q is not a valid job id", ErrNotFound, id)
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: reading job %s: %w", id, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, 0, fmt.Errorf("jobs: record of job %s is malformed: %w", id, err)
+	}
+	return &rec, e.Revision(), nil
+}
+
+// put stores a record, stamping UpdatedAt.
+func (q *Queue) put(ctx context.Context, kv jetstream.KeyValue, rec *Record) error {
+	rec.UpdatedAt = time.Now().UTC()
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, rec.ID, val)
+	return err
+}
+
+// List returns up to limit records, most recently updated first, optionally
+// only those in state (empty: all). It reads the whole results bucket, which
+// its TTL keeps bounded.
+func (q *Queue) List(ctx context.Context, limit int, state State) ([]Record, error) {
+	w, err := q.results.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: listing: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var recs []Record
+	seen := 0
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				break loop
+			}
+			if e == nil {
+				// The initial-values marker can come early (DESIGN.md): it
+				// only ends an empty listing if the bucket really is empty.
+				if seen == 0 {
+					st, err := q.results.Status(ctx)
+					if err != nil {
+						return nil, fmt.Errorf("jobs: listing: %w", err)
+					}
+					if st.Values() == 0 {
+						break loop
+					}
+				}
+				continue
+			}
+			seen++
+			if e.Operation() == jetstream.KeyValuePut {
+				var rec Record
+				if json.Unmarshal(e.Value(), &rec) == nil && (state == "" || rec.State == state) {
+					recs = append(recs, rec)
+				}
+			}
+			if e.Delta() == 0 {
+				break loop
+			}
+		}
+	}
+	slices.SortFunc(recs, func(a, b Record) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	if limit > 0 && len(recs) > limit {
+		recs = recs[:limit]
+	}
+	return recs, nil
+}
+
+// Depth is the queue of one pool and priority.
+type Depth struct {
+	Pool     string   `json:"pool"`
+	Priority Priority `json:"priority"`
+	// Stored is every job of this pool and priority in the stream: waiting,
+	// being run, or waiting for a retry.
+	Stored uint64 `json:"stored"`
+	// Waiting is the part never delivered to an executor yet.
+	Waiting uint64 `json:"waiting"`
+	// InFlight is the part delivered and not yet acknowledged: taken by an
+	// executor (acquiring or running), or waiting for its retry backoff.
+	InFlight int `json:"in_flight"`
+}
+
+// Depths returns the queue depth per pool and priority, for every pool with
+// a job in the stream or an executor serving it, sorted by pool and then
+// priority from high to low.
+func (q *Queue) Depths(ctx context.Context) ([]Depth, error) {
+	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.names.AllSubjects()))
+	if err != nil {
+		return nil, fmt.Errorf("jobs: stream info: %w", err)
+	}
+	type key struct {
+		pool string
+		p    Priority
+	}
+	byKey := map[key]*Depth{}
+	at := func(pool string, p Priority) *Depth {
+		k := key{pool, p}
+		if d := byKey[k]; d != nil {
+			return d
+		}
+		d := &Depth{Pool: pool, Priority: p}
+		byKey[k] = d
+		return d
+	}
+	for subj, n := range info.State.Subjects {
+		if pool, p, ok := q.names.parseSubject(subj); ok {
+			d := at(pool, p)
+			d.Stored, d.Waiting = n, n // until a consumer says better
+		}
+	}
+	lister := q.stream.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		pool, p, ok := q.names.parseSubject(ci.Config.FilterSubject)
+		if !ok {
+			continue
+		}
+		d := at(pool, p)
+		d.Waiting, d.InFlight = ci.NumPending, ci.NumAckPending
+	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("jobs: consumers: %w", err)
+	}
+	out := make([]Depth, 0, len(byKey))
+	for _, d := range byKey {
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b Depth) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(b.Priority.rank(), a.Priority.rank()))
+	})
+	return out, nil
+}

@@ -1,0 +1,716 @@
+package jobs
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/sandbox"
+)
+
+// Defaults of ServerConfig.
+const (
+	DefaultGrace        = 30 * time.Second
+	DefaultAckWait      = 30 * time.Second
+	DefaultAging        = 5 * time.Minute
+	DefaultBackoff      = time.Second
+	DefaultMaxBackoff   = 5 * time.Minute
+	DefaultAcquireWait  = 5 * time.Second
+	DefaultPollInterval = time.Second
+	DefaultOutputBytes  = 4 << 10
+	maxAckPending       = 20000
+)
+
+// ServerConfig wires a Server. Queue, Conn, Leases, Pools and Env are
+// required.
+type ServerConfig struct {
+	Queue *Queue
+	// Conn carries the wake-up subscriptions (a job published, a lease
+	// event on this node); the Queue's own connection is fine.
+	Conn *nats.Conn
+	// Leases asks this node's lease manager: jobs run only on its node.
+	Leases *lease.Client
+	Pools  []string
+	// Concurrency caps the jobs this server runs at once; 0 leaves the cap
+	// to the node's free slots.
+	Concurrency int
+	// Grace is how long running jobs may finish once Serve's context ends,
+	// before they are stopped and given back.
+	Grace time.Duration
+	// AckWait is how long a taken job's claim lives without a heartbeat:
+	// after an executor dies, its jobs are delivered again after AckWait.
+	// It is a property of the shared consumers, so every server of a pool
+	// should use the same value (the last one to start sets it).
+	AckWait time.Duration
+	// Aging is the period after which a waiting job counts one priority
+	// level higher (see Order); negative disables aging.
+	Aging time.Duration
+	// Backoff is the delay before the first retry of a failed job; it
+	// doubles with every further attempt up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// AcquireWait is how long a taken job waits for its lease before it is
+	// given back for another node (the slot seen free was taken meanwhile).
+	AcquireWait time.Duration
+	// PollInterval is how often to look for work when nothing wakes the
+	// server (a retry's backoff ending is not announced).
+	PollInterval time.Duration
+	// KillGrace is the sandbox's delay between SIGTERM and SIGKILL.
+	KillGrace time.Duration
+	// OutputBytes caps the stdout and stderr tails kept in a result.
+	OutputBytes int
+	// Env builds a worker's whole environment from its lease and the job's
+	// own variables (executor's workerEnv: the lease variables, a few safe
+	// variables of the executor, never its secrets).
+	Env func(l *lease.Lease, jobEnv map[string]string) map[string]string
+	// Logger; slog.Default() if nil.
+	Logger *slog.Logger
+}
+
+// Server takes jobs of its pools from the queue and runs each under a lease
+// of its own node, in the sandbox.
+//
+// No hoarding: for each pool, one feeder takes one job at a time, and only
+// after the node's lease manager reported a free slot and nobody queued for
+// one; the job's lease is acquired before the next is taken. So a job never
+// waits on a full node while an idle node serving the same pool could take
+// it, and a job that lost a race for the slot is given back after
+// AcquireWait.
+//
+// Delivery: a job is acknowledged only once its final record (succeeded or
+// dead) is stored; a failed attempt is negatively acknowledged with a
+// backoff; a job given back unrun (shutdown, no slot in time) is
+// negatively acknowledged at once and does not use up an attempt. While a
+// job is held, its claim is kept alive every AckWait/3.
+type Server struct {
+	cfg  ServerConfig
+	log  *slog.Logger
+	q    *Queue
+	node string
+
+	consumers map[string]map[Priority]jetstream.Consumer
+	wakes     map[string]chan struct{} // per pool, buffered 1
+	sem       chan struct{}            // running jobs; nil when Concurrency is 0
+
+	// runCtx is the running jobs' context: cancelled when the grace
+	// period ends (or Abort), which stops their sandboxes.
+	runCtx   context.Context
+	stopRuns context.CancelFunc
+	runs     sync.WaitGroup // one per running job
+	running  atomic.Int64
+	started  atomic.Bool
+}
+
+// NewServer validates cfg and fills in defaults.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Queue == nil || cfg.Conn == nil || cfg.Leases == nil || cfg.Env == nil {
+		return nil, errors.New("jobs: server needs a queue, a connection, a lease client and an env builder")
+	}
+	if len(cfg.Pools) == 0 {
+		return nil, errors.New("jobs: server needs at least one pool")
+	}
+	if cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("jobs: concurrency %d must not be negative", cfg.Concurrency)
+	}
+	cfg.Grace = cmp.Or(cfg.Grace, DefaultGrace)
+	cfg.AckWait = cmp.Or(cfg.AckWait, DefaultAckWait)
+	cfg.Aging = cmp.Or(cfg.Aging, DefaultAging)
+	cfg.Backoff = cmp.Or(cfg.Backoff, DefaultBackoff)
+	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff), cfg.Backoff)
+	cfg.AcquireWait = cmp.Or(cfg.AcquireWait, DefaultAcquireWait)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.OutputBytes = cmp.Or(cfg.OutputBytes, DefaultOutputBytes)
+	if cfg.AckWait < time.Second {
+		return nil, fmt.Errorf("jobs: ack wait %v must be at least 1s", cfg.AckWait)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg:       cfg,
+		q:         cfg.Queue,
+		node:      cfg.Leases.Node(),
+		consumers: map[string]map[Priority]jetstream.Consumer{},
+		wakes:     map[string]chan struct{}{},
+	}
+	s.log = cfg.Logger.With("node", s.node)
+	for _, p := range cfg.Pools {
+		if _, dup := s.wakes[p]; dup {
+			return nil, fmt.Errorf("jobs: pool %q given twice", p)
+		}
+		s.wakes[p] = make(chan struct{}, 1)
+	}
+	if cfg.Concurrency > 0 {
+		s.sem = make(chan struct{}, cfg.Concurrency)
+	}
+	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Running returns the number of jobs running now.
+func (s *Server) Running() int { return int(s.running.Load()) }
+
+// Abort stops running jobs now instead of at the end of the grace period;
+// they are given back for redelivery. It is meant for a second signal once
+// Serve's context has ended: before that, jobs taken would be given back
+// unrun.
+func (s *Server) Abort() { s.stopRuns() }
+
+// Serve takes and runs jobs until ctx ends. Then it takes no new job, lets
+// running ones finish for up to Grace, stops the rest and gives them back
+// (they are delivered again, without using up an attempt), releases their
+// leases, and returns. It can be called once.
+func (s *Server) Serve(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("jobs: Serve called twice")
+	}
+	defer s.stopRuns()
+	if err := s.ensureConsumers(ctx); err != nil {
+		return err
+	}
+	var subs []*nats.Subscription
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	for _, pool := range s.cfg.Pools {
+		poke := func(*nats.Msg) { s.poke(pool) }
+		// A submit can reach this subscriber before the stream has stored
+		// the job (or before the consumer counts it): look again shortly.
+		submitted := func(*nats.Msg) {
+			s.poke(pool)
+			time.AfterFunc(50*time.Millisecond, func() { s.poke(pool) })
+		}
+		for subj, h := range map[string]nats.MsgHandler{
+			s.q.names.PoolSubjects(pool):                          submitted,
+			lease.EventFilter(s.q.names.Prefix, s.node, pool, ""): poke, // slots may have come free
+		} {
+			sub, err := s.cfg.Conn.Subscribe(subj, h)
+			if err != nil {
+				return fmt.Errorf("jobs: subscribe %s: %w", subj, err)
+			}
+			subs = append(subs, sub)
+		}
+	}
+
+	var feeders sync.WaitGroup
+	for _, pool := range s.cfg.Pools {
+		feeders.Go(func() { s.feed(ctx, pool) })
+	}
+	s.log.Info("serving jobs", "pools", s.cfg.Pools, "concurrency", s.cfg.Concurrency)
+	<-ctx.Done()
+	feeders.Wait()
+
+	done := make(chan struct{})
+	go func() {
+		s.runs.Wait()
+		close(done)
+	}()
+	if n := s.Running(); n > 0 {
+		s.log.Info("stopping: waiting for running jobs", "running", n, "grace", s.cfg.Grace)
+	}
+	grace := time.NewTimer(s.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-s.runCtx.Done(): // Abort
+		<-done
+	case <-grace.C:
+		s.log.Warn("grace period over: stopping running jobs and giving them back", "running", s.Running())
+		s.stopRuns()
+		<-done
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *Server) ensureConsumers(ctx context.Context) error {
+	for _, pool := range s.cfg.Pools {
+		s.consumers[pool] = map[Priority]jetstream.Consumer{}
+		for _, p := range Priorities {
+			c, err := s.q.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+				Durable:       s.q.names.Consumer(pool, p),
+				Description:   fmt.Sprintf("executors serving pool %s, %s priority", pool, p),
+				FilterSubject: s.q.names.Subject(pool, p),
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       s.cfg.AckWait,
+				MaxDeliver:    -1, // attempts are counted by the server, which dead-letters
+				MaxAckPending: maxAckPending,
+			})
+			if err != nil {
+				return fmt.Errorf("jobs: consumer for pool %s, priority %s: %w", pool, p, err)
+			}
+			s.consumers[pool][p] = c
+		}
+	}
+	return nil
+}
+
+func (s *Server) poke(pool string) {
+	select {
+	case s.wakes[pool] <- struct{}{}:
+	default:
+	}
+}
+
+type outcome int
+
+const (
+	idle    outcome = iota // nothing taken: wait for a wake-up or the poll interval
+	handled                // a job was dealt with without running it: look again at once
+	started                // a job runs and owns the concurrency token
+)
+
+// feed is the one loop taking jobs of one pool. It returns when ctx ends.
+func (s *Server) feed(ctx context.Context, pool string) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		if s.sem != nil {
+			select {
+			case s.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		o := s.tryOne(ctx, pool)
+		if o != started && s.sem != nil {
+			<-s.sem
+		}
+		if o != idle {
+			continue
+		}
+		poll.Reset(s.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wakes[pool]:
+		case <-poll.C:
+		}
+	}
+}
+
+func (s *Server) tryOne(ctx context.Context, pool string) outcome {
+	stats, err := s.cfg.Leases.Stats(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("asking the lease manager for pool stats", "err", err)
+		}
+		return idle
+	}
+	var st lease.PoolStats
+	found := false
+	for _, ps := range stats {
+		if ps.Name == pool {
+			st, found = ps, true
+		}
+	}
+	if !found {
+		s.log.Error("the lease manager of this node has no such pool", "pool", pool)
+		return idle
+	}
+	// No hoarding: only with a slot free now, and nobody on this node
+	// already waiting for one.
+	if st.Available < 1 || st.QueuedRequests > 0 {
+		return idle
+	}
+	msg, err := s.next(ctx, pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("fetching a job", "pool", pool, "err", err)
+		}
+		return idle
+	}
+	if msg == nil {
+		return idle
+	}
+	return s.take(ctx, pool, msg, st)
+}
+
+// next fetches one job of pool, trying priorities in the order of Order.
+func (s *Server) next(ctx context.Context, pool string) (jetstream.Msg, error) {
+	var heads []Head
+	for _, p := range Priorities {
+		info, err := s.consumers[pool][p].Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			continue // nothing at all of this priority
+		}
+		h := Head{Priority: p}
+		if info.NumPending > 0 && s.cfg.Aging > 0 {
+			// The oldest never-delivered job of this priority: the first
+			// message of the subject after the consumer's delivered floor.
+			m, err := s.q.stream.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(s.q.names.Subject(pool, p)))
+			if err == nil {
+				h.Since = m.Time
+			}
+		}
+		heads = append(heads, h)
+	}
+	for _, p := range Order(heads, time.Now(), s.cfg.Aging) {
+		batch, err := s.consumers[pool][p].FetchNoWait(1)
+		if err != nil {
+			return nil, err
+		}
+		var msg jetstream.Msg
+		for m := range batch.Messages() {
+			msg = m
+		}
+		if msg != nil {
+			return msg, nil
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// task is one delivery of a job, from fetch to acknowledgement.
+type task struct {
+	msg       jetstream.Msg
+	job       Job
+	rec       *Record
+	pool      string
+	delivered uint64
+	attempt   int    // this delivery's attempt number
+	stopClaim func() // stops the claim heartbeat; set once it runs
+}
+
+// take decides what to do with a fetched job and, when it is to run,
+// acquires its lease and starts it.
+func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st lease.PoolStats) outcome {
+	meta, err := msg.Metadata()
+	if err != nil {
+		s.log.Error("job message without metadata", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return handled
+	}
+	var job Job
+	if err := json.Unmarshal(msg.Data(), &job); err != nil || validID(job.ID) != nil {
+		s.buryMalformed(msg, meta, err)
+		return handled
+	}
+	t := &task{msg: msg, job: job, pool: pool, delivered: meta.NumDelivered, stopClaim: func() {}}
+	// Read on a context that outlives a shutdown: a job taken just as the
+	// server stops must still be given back properly.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rec, err := s.q.Get(gctx, job.ID)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		rec = &Record{ID: job.ID, State: StateQueued, Spec: job.Spec, SubmittedAt: job.SubmittedAt}
+	case err != nil:
+		s.log.Warn("reading a job's record", "job", job.ID, "err", err)
+		_ = msg.NakWithDelay(s.cfg.PollInterval)
+		return idle
+	}
+	t.rec = rec
+	if rec.State.Final() {
+		// Its result is stored; the acknowledgement was lost.
+		s.ack(t)
+		return handled
+	}
+	t.attempt = int(meta.NumDelivered) - rec.Returned
+	if rec.State == StateRunning && rec.Node != "" {
+		rec.Error = fmt.Sprintf("attempt %d on node %s was lost: its executor stopped or lost contact before storing a result", rec.Attempts, rec.Node)
+	}
+	if t.attempt > job.Spec.MaxAttempts {
+		// Only deliveries whose executors vanished get here: each counted.
+		t.attempt--
+		s.bury(t)
+		return handled
+	}
+	if err := job.Spec.Validate(); err != nil {
+		s.fail(t, err.Error())
+		return handled
+	}
+	if job.Spec.Slots > st.Capacity {
+		s.fail(t, fmt.Sprintf("needs %d slots, but pool %s on node %s has %d", job.Spec.Slots, pool, s.node, st.Capacity))
+		return handled
+	}
+	if job.Spec.Slots > st.Available {
+		s.giveBack(t, s.cfg.PollInterval, "not enough free slots on this node")
+		return idle
+	}
+	t.stopClaim = s.keepClaim(msg)
+	l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots,
+		lease.WithRequestID(job.ID+"-d"+strconv.FormatUint(meta.NumDelivered, 10)),
+		lease.WithWait(s.cfg.AcquireWait))
+	if err != nil {
+		switch {
+		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
+			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
+			s.fail(t, fmt.Sprintf("no lease on node %s: %v", s.node, err))
+			return handled
+		case ctx.Err() != nil:
+			s.giveBack(t, 0, "the executor is stopping")
+		default: // wait expired, or the manager is unavailable
+			s.giveBack(t, s.cfg.PollInterval, "no lease in time: "+err.Error())
+		}
+		return idle
+	}
+	s.runs.Add(1)
+	s.running.Add(1)
+	go s.run(t, l)
+	return started
+}
+
+// keepClaim heartbeats the job's claim until the returned stop is called;
+// stop waits for the heartbeat goroutine.
+func (s *Server) keepClaim(msg jetstream.Msg) (stop func()) {
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(s.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					s.log.Warn("keeping a job's claim alive", "err", err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-exited
+	}
+}
+
+// run runs a job whose lease is held, then stores its result and
+// acknowledges (or retries, or buries) it.
+func (s *Server) run(t *task, l *lease.Lease) {
+	defer s.runs.Done()
+	defer s.running.Add(-1)
+	defer s.poke(t.pool)
+	if s.sem != nil {
+		defer func() { <-s.sem }()
+	}
+	rec, spec := t.rec, t.job.Spec
+	rec.State, rec.Attempts, rec.Node = StateRunning, t.attempt, s.node
+	rec.LeaseID, rec.LeaseToken = l.ID(), l.Token()
+	rec.StartedAt, rec.FinishedAt, rec.NextAttemptAt = time.Now().UTC(), time.Time{}, time.Time{}
+	rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = nil, "", 0, ""
+	rec.PeakMemoryBytes, rec.Isolation, rec.Notes, rec.StdoutTail, rec.StderrTail = 0, "", nil, "", ""
+	if err := s.store(rec); err != nil {
+		s.log.Warn("storing a job's running state", "job", rec.ID, "err", err)
+	}
+	s.log.Info("job started", "job", rec.ID, "pool", t.pool, "attempt", t.attempt, "lease", l.ID())
+
+	jobEnv := maps.Clone(spec.Env)
+	if jobEnv == nil {
+		jobEnv = map[string]string{}
+	}
+	jobEnv["JOB_ID"], jobEnv["JOB_ATTEMPT"] = rec.ID, strconv.Itoa(t.attempt)
+	res, err := sandbox.Run(s.runCtx, sandbox.Spec{
+		Command: spec.Command, Env: s.cfg.Env(l, jobEnv),
+		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
+		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
+		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace,
+	}, l.Done())
+
+	// Slots back first: the result write does not need them.
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, lease.ErrLeaseLost) {
+		s.log.Warn("releasing a job's lease (it expires on its own)", "job", rec.ID, "lease", l.ID(), "err", rerr)
+	}
+	cancel()
+
+	switch {
+	case err != nil && s.runCtx.Err() != nil:
+		s.giveBack(t, 0, "the executor stopped before the job started")
+	case err != nil:
+		s.fail(t, fmt.Sprintf("could not start: %v", err))
+	case res.StoppedBy == sandbox.StoppedCancelled:
+		s.giveBack(t, 0, "the executor stopped; the job was interrupted")
+	default:
+		code := res.ExitCode
+		rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = &code, res.Signal, res.Duration.Milliseconds(), res.StoppedBy
+		rec.PeakMemoryBytes, rec.Isolation, rec.Notes = res.PeakMemoryBytes, res.Isolation, res.Notes
+		rec.StdoutTail, rec.StderrTail = string(res.StdoutTail), string(res.StderrTail)
+		rec.FinishedAt = time.Now().UTC()
+		if res.ExitCode == 0 && res.StoppedBy == "" {
+			s.succeed(t)
+		} else {
+			s.fail(t, describe(res))
+		}
+	}
+}
+
+// describe says why an attempt failed, with the last line of its stderr.
+func describe(res *sandbox.Result) string {
+	var why string
+	switch {
+	case res.StoppedBy == sandbox.StoppedTimeout:
+		why = "stopped: ran past its timeout"
+	case res.StoppedBy == sandbox.StoppedLeaseLost:
+		why = "stopped: its lease was lost"
+	case res.StoppedBy != "":
+		why = "stopped by its " + res.StoppedBy + " limit"
+	case res.ExitCode >= 0:
+		why = fmt.Sprintf("exit code %d", res.ExitCode)
+	default:
+		why = "killed by signal " + res.Signal
+	}
+	if line := lastLine(res.StderrTail); line != "" {
+		why += ": " + line
+	}
+	return why
+}
+
+func lastLine(b []byte) string {
+	b = bytes.TrimRight(b, "\r\n\t ")
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	if len(b) > 200 {
+		b = append(b[:200:200], "..."...)
+	}
+	return string(b)
+}
+
+// succeed stores the result and only then acknowledges the job.
+func (s *Server) succeed(t *task) {
+	t.rec.State, t.rec.Error = StateSucceeded, ""
+	t.stopClaim()
+	if err := s.store(t.rec); err != nil {
+		// Not acknowledged: the job runs again (at least once).
+		s.log.Error("storing a job's result; it will run again", "job", t.rec.ID, "err", err)
+		_ = t.msg.NakWithDelay(s.cfg.PollInterval)
+		return
+	}
+	s.log.Info("job succeeded", "job", t.rec.ID, "attempt", t.attempt, "duration", t.rec.Duration())
+	s.ack(t)
+}
+
+// fail records a failed attempt, then retries it after a backoff or, after
+// the last attempt, buries it.
+func (s *Server) fail(t *task, why string) {
+	t.stopClaim()
+	t.rec.Attempts, t.rec.Error = t.attempt, why
+	if t.attempt >= t.job.Spec.MaxAttempts {
+		s.bury(t)
+		return
+	}
+	delay := Backoff(t.attempt, s.cfg.Backoff, s.cfg.MaxBackoff)
+	t.rec.State, t.rec.NextAttemptAt = StateFailed, time.Now().UTC().Add(delay)
+	if err := s.store(t.rec); err != nil {
+		s.log.Warn("storing a failed attempt", "job", t.rec.ID, "err", err)
+	}
+	s.log.Info("job attempt failed; retrying", "job", t.rec.ID, "attempt", t.attempt, "of", t.job.Spec.MaxAttempts, "retry_in", delay, "error", why)
+	_ = t.msg.NakWithDelay(delay)
+	// Nothing announces the end of a backoff: look then, rather than at the
+	// next poll. (Other servers find the retry by polling.)
+	time.AfterFunc(delay+10*time.Millisecond, func() { s.poke(t.pool) })
+}
+
+// bury puts the job in the dead-letter bucket, then acknowledges it.
+func (s *Server) bury(t *task) {
+	t.stopClaim()
+	t.rec.State, t.rec.NextAttemptAt = StateDead, time.Time{}
+	t.rec.Attempts = t.attempt
+	err := s.storeIn(s.q.dead, t.rec)
+	if err == nil {
+		err = s.store(t.rec)
+	}
+	if err != nil {
+		// Delivered again later, it finds its attempts used up and comes
+		// straight back here.
+		s.log.Error("storing a dead letter", "job", t.rec.ID, "err", err)
+		_ = t.msg.NakWithDelay(s.cfg.PollInterval)
+		return
+	}
+	s.log.Warn("job is dead: no attempts left", "job", t.rec.ID, "attempts", t.rec.Attempts, "error", t.rec.Error)
+	s.ack(t)
+}
+
+// buryMalformed dead-letters a message that is not a valid job, under its
+// stream sequence when it has no usable id.
+func (s *Server) buryMalformed(msg jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+	var job Job
+	_ = json.Unmarshal(msg.Data(), &job)
+	id := job.ID
+	if validID(id) != nil {
+		id = "malformed-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	if err == nil {
+		err = fmt.Errorf("bad job id %q", job.ID)
+	}
+	rec := &Record{ID: id, State: StateDead, Spec: job.Spec, SubmittedAt: meta.Timestamp,
+		Error: fmt.Sprintf("not a valid job message: %v; its body: %.300q", err, msg.Data())}
+	if err := s.storeIn(s.q.dead, rec); err != nil {
+		s.log.Error("storing a dead letter", "job", id, "err", err)
+		_ = msg.NakWithDelay(s.cfg.PollInterval)
+		return
+	}
+	_ = s.store(rec)
+	s.log.Error("dead-lettered a malformed job message", "id", id, "err", err)
+	_ = msg.Term()
+}
+
+// giveBack returns a job unrun, without using up an attempt.
+func (s *Server) giveBack(t *task, delay time.Duration, why string) {
+	t.stopClaim()
+	t.rec.Returned++
+	t.rec.State = StateQueued
+	if err := s.store(t.rec); err != nil {
+		s.log.Warn("storing a returned job", "job", t.rec.ID, "err", err)
+	}
+	s.log.Info("job given back", "job", t.rec.ID, "why", why)
+	if delay > 0 {
+		_ = t.msg.NakWithDelay(delay)
+	} else {
+		_ = t.msg.Nak()
+	}
+}
+
+func (s *Server) ack(t *task) {
+	t.stopClaim()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.msg.DoubleAck(ctx); err != nil {
+		// Delivered again, it finds its final record and is acknowledged then.
+		s.log.Warn("acknowledging a job", "job", t.job.ID, "err", err)
+	}
+}
+
+func (s *Server) store(rec *Record) error { return s.storeIn(s.q.results, rec) }
+
+// storeIn writes a record, retrying briefly: the write stands between a
+// finished job and its acknowledgement.
+func (s *Server) storeIn(kv jetstream.KeyValue, rec *Record) error {
+	var err error
+	for i, wait := 0, 100*time.Millisecond; i < 4; i, wait = i+1, wait*3 {
+		if i > 0 {
+			time.Sleep(wait)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.q.put(ctx, kv, rec)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
+}
