@@ -37,6 +37,9 @@ type runFlags struct {
 	grace       time.Duration
 	env         envFlags
 	node        string
+	priority    string
+	tenant      string
+	noWait      bool
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error) {
@@ -58,6 +61,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	fs.DurationVar(&f.grace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping the command")
 	fs.Var(&f.env, "env", "KEY=VALUE for the command's environment (repeatable)")
 	fs.StringVar(&f.node, "node", "", "node whose lease manager to ask (default NODE_ID)")
+	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
+	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
+	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -70,6 +76,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	}
 	if f.slots <= 0 {
 		return nil, nil, fmt.Errorf("--slots %d: must be a positive integer", f.slots)
+	}
+	if _, err := leasePriority(f.priority); err != nil {
+		return nil, nil, err
 	}
 	for name, d := range map[string]time.Duration{"--wait": f.wait, "--timeout": f.timeout, "--cpu": f.cpu, "--kill-grace": f.grace} {
 		if d < 0 {
@@ -110,6 +119,14 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (i
 	})}
 	if f.wait > 0 {
 		opts = append(opts, lease.WithWait(f.wait))
+	}
+	prio, err := leasePriority(f.priority)
+	if err != nil {
+		return ExitUsage, &exitError{code: ExitUsage, err: err}
+	}
+	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant))
+	if f.noWait {
+		opts = append(opts, lease.NoWait())
 	}
 	l, err := client.Acquire(ctx, f.pool, f.slots, opts...)
 	if err != nil {
@@ -222,4 +239,22 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(v * mult)
 	return nil
+}
+
+// leasePriority maps --priority to a lease priority: high 1, normal 0,
+// low -1, or any integer.
+func leasePriority(s string) (int, error) {
+	switch s {
+	case "high":
+		return 1, nil
+	case "normal", "":
+		return 0, nil
+	case "low":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("--priority %q: want high, normal, low or an integer", s)
+	}
+	return n, nil
 }

@@ -88,10 +88,36 @@ type nodePools struct {
 
 func printPools(w io.Writer, nodes ...nodePools) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS")
+	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS\tPOLICY")
 	for _, n := range nodes {
 		for _, s := range n.Pools {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", n.Node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots)
+			policy := string(s.Policy)
+			if policy == "" {
+				policy = "fifo"
+			}
+			if s.MaxQueue > 0 {
+				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
+			}
+			if s.TenantCap > 0 {
+				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", n.Node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots, policy)
+			// Per-tenant figures for pools that share by tenant or have
+			// tenants other than the unnamed one.
+			for _, t := range s.Tenants {
+				if t.Tenant == "" && s.Policy != "fair" {
+					continue
+				}
+				name := t.Tenant
+				if name == "" {
+					name = `""`
+				}
+				weight := ""
+				if t.Weight > 0 {
+					weight = fmt.Sprintf(" weight=%d", t.Weight)
+				}
+				fmt.Fprintf(tw, "\t  tenant %s\t\t%d\t\t%d\t%d\t%s\n", name, t.InUse, t.QueuedRequests, t.QueuedSlots, strings.TrimSpace(weight))
+			}
 		}
 	}
 	return tw.Flush()

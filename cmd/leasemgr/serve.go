@@ -17,6 +17,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 )
 
 func runManager(ctx context.Context, args []string, stderr io.Writer) error {
@@ -76,13 +77,16 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	pools := make([]lease.PoolConfig, 0, len(cfg.Pools))
+	poolConfigs := make([]lease.PoolConfig, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
-		pools = append(pools, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity})
+		poolConfigs = append(poolConfigs, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
+			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
+			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight,
+		}})
 	}
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
-		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: pools, TTL: cfg.LeaseTTL, Instance: instance,
+		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
