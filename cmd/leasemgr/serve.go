@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
@@ -99,7 +99,16 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
-		hs := &http.Server{Handler: httpHandler(&active), ReadHeaderTimeout: 5 * time.Second}
+		src, err := httpapi.NewNATSSource(nc, cfg.SubjectPrefix, cfg.NodeID, active.Load)
+		if err != nil {
+			return err
+		}
+		api, err := httpapi.New(src, httpapi.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		hs := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+		hs.RegisterOnShutdown(api.Close) // ends open event streams so Shutdown does not wait on browsers
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -133,41 +142,4 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	log.Info("shut down")
 	return err
-}
-
-// httpHandler serves health and stats for humans and probes. While this
-// process stands by for another manager of the node, it is alive but not
-// ready.
-func httpHandler(active *atomic.Pointer[lease.Manager]) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if active.Load() == nil {
-			http.Error(w, "standing by: another manager leads this node, or the lease state is not rebuilt yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
-	withManager := func(f func(*lease.Manager) any) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			m := active.Load()
-			if m == nil {
-				http.Error(w, "standing by: this process is not the node's active manager", http.StatusServiceUnavailable)
-				return
-			}
-			writeJSON(w, f(m))
-		}
-	}
-	mux.HandleFunc("GET /v1/pools", withManager(func(m *lease.Manager) any { return m.Stats() }))
-	mux.HandleFunc("GET /v1/leases", withManager(func(m *lease.Manager) any { return m.Leases() }))
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// SSE event names besides the lease event kinds.
+const (
+	// EventPools carries a []lease.PoolStats snapshot, sent first on every
+	// stream, so a (re)connected page is current without waiting for a
+	// transition.
+	EventPools = "pools"
+)
+
+// events streams lease events as server-sent events until the client goes
+// away, the source ends, or Close is called. The source's goroutine ends
+// with ctx, which is cancelled when this returns.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if h.closed.Err() != nil {
+		writeError(w, http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+		return
+	}
+	// End the stream when the handler closes, as well as with the request.
+	defer context.AfterFunc(h.closed, cancel)()
+
+	ch, err := h.src.SubscribeEvents(ctx)
+	if err != nil {
+		h.log.Warn("http api: subscribing to lease events", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "subscribing to lease events: "+err.Error())
+		return
+	}
+
+	rc := http.NewResponseController(w)
+	// A server-wide write timeout would cut every stream after it; this
+	// stream's writes are bounded by the client going away instead.
+	_ = rc.SetWriteDeadline(time.Time{})
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	// retry: how long a browser waits before it reconnects a dropped stream.
+	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil {
+		return
+	}
+	if stats, err := h.src.Stats(); err == nil {
+		if stats == nil {
+			stats = []lease.PoolStats{}
+		}
+		if writeEvent(w, EventPools, stats) != nil {
+			return
+		}
+	}
+	if err := rc.Flush(); err != nil {
+		h.log.Warn("http api: event stream cannot flush", "err", err)
+		return
+	}
+
+	heartbeat := time.NewTicker(h.heartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if writeEvent(w, eventName(ev.Kind), ev) != nil || rc.Flush() != nil {
+				return
+			}
+		case <-heartbeat.C:
+			if _, err := io.WriteString(w, ": heartbeat\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// writeEvent writes one SSE event. Compact JSON has no newlines, so the data
+// is a single "data:" line.
+func writeEvent(w io.Writer, name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+	return err
+}
+
+// eventName is the SSE event name for kind. Kinds arrive over the network,
+// so one that could break the framing is replaced.
+func eventName(kind lease.EventKind) string {
+	if kind == "" || strings.ContainsAny(string(kind), "\r\n:") {
+		return "message"
+	}
+	return string(kind)
+}

@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// NATSSource serves a node's state from the process's active manager, and
+// its events from the node's event subjects on NATS, so a standby process
+// still streams the events of whichever manager leads the node.
+type NATSSource struct {
+	nc      *nats.Conn
+	prefix  string
+	node    string
+	manager func() *lease.Manager
+}
+
+var _ Source = (*NATSSource)(nil)
+
+// eventBuffer is how many undelivered events one stream holds before NATS
+// drops more for it (a slow consumer): enough for a burst of grants.
+const eventBuffer = 512
+
+// NewNATSSource returns a source for node. manager returns the active
+// manager, or nil while this process stands by or rebuilds; with an
+// atomic.Pointer[lease.Manager] that is its Load method.
+func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *lease.Manager) (*NATSSource, error) {
+	switch {
+	case nc == nil:
+		return nil, errors.New("httpapi: nil NATS connection")
+	case node == "":
+		return nil, errors.New("httpapi: empty node id")
+	case manager == nil:
+		return nil, errors.New("httpapi: nil manager func")
+	}
+	if prefix == "" {
+		prefix = lease.DefaultPrefix
+	}
+	return &NATSSource{nc: nc, prefix: prefix, node: node, manager: manager}, nil
+}
+
+// Node implements Source.
+func (s *NATSSource) Node() string { return s.node }
+
+// Ready implements Source: ready when connected to NATS and this process is
+// the node's active manager, whose lease state is rebuilt before it is
+// published as active.
+func (s *NATSSource) Ready() error {
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("%w: NATS connection is %s", ErrNotReady, st)
+	}
+	if s.manager() == nil {
+		return s.standingBy()
+	}
+	return nil
+}
+
+func (s *NATSSource) standingBy() error {
+	return fmt.Errorf("%w: standing by: another manager leads node %q, or the lease state is not rebuilt yet", ErrNotReady, s.node)
+}
+
+// Stats implements Source.
+func (s *NATSSource) Stats() ([]lease.PoolStats, error) {
+	m := s.manager()
+	if m == nil {
+		return nil, s.standingBy()
+	}
+	return m.Stats(), nil
+}
+
+// Leases implements Source.
+func (s *NATSSource) Leases() ([]lease.Record, error) {
+	m := s.manager()
+	if m == nil {
+		return nil, s.standingBy()
+	}
+	return m.Leases(), nil
+}
+
+// SubscribeEvents implements Source. It returns once the server has the
+// subscription, so no event published after the return is missed. One
+// goroutine per call decodes and forwards; it unsubscribes and closes the
+// channel when ctx ends.
+func (s *NATSSource) SubscribeEvents(ctx context.Context) (<-chan lease.Event, error) {
+	msgs := make(chan *nats.Msg, eventBuffer)
+	sub, err := s.nc.ChanSubscribe(lease.EventFilter(s.prefix, s.node, "", ""), msgs)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to lease events: %w", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = s.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to lease events: %w", err)
+	}
+	out := make(chan lease.Event)
+	go func() {
+		defer close(out)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case msg := <-msgs:
+				var ev lease.Event
+				if json.Unmarshal(msg.Data, &ev) != nil {
+					continue // not an event; nothing a watcher can use
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
