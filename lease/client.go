@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // Client asks one node's lease manager for slots. It is safe for concurrent
@@ -207,7 +209,18 @@ func OnQueued(f func(position int)) AcquireOption {
 //
 // Holding is not guaranteed after Acquire returns: watch Done, and stop the
 // work it guards when Done closes.
-func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...AcquireOption) (*Lease, error) {
+func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...AcquireOption) (l *Lease, err error) {
+	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanAcquire, telemetry.Node(c.node), telemetry.Pool(pool), telemetry.Slots(slots))
+	defer func() {
+		if l != nil {
+			telemetry.SetAttributes(span, telemetry.LeaseID(l.ID()), telemetry.Token(l.Token()))
+		}
+		telemetry.End(span, err)
+	}()
+	return c.acquire(ctx, pool, slots, opts...)
+}
+
+func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...AcquireOption) (*Lease, error) {
 	var o acquireOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -239,7 +252,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 	subject := Subject(c.prefix, c.node, pool, VerbAcquire)
 	reply := c.inbox + "." + o.requestID
 	firstSent := time.Now()
-	if err := c.nc.PublishRequest(subject, reply, body); err != nil {
+	if err := c.publish(ctx, subject, reply, body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	queued, answered := false, false
@@ -253,7 +266,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 		case <-timer.C:
 			// No answer in time: the request or its answer was lost, or the
 			// manager restarted. The same request id makes re-sending safe.
-			if err := c.nc.PublishRequest(subject, reply, body); err != nil {
+			if err := c.publish(ctx, subject, reply, body); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			timer.Reset(c.nextPoll(queued))
@@ -292,6 +305,13 @@ func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...
 			}
 		}
 	}
+}
+
+// publish sends an acquire carrying the trace context of ctx.
+func (c *Client) publish(ctx context.Context, subject, reply string, body []byte) error {
+	msg := &nats.Msg{Subject: subject, Reply: reply, Data: body}
+	telemetry.InjectMsg(ctx, msg)
+	return c.nc.PublishMsg(msg)
 }
 
 func (c *Client) nextPoll(queued bool) time.Duration {
@@ -335,7 +355,7 @@ func (c *Client) withdraw(pool, id, secret string) {
 // grant was made for it and came back promptly; otherwise (queued, a retry
 // answered from an earlier grant, or slow) a renewal sent now.
 func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, confirm bool) (*Lease, error) {
-	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{})}
+	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{}), tctx: context.WithoutCancel(ctx)}
 	base := firstSent
 	if confirm || time.Since(firstSent) > rec.TTL()/3 {
 		sent := time.Now()
@@ -383,7 +403,9 @@ func (c *Client) request(ctx context.Context, subject string, body any) (*Reply,
 		ctx, cancel = context.WithTimeout(ctx, c.requestTimeout)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	req := &nats.Msg{Subject: subject, Data: data}
+	telemetry.InjectMsg(ctx, req)
+	msg, err := c.nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, errorf(CodeUnavailable, "no lease manager answers on %s", subject)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // ErrReleased is what Lease.Err reports after Release.
@@ -26,6 +28,9 @@ type Lease struct {
 	done   chan struct{} // closed when the lease ends, lost or released
 	stop   chan struct{} // closed by Release to end the heartbeat
 	hbDone chan struct{} // closed when the heartbeat goroutine has returned
+	// tctx is the acquire's context without its cancellation: heartbeats
+	// are traced as its children.
+	tctx context.Context
 
 	mu       sync.Mutex
 	deadline time.Time // guarded by mu
@@ -115,13 +120,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-func (l *Lease) sendRelease(ctx context.Context) error {
-	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+func (l *Lease) sendRelease(ctx context.Context) (err error) {
+	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRelease, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
+	defer func() { telemetry.End(span, err) }()
+	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
 	return err
 }
 
-func (l *Lease) renew(ctx context.Context) error {
-	_, err := l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+func (l *Lease) renew(ctx context.Context) (err error) {
+	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
+	defer func() { telemetry.End(span, err) }()
+	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
 	return err
 }
 
@@ -147,7 +156,7 @@ func (l *Lease) heartbeat() {
 		}
 		sent := time.Now()
 		deadline := l.Deadline()
-		ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.c.requestTimeout)))
+		ctx, cancel := context.WithDeadline(l.tctx, minTime(deadline, sent.Add(l.c.requestTimeout)))
 		err := l.renew(ctx)
 		cancel()
 		switch {

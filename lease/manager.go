@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // PoolConfig names a pool, its capacity in slots, and its queue policy
@@ -45,6 +47,9 @@ type ManagerConfig struct {
 	// PoolStore keeps runtime pool changes (resize) across restarts, under
 	// the node's key. Optional: without it, resizes last until the restart.
 	PoolStore Store
+	// GrantLatency, if set, is told the time from each acquire's arrival
+	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
+	GrantLatency func(pool string, d time.Duration)
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -117,6 +122,9 @@ type request struct {
 	timer      *time.Timer // wait deadline, nil if none
 	granting   bool        // slots granted in memory, record being written
 	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
+	// trace holds the acquire's spans. Once granting is set, only the
+	// grant goroutine touches it.
+	trace telemetry.AcquireTrace
 
 	// A request that has to wait is persisted as a queue entry under its
 	// lease key, so a successor manager restores the queue in order.
@@ -359,13 +367,16 @@ func poolToken(subject string) string {
 
 func (m *Manager) handleAcquire(msg *nats.Msg) {
 	poolName := poolToken(msg.Subject)
+	ctx, span := telemetry.StartServerSpan(msg.Header, telemetry.SpanAcquire, telemetry.Node(m.cfg.Node), telemetry.Pool(poolName))
+	defer span.End()
 	var req AcquireRequest
 	if e := decode(msg.Data, &req); e != nil {
-		m.reject(msg.Reply, poolName, req, e)
+		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
+	telemetry.SetAttributes(span, telemetry.RequestID(req.RequestID), telemetry.Holder(req.Holder), telemetry.Slots(req.Slots))
 	if e := m.validateAcquire(&req); e != nil {
-		m.reject(msg.Reply, poolName, req, e)
+		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
 	if msg.Reply == "" {
@@ -378,12 +389,13 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	defer m.mu.Unlock()
 	p := m.pools[poolName]
 	if p == nil {
-		m.rejectLocked(msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
+		m.rejectLocked(span, msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
 		return
 	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
 		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
+			telemetry.Fail(span, string(e.Code), e.Message)
 			m.respond(msg.Reply, errReply(e))
 			return
 		}
@@ -401,6 +413,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
 		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
+			telemetry.Fail(span, string(e.Code), e.Message)
 			m.respond(msg.Reply, errReply(e))
 			return
 		}
@@ -411,12 +424,13 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		return
 	}
 	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
-		m.rejectLocked(msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
+		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
 		return
 	}
 
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
 		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
+	r.trace = telemetry.NewAcquireTrace(ctx)
 	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
 	var w *pools.Waiter
 	var granted bool
@@ -429,7 +443,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
 	}
 	if err != nil {
-		m.rejectLocked(msg.Reply, p, poolName, req, m.enqueueError(p, req, err))
+		m.rejectLocked(span, msg.Reply, p, poolName, req, m.enqueueError(p, req, err))
 		return
 	}
 	r.w = w
@@ -442,6 +456,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	if req.WaitMs > 0 {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond)
 	}
+	r.trace.StartQueued(ctx, telemetry.Position(position))
 	m.queuedLocked(r, position)
 	m.startPersistLocked(r)
 }
@@ -515,16 +530,17 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	return nil
 }
 
-func (m *Manager) reject(reply, poolName string, req AcquireRequest, e *Error) {
+func (m *Manager) reject(span trace.Span, reply, poolName string, req AcquireRequest, e *Error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rejectLocked(reply, m.pools[poolName], poolName, req, e)
+	m.rejectLocked(span, reply, m.pools[poolName], poolName, req, e)
 }
 
 // rejectLocked answers an acquire with an error and, for a pool this node
 // has, publishes a rejected event. Unknown pools get no event: their name
 // comes from the network and must not mint event subjects.
-func (m *Manager) rejectLocked(reply string, p *pool, poolName string, req AcquireRequest, e *Error) {
+func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName string, req AcquireRequest, e *Error) {
+	telemetry.Fail(span, string(e.Code), e.Message)
 	m.respond(reply, errReply(e))
 	if p != nil {
 		m.emit(p, Event{Kind: EventRejected, RequestID: req.RequestID, Holder: req.Holder, Slots: req.Slots, Code: e.Code, Message: e.Message})
@@ -551,6 +567,8 @@ func (m *Manager) startGrantsLocked(rs []*pools.Waiter) {
 
 func (m *Manager) grant(r *request) {
 	defer m.ops.Done()
+	_, span := r.trace.StartGrant(telemetry.Node(m.cfg.Node), telemetry.Pool(r.pool.name), telemetry.LeaseID(r.id), telemetry.Slots(r.slots))
+	defer span.End()
 	now := time.Now()
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
@@ -585,6 +603,7 @@ func (m *Manager) grant(r *request) {
 			m.startGrantsLocked(granted)
 		}
 		e := errorf(CodeUnavailable, "storing the lease failed: %v", err)
+		telemetry.Fail(span, string(e.Code), e.Message)
 		m.respond(r.reply, errReply(e))
 		m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 		return
@@ -592,6 +611,10 @@ func (m *Manager) grant(r *request) {
 	rec.Token = rev
 	h := &held{key: key, rec: rec, rev: rev, pool: p}
 	m.leases[key] = h
+	telemetry.SetAttributes(span, telemetry.Token(rev))
+	if m.cfg.GrantLatency != nil {
+		m.cfg.GrantLatency(p.name, time.Since(r.since))
+	}
 	if r.cancelled {
 		// The holder gave up while the write was in flight: give it back.
 		h.releasing = true
@@ -617,6 +640,7 @@ func (m *Manager) waitExpired(r *request) {
 	}
 	delete(p.waiting, r.id)
 	m.startDropLocked(r)
+	r.trace.EndQueued(string(CodeWaitExpired))
 	e := errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond))
 	m.respond(r.reply, errReply(e))
 	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
@@ -667,6 +691,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		if removed {
 			delete(p.waiting, r.id)
 			m.startDropLocked(r)
+			r.trace.EndQueued(string(CodeCancelled))
 			e := errorf(CodeCancelled, "cancelled by the holder")
 			m.respond(r.reply, errReply(e))
 			m.emit(p, Event{Kind: EventCancelled, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code})
@@ -722,27 +747,38 @@ func secretMatches(want, got string) bool {
 }
 
 func (m *Manager) handleRenew(msg *nats.Msg) {
+	_, span := telemetry.StartServerSpan(msg.Header, telemetry.SpanRenew, telemetry.Node(m.cfg.Node), telemetry.Pool(poolToken(msg.Subject)))
 	var req RenewRequest
 	if e := decode(msg.Data, &req); e != nil {
+		telemetry.Fail(span, string(e.Code), e.Message)
+		span.End()
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
+	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		m.mu.Unlock()
+		telemetry.Fail(span, string(e.Code), e.Message)
+		span.End()
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
 	m.ops.Add(1)
 	m.mu.Unlock()
-	go m.renew(msg.Reply, h)
+	go m.renew(msg.Reply, h, span)
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we
 // know: a record that expired meanwhile is never brought back.
-func (m *Manager) renew(reply string, h *held) {
+func (m *Manager) renew(reply string, h *held, span trace.Span) {
 	defer m.ops.Done()
+	defer span.End()
+	fail := func(e *Error) {
+		telemetry.Fail(span, string(e.Code), e.Message)
+		m.respond(reply, errReply(e))
+	}
 	for attempt := 0; ; attempt++ {
 		m.mu.Lock()
 		rec, rev := h.rec, h.rev
@@ -750,7 +786,7 @@ func (m *Manager) renew(reply string, h *held) {
 		rec.ExpiresAt = time.Now().Add(m.cfg.TTL).UTC()
 		data, err := json.Marshal(rec)
 		if err != nil {
-			m.respond(reply, errReply(errorf(CodeInternal, "encoding the lease: %v", err)))
+			fail(errorf(CodeInternal, "encoding the lease: %v", err))
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
@@ -775,25 +811,30 @@ func (m *Manager) renew(reply string, h *held) {
 			if moved && attempt == 0 {
 				continue
 			}
-			m.respond(reply, errReply(errorf(CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID)))
+			fail(errorf(CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID))
 			return
 		default:
-			m.respond(reply, errReply(errorf(CodeUnavailable, "storing the renewal failed: %v", err)))
+			fail(errorf(CodeUnavailable, "storing the renewal failed: %v", err))
 			return
 		}
 	}
 }
 
 func (m *Manager) handleRelease(msg *nats.Msg) {
+	_, span := telemetry.StartServerSpan(msg.Header, telemetry.SpanRelease, telemetry.Node(m.cfg.Node), telemetry.Pool(poolToken(msg.Subject)))
+	defer span.End()
 	var req ReleaseRequest
 	if e := decode(msg.Data, &req); e != nil {
+		telemetry.Fail(span, string(e.Code), e.Message)
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
+	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
+		telemetry.Fail(span, string(e.Code), e.Message)
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
@@ -902,6 +943,10 @@ func (m *Manager) watch(w Watcher) {
 				kind := EventExpired
 				if ch.Op == ChangeDelete {
 					kind = EventReleased
+				} else {
+					_, span := telemetry.StartSpan(context.Background(), telemetry.SpanExpire, telemetry.Node(m.cfg.Node),
+						telemetry.Pool(h.rec.Pool), telemetry.LeaseID(h.rec.ID), telemetry.Token(h.rec.Token), telemetry.Slots(h.rec.Slots))
+					span.End()
 				}
 				m.freeLocked(h, kind, "")
 			}

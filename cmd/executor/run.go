@@ -15,6 +15,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/sandbox"
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // passEnv are the executor's own variables a worker also gets. Everything
@@ -88,7 +89,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	return f, cmd, nil
 }
 
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, err error) {
 	f, cmd, err := parseRunFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -103,6 +104,20 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (i
 	if f.node == "" {
 		f.node = cfg.NodeID
 	}
+	shutdownTelemetry, err := telemetry.Setup(ctx, "executor")
+	if err != nil {
+		return ExitUsage, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTelemetry(sctx) // flush the run's spans before exiting
+	}()
+	ctx, span := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun, telemetry.Node(f.node), telemetry.Pool(f.pool), telemetry.Slots(f.slots))
+	defer func() {
+		telemetry.SetAttributes(span, telemetry.ExitCode(code))
+		telemetry.End(span, err)
+	}()
 	nc, err := jetstream.Connect(cfg.NATSAddress(), natsAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
@@ -136,7 +151,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (i
 	defer func() {
 		// The caller's context may be done (a signal): release on a fresh,
 		// bounded one so the slots come back now rather than at the TTL.
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := l.Release(rctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
 			fmt.Fprintf(stderr, "executor: releasing lease %s: %v (it expires on its own)\n", l.ID(), err)

@@ -18,6 +18,8 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/leasemetrics"
 )
 
 func runManager(ctx context.Context, args []string, stderr io.Writer) error {
@@ -34,6 +36,23 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
 	log := cfg.Logger(stderr)
+
+	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
+	if err != nil {
+		return usageError{fmt.Errorf("configuration:\n%w", err)}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(sctx); err != nil {
+			log.Warn("flushing telemetry", "err", err)
+		}
+	}()
+	metrics, err := leasemetrics.New(telemetry.Meter())
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
 
 	url := cfg.NATSURL
 	if url == "" {
@@ -87,13 +106,20 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
-		Conn: nc, Store: store, PoolStore: poolStore, Events: jetstream.NewEvents(nc, cfg.SubjectPrefix, log), Logger: log,
+		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
+		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
 	}
 
 	var active atomic.Pointer[lease.Manager] // nil while standing by
+	metrics.SetPoolSource(cfg.NodeID, func() []lease.PoolStats {
+		if m := active.Load(); m != nil {
+			return m.Stats()
+		}
+		return nil // standing by: this process reports no pools
+	})
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
@@ -103,7 +129,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		api, err := httpapi.New(src, httpapi.WithLogger(log))
+		api, err := httpapi.New(src, httpapi.WithLogger(log), httpapi.WithMetrics(telemetry.MetricsHandler()))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,273 @@
+// Package leasemetrics turns lease events into OpenTelemetry metrics, per
+// node and pool. It is apart from package telemetry because it implements
+// lease.EventSink, while the lease package itself calls telemetry's span
+// helpers: one package doing both would be an import cycle.
+//
+// On /metrics (the Prometheus exporter's names; OTLP carries the names in
+// the first column):
+//
+//	lease.capacity        lease_capacity{node,pool}                    gauge, slots
+//	lease.in_use          lease_in_use{node,pool}                      gauge, slots held
+//	lease.queued          lease_queued{node,pool}                      gauge, requests waiting
+//	lease.queued_slots    lease_queued_slots{node,pool}                gauge, slots they want
+//	lease.requests        lease_requests_total{node,pool}              new acquire requests
+//	lease.enqueued        lease_enqueued_total{node,pool}              requests that had to wait
+//	lease.grants          lease_grants_total{node,pool}                grants stored and sent
+//	lease.rejections      lease_rejections_total{node,pool,code}       acquires ended by an error, by wire code
+//	lease.releases        lease_releases_total{node,pool}              leases released
+//	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
+//	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
+//	lease.queue_wait      lease_queue_wait_milliseconds{node,pool}     histogram: request arrival to grant, per grant
+//	lease.grant_latency   lease_grant_latency_milliseconds{node,pool}  histogram: what the manager reports through
+//	                                                                   ObserveGrantLatency (arrival to stored grant)
+//
+// The gauges show each pool's figures as its manager reports them at
+// collection time (SetPoolSource), or else as carried by the last event seen
+// for the pool; the counters count events of their kind.
+package leasemetrics
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+)
+
+// Attribute keys of every series.
+const (
+	KeyNode = attribute.Key("node")
+	KeyPool = attribute.Key("pool")
+	KeyCode = attribute.Key("code")
+)
+
+// Buckets of both histograms, in milliseconds: from the sub-millisecond cost
+// of an uncontended grant (one KV write) to waits of an hour.
+var Buckets = []float64{0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000}
+
+// Metrics holds the instruments. It is safe for concurrent use.
+type Metrics struct {
+	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
+	queueWait, grantLatency                                                      metric.Float64Histogram
+	reg                                                                          metric.Registration
+
+	mu      sync.Mutex
+	pools   map[poolKey]*poolState              // every pool seen
+	rejects map[rejectKey]*attrs                // attribute sets of rejections, by code
+	sources map[string]func() []lease.PoolStats // live stats by node; see SetPoolSource
+}
+
+type poolKey struct{ node, pool string }
+
+type rejectKey struct {
+	poolKey
+	code lease.Code
+}
+
+// poolState is one pool's last figures and its prebuilt attribute options.
+// Guarded by Metrics.mu.
+type poolState struct {
+	stats pools.Stats // from the last event
+	attrs *attrs
+}
+
+// attrs are measurement options built once per attribute set, so recording
+// a measurement does not allocate.
+type attrs struct {
+	set     attribute.Set
+	observe []metric.ObserveOption
+	add     []metric.AddOption
+	record  []metric.RecordOption
+}
+
+func newAttrs(kv ...attribute.KeyValue) *attrs {
+	set := attribute.NewSet(kv...)
+	opt := metric.WithAttributeSet(set)
+	return &attrs{set: set, observe: []metric.ObserveOption{opt}, add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}}
+}
+
+// New creates the instruments on meter (telemetry.Meter() in a program).
+func New(meter metric.Meter) (*Metrics, error) {
+	m := &Metrics{pools: make(map[poolKey]*poolState), rejects: make(map[rejectKey]*attrs), sources: make(map[string]func() []lease.PoolStats)}
+	var err error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return c
+	}
+	m.requests = counter("lease.requests", "{request}", "New acquire requests.")
+	m.enqueued = counter("lease.enqueued", "{request}", "Acquire requests that had to wait in the queue.")
+	m.grants = counter("lease.grants", "{lease}", "Leases granted: stored and sent to the holder.")
+	m.rejections = counter("lease.rejections", "{request}", "Acquire requests ended by an error, by wire error code.")
+	m.releases = counter("lease.releases", "{lease}", "Leases released.")
+	m.expirations = counter("lease.expirations", "{lease}", "Leases freed because their TTL lapsed.")
+	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
+	histogram := func(name, desc string) metric.Float64Histogram {
+		if err != nil {
+			return nil
+		}
+		var h metric.Float64Histogram
+		h, err = meter.Float64Histogram(name, metric.WithUnit("ms"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(Buckets...))
+		return h
+	}
+	m.queueWait = histogram("lease.queue_wait", "Time from an acquire's arrival until it was granted, per grant.")
+	m.grantLatency = histogram("lease.grant_latency", "Time from an acquire's arrival until its grant was stored.")
+	if err != nil {
+		return nil, err
+	}
+
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		if err != nil {
+			return nil
+		}
+		var g metric.Int64ObservableGauge
+		g, err = meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return g
+	}
+	capacity := gauge("lease.capacity", "{slot}", "Pool capacity in slots.")
+	inUse := gauge("lease.in_use", "{slot}", "Slots held by leases.")
+	queued := gauge("lease.queued", "{request}", "Acquire requests waiting.")
+	queuedSlots := gauge("lease.queued_slots", "{slot}", "Slots wanted by the waiting requests.")
+	if err != nil {
+		return nil, err
+	}
+	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		observe := func(a *attrs, st pools.Stats) {
+			o.ObserveInt64(capacity, st.Capacity, a.observe...)
+			o.ObserveInt64(inUse, st.InUse, a.observe...)
+			o.ObserveInt64(queued, int64(st.QueuedRequests), a.observe...)
+			o.ObserveInt64(queuedSlots, st.QueuedSlots, a.observe...)
+		}
+		m.mu.Lock()
+		sources := maps.Clone(m.sources)
+		for k, p := range m.pools {
+			if sources[k.node] == nil {
+				observe(p.attrs, p.stats)
+			}
+		}
+		m.mu.Unlock()
+		// Sources are called without m.mu: they take the manager's lock,
+		// under which the manager publishes events, which take m.mu.
+		for node, stats := range sources {
+			for _, ps := range stats() {
+				m.mu.Lock()
+				a := m.poolLocked(node, ps.Name).attrs
+				m.mu.Unlock()
+				observe(a, ps.Stats)
+			}
+		}
+		return nil
+	}, capacity, inUse, queued, queuedSlots)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close unregisters the gauges' callback.
+func (m *Metrics) Close() error { return m.reg.Unregister() }
+
+// poolLocked returns the pool's state, creating it on first sight.
+func (m *Metrics) poolLocked(node, pool string) *poolState {
+	k := poolKey{node, pool}
+	p := m.pools[k]
+	if p == nil {
+		p = &poolState{attrs: newAttrs(KeyNode.String(node), KeyPool.String(pool))}
+		m.pools[k] = p
+	}
+	return p
+}
+
+// SetPoolSource makes the gauges of node's pools read stats at every
+// collection instead of the figures carried by the last event: pools show
+// up before their first event, pools removed by a resize disappear, and a
+// process standing by (stats returns nil) reports no pools it does not
+// serve. stats is called without any lock of Metrics held, and must not
+// block for long; nil removes the source.
+func (m *Metrics) SetPoolSource(node string, stats func() []lease.PoolStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if stats == nil {
+		delete(m.sources, node)
+		return
+	}
+	m.sources[node] = stats
+}
+
+// ObserveGrantLatency records the time from an acquire's arrival at the
+// manager until its grant was stored.
+func (m *Metrics) ObserveGrantLatency(node, pool string, d time.Duration) {
+	m.mu.Lock()
+	a := m.poolLocked(node, pool).attrs
+	m.mu.Unlock()
+	m.grantLatency.Record(context.Background(), float64(d)/float64(time.Millisecond), a.record...)
+}
+
+// Record updates the instruments from one event.
+func (m *Metrics) Record(ev lease.Event) {
+	ctx := context.Background()
+	m.mu.Lock()
+	p := m.poolLocked(ev.Node, ev.Pool)
+	p.stats = ev.Stats
+	a := p.attrs
+	if ev.Kind == lease.EventRejected {
+		k := rejectKey{poolKey{ev.Node, ev.Pool}, ev.Code}
+		ra := m.rejects[k]
+		if ra == nil {
+			ra = newAttrs(KeyNode.String(ev.Node), KeyPool.String(ev.Pool), KeyCode.String(string(ev.Code)))
+			m.rejects[k] = ra
+		}
+		a = ra
+	}
+	m.mu.Unlock()
+
+	switch ev.Kind {
+	case lease.EventRequested:
+		m.requests.Add(ctx, 1, a.add...)
+	case lease.EventQueued:
+		m.enqueued.Add(ctx, 1, a.add...)
+	case lease.EventGranted:
+		m.grants.Add(ctx, 1, a.add...)
+		m.queueWait.Record(ctx, float64(ev.WaitMs), a.record...)
+	case lease.EventRejected:
+		m.rejections.Add(ctx, 1, a.add...)
+	case lease.EventReleased:
+		m.releases.Add(ctx, 1, a.add...)
+	case lease.EventExpired:
+		m.expirations.Add(ctx, 1, a.add...)
+	case lease.EventCancelled:
+		m.cancellations.Add(ctx, 1, a.add...)
+	}
+}
+
+// Sink returns an EventSink that records every event and then passes it to
+// next (nil: to nobody).
+func (m *Metrics) Sink(next lease.EventSink) *Sink {
+	if next == nil {
+		next = lease.NopEvents{}
+	}
+	return &Sink{m: m, next: next}
+}
+
+// Sink records events into Metrics and forwards them.
+type Sink struct {
+	m    *Metrics
+	next lease.EventSink
+}
+
+var _ lease.EventSink = (*Sink)(nil)
+
+// Publish records ev, then forwards it. It takes one short lock and does
+// not block.
+func (s *Sink) Publish(ev lease.Event) {
+	s.m.Record(ev)
+	s.next.Publish(ev)
+}

@@ -1,0 +1,229 @@
+package telemetry
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Span names.
+const (
+	SpanAcquire       = "lease.acquire"        // client: the whole Acquire call; server: one acquire request
+	SpanAcquireQueued = "lease.acquire.queued" // server: the time an acquire waits in the queue
+	SpanGrant         = "lease.grant"          // server: storing the grant and replying; linked to the queued span
+	SpanRenew         = "lease.renew"          // client and server: one renewal
+	SpanRelease       = "lease.release"        // client and server: one release
+	SpanExpire        = "lease.expire"         // server: a lease whose TTL lapsed was freed
+	SpanExecutorRun   = "executor.run"         // executor: acquire, run the command, release
+)
+
+// Attribute keys. Lease attributes are namespaced "lease."; the NATS subject
+// uses the messaging semantic convention.
+const (
+	KeyNode      = attribute.Key("lease.node")
+	KeyPool      = attribute.Key("lease.pool")
+	KeySlots     = attribute.Key("lease.slots")
+	KeyLeaseID   = attribute.Key("lease.id")
+	KeyRequestID = attribute.Key("lease.request_id")
+	KeyHolder    = attribute.Key("lease.holder")
+	KeyToken     = attribute.Key("lease.token")
+	KeyCode      = attribute.Key("lease.code")
+	KeyPosition  = attribute.Key("lease.queue_position")
+	KeySubject   = attribute.Key("messaging.destination.name")
+	KeyExitCode  = attribute.Key("process.exit.code")
+)
+
+// Node is the node id attribute.
+func Node(node string) attribute.KeyValue { return KeyNode.String(node) }
+
+// Pool is the pool name attribute.
+func Pool(pool string) attribute.KeyValue { return KeyPool.String(pool) }
+
+// Slots is the slot count attribute.
+func Slots(n int64) attribute.KeyValue { return KeySlots.Int64(n) }
+
+// LeaseID is the lease id attribute (the acquire's request id).
+func LeaseID(id string) attribute.KeyValue { return KeyLeaseID.String(id) }
+
+// RequestID is the acquire's request id attribute.
+func RequestID(id string) attribute.KeyValue { return KeyRequestID.String(id) }
+
+// Holder is the lease holder attribute.
+func Holder(h string) attribute.KeyValue { return KeyHolder.String(h) }
+
+// Token is the fencing token attribute. Tokens are JetStream sequences, far
+// below 2^63.
+func Token(t uint64) attribute.KeyValue { return KeyToken.Int64(int64(t)) }
+
+// Code is a wire error code attribute (pass string(lease.Code)).
+func Code(code string) attribute.KeyValue { return KeyCode.String(code) }
+
+// Position is a queue position attribute.
+func Position(p int) attribute.KeyValue { return KeyPosition.Int(p) }
+
+// Subject is the NATS subject attribute.
+func Subject(s string) attribute.KeyValue { return KeySubject.String(s) }
+
+// ExitCode is the exit code of a command an executor ran.
+func ExitCode(code int) attribute.KeyValue { return KeyExitCode.Int(code) }
+
+// Start options built once: passing them does not allocate.
+var (
+	clientKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	serverKind   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	internalKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
+// tracerRef caches the tracer of the provider it came from.
+type tracerRef struct {
+	tp trace.TracerProvider
+	t  trace.Tracer
+}
+
+var cachedTracer atomic.Pointer[tracerRef]
+
+// tracer returns this project's tracer from the current global provider.
+// It follows otel.SetTracerProvider (tests swap providers) and costs one
+// atomic load and one comparison when the provider is unchanged.
+func tracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if ref := cachedTracer.Load(); ref != nil && ref.tp == tp {
+		return ref.t
+	}
+	t := tp.Tracer(ScopeName)
+	// Only a comparable provider can be recognised next time; comparing
+	// two values of one non-comparable type would panic.
+	if reflect.TypeOf(tp).Comparable() {
+		cachedTracer.Store(&tracerRef{tp: tp, t: t})
+	}
+	return t
+}
+
+// StartClientSpan starts a client span (a request this process sends) as a
+// child of the span in ctx. Send the request with the returned context
+// through InjectMsg so the server continues the trace.
+func StartClientSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx, span := tracer().Start(ctx, name, clientKind...)
+	SetAttributes(span, attrs...)
+	return ctx, span
+}
+
+// StartServerSpan starts a server span for a request that arrived with
+// header h, continuing the sender's trace if h carries one.
+func StartServerSpan(h nats.Header, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := Extract(context.Background(), h)
+	ctx, span := tracer().Start(ctx, name, serverKind...)
+	SetAttributes(span, attrs...)
+	return ctx, span
+}
+
+// StartSpan starts an internal span as a child of the span in ctx.
+func StartSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx, span := tracer().Start(ctx, name, internalKind...)
+	SetAttributes(span, attrs...)
+	return ctx, span
+}
+
+// SetAttributes adds attrs to a recording span. Attributes are set after
+// the start rather than passed as a start option: on a span that records
+// nothing this costs nothing, not even the variadic slice, which does not
+// escape (the copy made for a recording span does).
+func SetAttributes(span trace.Span, attrs ...attribute.KeyValue) {
+	if len(attrs) > 0 && span.IsRecording() {
+		span.SetAttributes(slices.Clone(attrs)...)
+	}
+}
+
+// Fail marks span as failed with a wire error code and message.
+func Fail(span trace.Span, code, message string) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(Code(code))
+	span.SetStatus(codes.Error, message)
+}
+
+// End ends span, recording err as its failure if not nil:
+//
+//	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew)
+//	defer func() { telemetry.End(span, err) }()
+func End(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// AcquireTrace follows one acquire inside the lease manager, from the
+// request that created it to its grant, which may come much later and from
+// another goroutine (a release elsewhere frees the slots). The zero value
+// is valid and traces nothing, e.g. for queue entries restored after a
+// restart. It is not safe for concurrent use: keep it with the request, under
+// the lock that guards the request.
+//
+// The spans form, under the request's server span "lease.acquire":
+//
+//	lease.acquire.queued  from being queued until granted, cancelled or expired
+//	lease.grant           the store write and the reply; a link points to
+//	                      the queued span, whose end caused it
+type AcquireTrace struct {
+	parent trace.SpanContext // the acquire request's span
+	queued trace.Span        // nil unless the request waited
+}
+
+// NewAcquireTrace remembers the span in ctx (the acquire's server span) as
+// the parent of the spans to come.
+func NewAcquireTrace(ctx context.Context) AcquireTrace {
+	return AcquireTrace{parent: trace.SpanContextFromContext(ctx)}
+}
+
+// StartQueued starts the "lease.acquire.queued" span as a child of ctx's
+// span. Call it when the request has to wait.
+func (t *AcquireTrace) StartQueued(ctx context.Context, attrs ...attribute.KeyValue) {
+	_, t.queued = tracer().Start(ctx, SpanAcquireQueued, internalKind...)
+	SetAttributes(t.queued, attrs...)
+}
+
+// EndQueued ends the queued span of a request that will not be granted,
+// with its wire error code ("" for none). It does nothing if not queued.
+func (t *AcquireTrace) EndQueued(code string) {
+	if t.queued == nil {
+		return
+	}
+	if code != "" {
+		Fail(t.queued, code, "not granted: "+code)
+	}
+	t.queued.End()
+	t.queued = nil
+}
+
+// StartGrant ends the queued span, if any, and starts "lease.grant" in the
+// acquire's trace, linked to the queued span. End the returned span once
+// the reply is sent.
+func (t *AcquireTrace) StartGrant(attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := context.Background()
+	if t.parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, t.parent)
+	}
+	var ctxSpan trace.Span
+	if t.queued != nil {
+		queued := t.queued.SpanContext()
+		t.queued.End()
+		t.queued = nil
+		if queued.IsValid() {
+			ctx, ctxSpan = tracer().Start(ctx, SpanGrant, trace.WithSpanKind(trace.SpanKindInternal),
+				trace.WithLinks(trace.Link{SpanContext: queued, Attributes: []attribute.KeyValue{attribute.String("lease.link", "queued")}}))
+			SetAttributes(ctxSpan, attrs...)
+			return ctx, ctxSpan
+		}
+	}
+	return StartSpan(ctx, SpanGrant, attrs...)
+}
