@@ -30,7 +30,7 @@ import (
 // Exit codes of executor itself; any other code is the command's own.
 const (
 	ExitUsage     = 2   // bad flags, arguments or configuration
-	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, no manager
+	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, would wait, queue full, no manager
 	ExitLeaseLost = 76  // the lease was lost while the command ran; it was stopped
 	ExitTimeout   = 124 // the command ran past --timeout and was stopped
 )
@@ -67,6 +67,11 @@ Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
 exit codes of run: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
 exit codes of the others: 0 ok; 1 error (e.g. unknown job); 2 usage or
 invalid job; 69 NATS or the lease manager unreachable.
+
+Configuration is read from the environment: NODE_ID, NATS_URL, NATS_LISTEN,
+LEASE_SUBJECT_PREFIX, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD,
+NATS_TLS_CA, NATS_TLS_CERT, NATS_TLS_KEY, NATS_INBOX_PREFIX, LOG_LEVEL,
+LOG_FORMAT and OTEL_*. See README.md.
 `
 
 // exitError carries executor's own exit code with its message.
