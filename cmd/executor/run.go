@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -158,20 +157,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		}
 	}()
 
-	env := map[string]string{}
-	for _, k := range passEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			env[k] = v
-		}
-	}
-	for k, v := range f.env {
-		env[k] = v
-	}
-	for k, v := range leaseEnv(l) {
-		env[k] = v
-	}
 	res, err := sandbox.Run(ctx, sandbox.Spec{
-		Command: cmd, Env: env, Dir: f.dir, KeepWorkdir: f.keepWorkdir,
+		Command: cmd, Env: workerEnv(l, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, CaptureBytes: -1,
 	}, l.Done())
