@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -167,7 +168,7 @@ func validateResize(req *ResizeRequest) *Error {
 		return errorf(CodeBadRequest, "nothing to change: give set, remove or reset")
 	}
 	for name, c := range req.Set {
-		if err := validName(name); err != nil {
+		if err := config.ValidToken(name); err != nil {
 			return errorf(CodeBadRequest, "set: pool %q: %v", name, err)
 		}
 		if c <= 0 {
@@ -177,21 +178,6 @@ func validateResize(req *ResizeRequest) *Error {
 	for _, name := range req.Remove {
 		if _, both := req.Set[name]; both {
 			return errorf(CodeBadRequest, "pool %q is both set and removed", name)
-		}
-	}
-	return nil
-}
-
-// validName checks a pool name: it becomes a subject and KV key token.
-func validName(s string) error {
-	if s == "" || len(s) > 64 {
-		return errors.New("must be 1 to 64 characters")
-	}
-	for _, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
-		default:
-			return errors.New("must contain only letters, digits, '-' and '_'")
 		}
 	}
 	return nil

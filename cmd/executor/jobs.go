@@ -30,7 +30,7 @@ func connectQueue(ctx context.Context, name string, create bool) (*config.Common
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), natsAuth(cfg), name)
+	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), name)
 	if err != nil {
 		return nil, nil, nil, fail(ExitUnavailable, "%v (is leasemgr running?)", err)
 	}

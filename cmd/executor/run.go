@@ -117,7 +117,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))
 		telemetry.End(span, err)
 	}()
-	nc, err := jetstream.Connect(cfg.NATSAddress(), natsAuth(cfg), "executor")
+	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
 	}

@@ -24,7 +24,7 @@ func connect(name string) (*nats.Conn, *config.Common, error) {
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), natsAuth(cfg), name)
+	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (is leasemgr running?)", err)
 	}

@@ -67,7 +67,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		url = srv.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir)
 	}
-	nc, err := jetstream.Connect(url, natsAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
+	nc, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func ConnectAuth(tb testing.TB, url string, auth jetstream.Auth, opts ...nats.Op
 // StartManagerConn is StartManager on a connection the caller made, e.g.
 // with ConnectAuth as a user with restricted permissions. It opens the
 // prefix's lease and pool buckets on nc.
-func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) *Node {
+func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wrap ...func(lease.Store) lease.Store) *Node {
 	tb.Helper()
 	if cfg.Prefix == "" {
 		cfg.Prefix = lease.DefaultPrefix
@@ -93,6 +93,9 @@ func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) *No
 		cfg.PoolStore = ps
 	}
 	cfg.Conn, cfg.Store = nc, store
+	for _, w := range wrap {
+		cfg.Store = w(cfg.Store)
+	}
 	if cfg.Events == nil {
 		cfg.Events = jetstream.NewEvents(nc, cfg.Prefix, nil)
 	}
@@ -136,43 +139,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // given, wraps the real store (to slow or fail calls on purpose).
 func StartManager(tb testing.TB, url string, cfg lease.ManagerConfig, wrap ...func(lease.Store) lease.Store) *Node {
 	tb.Helper()
-	nc := Connect(tb, url)
-	if cfg.Prefix == "" {
-		cfg.Prefix = lease.DefaultPrefix
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	store, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.Prefix)})
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	if cfg.PoolStore == nil {
-		ps, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.Prefix)})
-		if err != nil {
-			tb.Fatalf("%v", err)
-		}
-		cfg.PoolStore = ps
-	}
-	cfg.Conn = nc
-	cfg.Store = store
-	for _, w := range wrap {
-		cfg.Store = w(cfg.Store)
-	}
-	if cfg.Events == nil {
-		cfg.Events = jetstream.NewEvents(nc, cfg.Prefix, nil)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = Logger()
-	}
-	m, err := lease.NewManager(cfg)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	if err := m.Start(ctx); err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() { _ = m.Close() })
-	return &Node{Manager: m, Conn: nc, Store: store, Config: cfg}
+	return StartManagerConn(tb, Connect(tb, url), cfg, wrap...)
 }
 
 // StartManagerStore opens the default prefix's lease store on its own
