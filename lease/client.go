@@ -25,6 +25,7 @@ type Client struct {
 	holder         string
 	requestTimeout time.Duration
 	pollInterval   time.Duration
+	noManagerWait  time.Duration
 
 	mu      sync.Mutex
 	inbox   string // acquire replies arrive on <inbox>.<request id>
@@ -84,6 +85,20 @@ func WithPollInterval(d time.Duration) ClientOption {
 	}
 }
 
+// WithNoManagerWait is how long a first acquire keeps asking while no lease
+// manager serves the node (10s otherwise, twice the default LEADER_TTL, so a
+// takeover costs a delay rather than an error) before it returns
+// ErrUnavailable. A wrong node id shows up after this long.
+func WithNoManagerWait(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d < 0 {
+			return fmt.Errorf("lease: no-manager wait %v must not be negative", d)
+		}
+		c.noManagerWait = d
+		return nil
+	}
+}
+
 // NewClient returns a client for the lease manager of node.
 func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
@@ -100,6 +115,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		holder:         host + ":" + strconv.Itoa(os.Getpid()),
 		requestTimeout: 5 * time.Second,
 		pollInterval:   5 * time.Second,
+		noManagerWait:  10 * time.Second,
 		waiters:        make(map[string]chan *nats.Msg),
 	}
 	for _, opt := range opts {
@@ -256,6 +272,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	queued, answered := false, false
+	var noManagerSince time.Time
 	timer := time.NewTimer(c.requestTimeout)
 	defer timer.Stop()
 	for {
@@ -272,12 +289,19 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 			timer.Reset(c.nextPoll(queued))
 		case msg := <-ch:
 			if isNoResponders(msg) {
-				if !answered {
-					return nil, errorf(CodeUnavailable, "no lease manager answers on %s", subject)
+				// Nobody serves the node right now: a takeover or restart in
+				// progress, or a wrong node id. Ask again soon, for as long
+				// as a takeover may take.
+				if noManagerSince.IsZero() {
+					noManagerSince = time.Now()
 				}
-				timer.Reset(c.nextPoll(queued)) // the manager is restarting; keep asking
+				if !answered && time.Since(noManagerSince) >= c.noManagerWait {
+					return nil, errorf(CodeUnavailable, "no lease manager answers on %s (asked for %v)", subject, c.noManagerWait.Round(time.Millisecond))
+				}
+				timer.Reset(min(c.nextPoll(queued), 250*time.Millisecond))
 				continue
 			}
+			noManagerSince = time.Time{}
 			answered = true
 			var r Reply
 			if err := json.Unmarshal(msg.Data, &r); err != nil {

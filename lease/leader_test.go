@@ -166,3 +166,28 @@ func TestAtMostOneActiveManagerPerNode(t *testing.T) {
 		t.Fatalf("%d managers serving at the end, want 1", got)
 	}
 }
+
+// An acquire sent while no manager serves the node (a takeover or restart in
+// progress) keeps asking and is granted once one does.
+func TestAcquireWaitsOutAMissingManager(t *testing.T) {
+	srv := harness.StartServer(t)
+	c := harness.Client(t, srv.URL, node, lease.WithNoManagerWait(10*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), "p", 1)
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(time.Second)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("acquire did not get through once the manager served")
+	}
+}

@@ -504,7 +504,7 @@ func TestErrorCodesFromTheNetwork(t *testing.T) {
 		t.Fatalf("client unknown pool: %v", err)
 	}
 	// A node with no manager is a clear error, not a hang.
-	other := harness.Client(t, srv.URL, "no-such-node")
+	other := harness.Client(t, srv.URL, "no-such-node", lease.WithNoManagerWait(300*time.Millisecond))
 	if _, err := other.Acquire(context.Background(), "p", 1); !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("acquire on a node without a manager: %v", err)
 	}
