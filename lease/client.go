@@ -214,7 +214,8 @@ func WithWait(d time.Duration) AcquireOption {
 }
 
 // OnQueued is called with the 1-based queue position when the request is
-// queued, and again on every poll while it waits.
+// queued, and again on every poll while it waits (on queues deeper than
+// 1024 a poll's answer carries no position and OnQueued is not called).
 func OnQueued(f func(position int)) AcquireOption {
 	return func(o *acquireOptions) { o.onQueued = f }
 }
@@ -310,7 +311,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 			switch r.Status {
 			case StatusQueued:
 				queued = true
-				if o.onQueued != nil {
+				if o.onQueued != nil && r.Position > 0 { // 0: not computed (deep queue)
 					o.onQueued(r.Position)
 				}
 				timer.Reset(c.pollInterval)

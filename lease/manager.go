@@ -387,6 +387,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		// Close has begun: start no store operation it would not wait for.
+		m.respond(msg.Reply, errReply(m.closingError()))
+		return
+	}
 	p := m.pools[poolName]
 	if p == nil {
 		m.rejectLocked(span, msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
@@ -419,7 +424,13 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		}
 		r.reply = msg.Reply
 		if !r.granting {
-			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: p.p.Position(r.w)})
+			// Finding the position walks the queue; on deep queues a poll
+			// answers without it rather than cost O(depth) each time.
+			pos := 0
+			if p.p.Stats().QueuedRequests <= maxPositionWalk {
+				pos = p.p.Position(r.w)
+			}
+			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: pos})
 		}
 		return
 	}
@@ -671,6 +682,10 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 	poolName := poolToken(msg.Subject)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		m.respond(msg.Reply, errReply(m.closingError()))
+		return
+	}
 	p := m.pools[poolName]
 	if p == nil {
 		m.respond(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)))
@@ -717,7 +732,19 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 }
 
 // lookupLocked finds the lease a renew or release names and checks its token.
+// maxPositionWalk bounds the queue depth up to which a poll is answered
+// with the request's position.
+const maxPositionWalk = 1024
+
+// closingError answers requests that arrive once Close has begun.
+func (m *Manager) closingError() *Error {
+	return errorf(CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+}
+
 func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, secret string) (*held, *Error) {
+	if m.closed {
+		return nil, m.closingError()
+	}
 	poolName := poolToken(subject)
 	if m.pools[poolName] == nil {
 		return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)

@@ -108,6 +108,10 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	// check, the stored delta and the applied change one step.
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		m.respond(msg.Reply, errReply(m.closingError()))
+		return
+	}
 	d := m.delta.clone()
 	if req.Reset {
 		d = poolDelta{}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchRuns runs the whole benchmark in -short mode with a tiny
+// duration: every scenario must run and complete some operations, so the
+// benchmark cannot rot unnoticed. The figures themselves are not checked.
+func TestBenchRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	var progress io.Writer = io.Discard
+	if testing.Verbose() {
+		progress = &testWriter{t}
+	}
+	results, err := run(ctx, []string{"-short", "-duration", "100ms"}, &out, progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("\n%s", out.String())
+	want := scenarios(true)
+	if len(results) != len(want) {
+		t.Fatalf("%d rows for %d scenarios", len(results), len(want))
+	}
+	for i, r := range results {
+		if r.Name != want[i].name {
+			t.Errorf("row %d is %q, want %q", i, r.Name, want[i].name)
+		}
+		if r.Ops <= 0 {
+			t.Errorf("%s: no operations completed (errors %d, note %q)", r.Name, r.Errors, r.Note)
+		}
+		if !strings.Contains(out.String(), r.Name) {
+			t.Errorf("%s: no row in the printed table", r.Name)
+		}
+	}
+	if !strings.Contains(out.String(), "targets") {
+		t.Error("no targets block")
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := run(context.Background(), []string{"-scenario", "^nothing-matches$"}, &out, io.Discard); err == nil {
+		t.Error("a -scenario that matches nothing is not an error")
+	}
+	if _, err := run(context.Background(), []string{"-list", "-scenario", "^lease/"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(out.String()); len(got) != 6 || got[0] != "lease/c=1/cap=4" {
+		t.Errorf("-list -scenario ^lease/ printed %q", got)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

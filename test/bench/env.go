@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	sljs "github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// clientsPerConn is how many benchmark clients share one NATS connection,
+// as the goroutines of one executor process would.
+const clientsPerConn = 8
+
+// recordTTL is the TTL of every KV record the benchmark writes: the
+// manager's default lease TTL, long enough that nothing expires mid-run.
+const recordTTL = 15 * time.Second
+
+// env is one embedded nats-server with JetStream on a loopback port and a
+// store in a fresh temporary directory. Every scenario gets its own and
+// shuts it down at the end, so nothing one scenario wrote (streams, markers
+// waiting to expire, buffers) is still being worked on in the next.
+type env struct {
+	srv   *server.Server
+	url   string
+	dir   string
+	conns []*nats.Conn
+}
+
+func startEnv() (*env, error) {
+	dir, err := os.MkdirTemp("", "slotlease-bench-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := sljs.StartServer(sljs.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream")})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return &env{srv: srv, url: srv.ClientURL(), dir: dir}, nil
+}
+
+func (e *env) close() {
+	for _, nc := range e.conns {
+		nc.Close()
+	}
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	_ = os.RemoveAll(e.dir)
+}
+
+// msgs returns how many messages the server has taken in from clients and
+// delivered to them, so far.
+func (e *env) msgs() int64 {
+	v, err := e.srv.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	return v.InMsgs + v.OutMsgs
+}
+
+// connect opens a connection closed with the env.
+func (e *env) connect(name string) (*nats.Conn, error) {
+	nc, err := sljs.Connect(e.url, sljs.Auth{}, name)
+	if err != nil {
+		return nil, err
+	}
+	e.conns = append(e.conns, nc)
+	return nc, nil
+}
+
+// clientConns opens one connection per clientsPerConn clients; client i
+// uses conns[i/clientsPerConn].
+func (e *env) clientConns(clients int) ([]*nats.Conn, error) {
+	out := make([]*nats.Conn, (clients+clientsPerConn-1)/clientsPerConn)
+	for i := range out {
+		nc, err := e.connect(fmt.Sprintf("bench-client-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = nc
+	}
+	return out, nil
+}
+
+// bucket creates a KV bucket configured like the product's lease bucket:
+// one revision per key, file storage, per-key TTLs enabled.
+func bucket(ctx context.Context, nc *nats.Conn, name string) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         name,
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		LimitMarkerTTL: sljs.MarkerTTL,
+	})
+}
+
+// node is a real lease manager started the way harness.StartManager starts
+// one: its own connection, the jetstream LeaseStore and Events.
+type node struct {
+	m     *lease.Manager
+	nc    *nats.Conn
+	store *sljs.LeaseStore
+}
+
+const benchNode = "bench"
+
+func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...lease.PoolConfig) (*node, error) {
+	return e.startManagerWith(ctx, ttl, nil, pools...)
+}
+
+// startManagerWith starts a manager publishing events to events, or to
+// jetstream.Events on its connection if events is nil.
+func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, events lease.EventSink, pools ...lease.PoolConfig) (*node, error) {
+	nc, err := e.connect("bench-manager")
+	if err != nil {
+		return nil, err
+	}
+	store, err := sljs.OpenLeaseStore(ctx, nc, sljs.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)})
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	if events == nil {
+		events = sljs.NewEvents(nc, lease.DefaultPrefix, quiet)
+	}
+	m, err := lease.NewManager(lease.ManagerConfig{
+		Node:   benchNode,
+		Prefix: lease.DefaultPrefix,
+		Pools:  pools,
+		TTL:    ttl,
+		Conn:   nc,
+		Store:  store,
+		Events: events,
+		Logger: quiet,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &node{m: m, nc: nc, store: store}, nil
+}
+
+// runFor runs n workers until the scenario's duration has passed. Each
+// worker gets its index and a stop flag to check between operations; it
+// finishes the operation in hand and returns. run returns the time from
+// the start to the last worker's return.
+func runFor(d time.Duration, n int, worker func(i int, stop *atomic.Bool)) time.Duration {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			worker(i, &stop)
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	wg.Wait()
+	timer.Stop()
+	return time.Since(t0)
+}

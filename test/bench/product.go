@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// leaseCycle runs clients that loop Acquire→Release of one slot through the
+// real lease.Client against a real lease.Manager. Clients share a
+// lease.Client per connection, clientsPerConn to a connection, as the
+// workers of one executor process would.
+func leaseCycle(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
+	return leaseCycleWith(ctx, cfg, clients, capacity, nil)
+}
+
+// leaseCycleWith runs leaseCycle against a manager publishing to events
+// (jetstream.Events if nil).
+func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, events lease.EventSink) (*result, error) {
+	e, err := startEnv()
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	n, err := e.startManagerWith(ctx, recordTTL, events, lease.PoolConfig{Name: "p", Capacity: int64(capacity)})
+	if err != nil {
+		return nil, err
+	}
+	defer n.m.Close()
+	conns, err := e.clientConns(clients)
+	if err != nil {
+		return nil, err
+	}
+	lcs := make([]*lease.Client, len(conns))
+	for i, nc := range conns {
+		if lcs[i], err = lease.NewClient(nc, benchNode, lease.WithHolder("bench-"+strconv.Itoa(i))); err != nil {
+			return nil, err
+		}
+		defer lcs[i].Close()
+	}
+	hs := make([]*hist, clients)
+	as := make([]*hist, clients)
+	ops := make([]int64, clients)
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) {
+		errs.Add(1)
+		firstErr.CompareAndSwap(nil, err.Error())
+	}
+	msgs0 := e.msgs()
+	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+		h, a := &hist{}, &hist{}
+		hs[i], as[i] = h, a
+		c := lcs[i/clientsPerConn]
+		for !stop.Load() {
+			t0 := time.Now()
+			l, err := c.Acquire(ctx, "p", 1)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			t1 := time.Now()
+			if err := l.Release(ctx); err != nil {
+				fail(err)
+				continue
+			}
+			h.record(time.Since(t0))
+			a.record(t1.Sub(t0))
+			ops[i]++
+		}
+	})
+	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
+	if s, ok := firstErr.Load().(string); ok {
+		r.Note = fmt.Sprintf("first error: %s", s)
+	}
+	return r, nil
+}
