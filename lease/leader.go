@@ -63,7 +63,10 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 			return err
 		}
 		log.Warn("leadership ended; standing by", "err", err)
-		// Do not spin when serving fails at once (say, NATS is down).
+		if errors.Is(err, ErrLeadershipLost) {
+			continue // stand by at once: another instance may need the key
+		}
+		// Serving failed on its own (say, NATS is down): do not spin.
 		select {
 		case <-ctx.Done():
 			return nil
@@ -161,8 +164,9 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 			giveUp(cfg, rev)
 			return err
 		case <-lost.C:
-			stop(fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeadershipLost))
-			return <-served
+			cause := fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeadershipLost)
+			stop(cause)
+			return errors.Join(cause, <-served)
 		case <-next.C:
 		}
 		s := time.Now()
@@ -176,8 +180,9 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 			lost.Reset(time.Until(deadline))
 			next.Reset(interval)
 		case errors.Is(err, ErrStoreRevision):
-			stop(fmt.Errorf("%w: the leadership key changed hands", ErrLeadershipLost))
-			return <-served
+			cause := fmt.Errorf("%w: the leadership key changed hands", ErrLeadershipLost)
+			stop(cause)
+			return errors.Join(cause, <-served)
 		default:
 			if ctx.Err() == nil {
 				log.Warn("renewing leadership failed; retrying", "err", err)
