@@ -315,7 +315,7 @@ func (m *Manager) Close() error {
 		err = m.watcher.Stop()
 		<-m.watchDone
 	}
-	_ = m.cfg.Conn.Flush()
+	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err
 }
 
@@ -595,7 +595,13 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
+		started := time.Now()
 		rev, err = m.writeGrant(key, data, r.awaitPersisted())
+		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) {
+			// Ambiguous: the write may be stored though its acknowledgement
+			// was lost. The slots stay taken until the store says.
+			rev, err = m.resolveGrant(key, r.id, started, err)
+		}
 	}
 
 	m.mu.Lock()
@@ -635,6 +641,33 @@ func (m *Manager) grant(r *request) {
 	m.respond(r.reply, Reply{Status: StatusGranted, Lease: &rec})
 	m.emit(p, Event{Kind: EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots,
 		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+}
+
+// resolveGrant finds out whether a grant write that failed ambiguously was
+// stored: it reads the key until the store answers, or until the record,
+// had it been stored, would have expired. It returns the grant's revision if
+// the record is this grant, else writeErr.
+func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error) (uint64, error) {
+	backoff := 50 * time.Millisecond
+	for time.Since(started) < m.cfg.TTL+time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		data, rev, err := m.cfg.Store.Get(ctx, key)
+		cancel()
+		if errors.Is(err, ErrStoreNotFound) {
+			return 0, writeErr
+		}
+		if err == nil {
+			var v storedValue
+			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == m.cfg.Instance && v.Token == 0 {
+				m.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
+				return rev, nil
+			}
+			return 0, writeErr // the queue entry is still there, or another record
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+	return 0, writeErr
 }
 
 // waitExpired ends a request whose wait deadline passed while it was queued.
@@ -830,12 +863,10 @@ func (m *Manager) renew(reply string, h *held, span trace.Span) {
 			m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
-			// Either a concurrent renew moved the revision (retry once with
-			// the newer one) or the record is gone: expired or released.
-			m.mu.Lock()
-			moved := m.leases[h.key] == h && !h.releasing && h.rev != rev
-			m.mu.Unlock()
-			if moved && attempt == 0 {
+			// Either an earlier renewal moved the revision (one whose
+			// acknowledgement was lost, or a concurrent one) or the record
+			// is gone: expired or released. Only the store can tell.
+			if attempt == 0 && m.stillStored(h) {
 				continue
 			}
 			fail(errorf(CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID))
@@ -845,6 +876,31 @@ func (m *Manager) renew(reply string, h *held, span trace.Span) {
 			return
 		}
 	}
+}
+
+// stillStored reads h's key and, if it still holds this lease (same token),
+// adopts its revision and reports true. An expired lease is never brought
+// back: its key is gone or holds another grant.
+func (m *Manager) stillStored(h *held) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+	defer cancel()
+	data, rev, err := m.cfg.Store.Get(ctx, h.key)
+	if err != nil {
+		return false
+	}
+	var v storedValue
+	if json.Unmarshal(data, &v) != nil || v.Queued || (v.Token != 0 && v.Token != h.rec.Token) || (v.Token == 0 && rev != h.rec.Token) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases[h.key] != h || h.releasing {
+		return false
+	}
+	if rev > h.rev {
+		h.rev = rev
+	}
+	return true
 }
 
 func (m *Manager) handleRelease(msg *nats.Msg) {

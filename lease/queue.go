@@ -146,10 +146,23 @@ func (m *Manager) startDropLocked(r *request) {
 		if rev == 0 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		defer cancel()
-		if err := m.cfg.Store.Delete(ctx, key, rev); err != nil && !errors.Is(err, ErrStoreNotFound) {
-			m.log.Warn("deleting a queue entry failed; a successor would queue it again", "key", key, "err", err)
+		// Retry until the delete is stored: a left-over entry would come
+		// back as a phantom waiter under the next manager.
+		backoff := 50 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+			err := m.cfg.Store.Delete(ctx, key, rev)
+			cancel()
+			if err == nil || errors.Is(err, ErrStoreNotFound) || errors.Is(err, ErrStoreRevision) {
+				return // gone, or replaced by a newer write of this key
+			}
+			m.log.Warn("deleting a queue entry failed; retrying", "key", key, "err", err)
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
 		}
 	}()
 }
