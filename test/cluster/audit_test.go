@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// The auditor's checks on hand-made histories: each case breaks one rule
+// and expects exactly that rule's violation, or breaks nothing and expects
+// none.
+
+var t0 = time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+type history struct {
+	rev     uint64
+	leases  []Observation
+	leaders []Observation
+}
+
+func (h *history) put(ms int, key string, v any) uint64 {
+	h.rev++
+	data, _ := json.Marshal(v)
+	h.leases = append(h.leases, Observation{Key: key, Rev: h.rev, Op: jetstream.KeyValuePut, TS: at(ms), Data: data})
+	return h.rev
+}
+
+func (h *history) gone(ms int, key string) {
+	h.rev++
+	h.leases = append(h.leases, Observation{Key: key, Rev: h.rev, Op: jetstream.KeyValuePurge, TS: at(ms)})
+}
+
+func (h *history) lead(ms int, node, instance string) {
+	data, _ := json.Marshal(lease.LeaderRecord{Instance: instance})
+	h.leaders = append(h.leaders, Observation{Key: node, Rev: uint64(len(h.leaders) + 1), Op: jetstream.KeyValuePut, TS: at(ms), Data: data})
+}
+
+func (h *history) unlead(ms int, node string) {
+	h.leaders = append(h.leaders, Observation{Key: node, Rev: uint64(len(h.leaders) + 1), Op: jetstream.KeyValuePurge, TS: at(ms)})
+}
+
+// grant stores a grant by instance and returns its token.
+func (h *history) grant(ms int, id string, slots int64, instance string) uint64 {
+	return h.put(ms, lease.RecordKey("n1", "p", id), storedRecord{ID: id, Node: "n1", Pool: "p", Slots: slots, Manager: instance})
+}
+
+func hold(exec, id string, token uint64, slots int64, from, to int, outcome HoldOutcome) Hold {
+	return Hold{Executor: exec, Node: "n1", Pool: "p", Slots: slots, LeaseID: id, Token: token, Start: at(from), End: at(to), Outcome: outcome}
+}
+
+func TestAuditChecks(t *testing.T) {
+	cases := []struct {
+		name  string
+		build func(h *history, in *AuditInput)
+		want  string // prefix of the one expected violation; "" for none
+	}{
+		{"clean history", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 900, HoldReleased))
+			h.gone(1000, lease.RecordKey("n1", "p", "a"))
+			b := h.grant(1000, "b", 1, "m1")
+			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 1010, 1500, HoldReleased))
+			h.gone(1600, lease.RecordKey("n1", "p", "b"))
+		}, ""},
+		{"two records at once", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			b := h.grant(200, "b", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 150, HoldReleased), hold("y#1", "b", b, 1, 210, 250, HoldReleased))
+			h.gone(300, lease.RecordKey("n1", "p", "a"))
+			h.gone(300, lease.RecordKey("n1", "p", "b"))
+		}, "over-grant (KV view)"},
+		{"holders overlap", func(h *history, in *AuditInput) {
+			// x relies on a past its record's end, into b's lease.
+			a := h.grant(100, "a", 1, "m1")
+			h.gone(200, lease.RecordKey("n1", "p", "a"))
+			b := h.grant(200, "b", 1, "m1")
+			h.gone(400, lease.RecordKey("n1", "p", "b"))
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 300, HoldReleased), hold("y#1", "b", b, 1, 210, 350, HoldReleased))
+		}, "over-grant (holders' view)"},
+		{"holder outlives its record", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			h.gone(200, lease.RecordKey("n1", "p", "a"))
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 250, HoldLost))
+			in.NetFaults = append(in.NetFaults, NetFault{Who: "x", Kind: "blackhole", Start: at(120), End: at(300)})
+		}, "x#1 relied on lease"},
+		{"heard before stored", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 90, 150, HoldReleased))
+			h.gone(200, lease.RecordKey("n1", "p", "a"))
+		}, "x#1 heard of lease"},
+		{"grant by a non-leader", func(h *history, in *AuditInput) {
+			h.lead(0, "n1", "m1")
+			h.unlead(50, "n1")
+			h.lead(60, "n1", "m2")
+			a := h.grant(100, "a", 1, "m1")
+			h.gone(200, lease.RecordKey("n1", "p", "a"))
+			_ = a
+		}, "n1.p.a token"},
+		{"lost lease, holder reachable", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 3700, HoldLost))
+			h.gone(4200, lease.RecordKey("n1", "p", "a"))
+		}, "lease lost while its holder could reach NATS"},
+		{"lost lease, holder partitioned", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 3700, HoldLost))
+			in.NetFaults = append(in.NetFaults, NetFault{Who: "x", Kind: "blackhole", Start: at(500), End: at(5000)})
+			h.gone(4200, lease.RecordKey("n1", "p", "a"))
+		}, ""},
+		{"lost lease, holder's connection only reset", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 3700, HoldLost))
+			in.NetFaults = append(in.NetFaults, NetFault{Who: "x", Kind: "cut", Start: at(500), End: at(500)})
+			h.gone(4200, lease.RecordKey("n1", "p", "a"))
+		}, "lease lost while its holder could reach NATS"},
+		{"acquire hangs", func(h *history, in *AuditInput) {
+			in.Calls = append(in.Calls, Call{Executor: "x#1", Node: "n1", Pool: "p", RequestID: "r", Start: at(0), Bound: time.Second})
+		}, "acquire r by x#1 on n1.p hung"},
+		{"acquire overruns its bound", func(h *history, in *AuditInput) {
+			in.Calls = append(in.Calls, Call{Executor: "x#1", Node: "n1", Pool: "p", RequestID: "r", Start: at(0), Bound: time.Second, End: at(5000), Outcome: "timeout"})
+		}, "acquire r by x#1 on n1.p took"},
+		{"orphan record is reported apart", func(h *history, in *AuditInput) {
+			h.grant(100, "orphan", 1, "m1") // never held, never renewed
+			b := h.grant(200, "b", 1, "m1")
+			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 210, 250, HoldReleased))
+			h.gone(300, lease.RecordKey("n1", "p", "b"))
+			h.gone(4100, lease.RecordKey("n1", "p", "orphan"))
+		}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := &history{}
+			in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 4 * time.Second, RunEnd: at(10000), HangGrace: 2 * time.Second, StrictKill: true}
+			c.build(h, &in)
+			in.Leases, in.Leaders = h.leases, h.leaders
+			rep := Audit(in)
+			if c.want == "" {
+				for _, v := range rep.Violations {
+					t.Errorf("unexpected violation: %s", v)
+				}
+				return
+			}
+			for _, v := range rep.Violations {
+				if strings.HasPrefix(v, c.want) {
+					return
+				}
+			}
+			t.Fatalf("violations %q, want one starting with %q", rep.Violations, c.want)
+		})
+	}
+}
+
+func TestAuditOrphanIsCountedAndStrictFails(t *testing.T) {
+	h := &history{}
+	h.grant(100, "orphan", 1, "m1")
+	b := h.grant(200, "b", 1, "m1")
+	h.gone(300, lease.RecordKey("n1", "p", "b"))
+	h.gone(4100, lease.RecordKey("n1", "p", "orphan"))
+	in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 4 * time.Second, RunEnd: at(10000),
+		Leases: h.leases, Holds: []Hold{hold("y#1", "b", b, 1, 210, 250, HoldReleased)}}
+	if rep := Audit(in); len(rep.OrphanOvergrants) != 1 || len(rep.Violations) != 0 {
+		t.Fatalf("orphans %q violations %q, want one orphan and no violation", rep.OrphanOvergrants, rep.Violations)
+	}
+	in.StrictOrphans = true
+	if rep := Audit(in); len(rep.Violations) != 1 {
+		t.Fatalf("strict: violations %q, want the orphan over-grant", rep.Violations)
+	}
+}
+
+func TestAuditStalledTakeoverIsCountedAndStrictFails(t *testing.T) {
+	h := &history{}
+	a := h.grant(100, "a", 1, "m1")
+	h.gone(9000, lease.RecordKey("n1", "p", "a"))
+	in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 4 * time.Second, LeaderTTL: time.Second, RunEnd: at(10000),
+		Leases: h.leases, Holds: []Hold{hold("x#1", "a", a, 1, 110, 5000, HoldLost)},
+		Terms: []Term{{Node: "n1", Instance: "m1", Start: at(0), End: at(1000)}, {Node: "n1", Instance: "m2", Start: at(6000)}},
+		// m2's connection was reset while it rebuilt its state.
+		NetFaults: []NetFault{{Who: "m2", Node: "n1", Kind: "cut", Start: at(1500), End: at(1500)}},
+	}
+	if rep := Audit(in); len(rep.StalledTakeovers) != 1 || len(rep.Violations) != 0 {
+		t.Fatalf("stalled %q violations %q, want one stalled takeover and no violation", rep.StalledTakeovers, rep.Violations)
+	}
+	in.StrictStalls = true
+	if rep := Audit(in); len(rep.Violations) != 1 {
+		t.Fatalf("strict: violations %q, want the lost lease", rep.Violations)
+	}
+	// Without the reset, the same loss is a plain violation.
+	in.StrictStalls, in.NetFaults = false, nil
+	if rep := Audit(in); len(rep.Violations) != 1 || len(rep.StalledTakeovers) != 0 {
+		t.Fatalf("no reset: violations %q stalled %q, want the lost lease as a violation", rep.Violations, rep.StalledTakeovers)
+	}
+}
+
+func TestAuditRefusedRenewalIsCountedAndStrictFails(t *testing.T) {
+	h := &history{}
+	a := h.grant(100, "a", 1, "m1")
+	h.gone(9000, lease.RecordKey("n1", "p", "a")) // the record lived on
+	lost := hold("x#1", "a", a, 1, 110, 3000, HoldLost)
+	lost.Err = `lease: lease lost: lease: lease_not_found: lease "a" expired before the renewal`
+	in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 6 * time.Second, RunEnd: at(10000),
+		Leases: h.leases, Holds: []Hold{lost}}
+	if rep := Audit(in); len(rep.RefusedRenewals) != 1 || len(rep.Violations) != 0 {
+		t.Fatalf("refused %q violations %q, want one refused renewal and no violation", rep.RefusedRenewals, rep.Violations)
+	}
+	in.StrictStalls = true
+	if rep := Audit(in); len(rep.Violations) != 1 {
+		t.Fatalf("strict: violations %q, want the lost lease", rep.Violations)
+	}
+}

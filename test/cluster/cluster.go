@@ -1,0 +1,309 @@
+// Package cluster runs slotlease on a real 3-node NATS JetStream cluster in
+// one process: the cluster itself (embedded servers that can be killed and
+// restarted on the same ports and stores), TCP proxies that cut or
+// blackhole single connections, lease-manager candidates and executors, an
+// auditor that checks lease safety from the outside, the randomized fault
+// suite and the scale run. docs/guarantees.md states what the suite checks.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/slotlease/slotlease/jetstream"
+)
+
+// Cluster is a JetStream cluster of embedded servers on 127.0.0.1. Each
+// server keeps its client and route ports and its store across a kill and a
+// restart, as a real server on a fixed host would.
+type Cluster struct {
+	Name string
+
+	mu      sync.Mutex
+	members []*member
+}
+
+type member struct {
+	cfg jetstream.ClusterServerConfig
+	srv *server.Server // nil while killed
+}
+
+// ClusterConfig configures StartCluster.
+type ClusterConfig struct {
+	Size  int    // servers; 3 if zero
+	Dir   string // each server stores under Dir/<name>; required
+	Name  string // cluster name; "slotlease" if empty
+	Debug bool   // server logs to stderr
+	// ClientPorts, if set, fixes the client ports (one per server); 0 or
+	// nil picks free ports.
+	ClientPorts []int
+}
+
+// StartCluster starts the servers and waits until JetStream has a meta
+// leader that every server is current with.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Size == 0 {
+		cfg.Size = 3
+	}
+	if cfg.Name == "" {
+		cfg.Name = "slotlease"
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("cluster: a store directory is required")
+	}
+	var lastErr error
+	// A free port picked now can be taken by someone else before the
+	// server binds it; try again with fresh ports.
+	for attempt := 0; attempt < 3; attempt++ {
+		c, err := startCluster(ctx, cfg)
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	routePorts, err := freePorts(cfg.Size)
+	if err != nil {
+		return nil, err
+	}
+	clientPorts := make([]int, cfg.Size)
+	copy(clientPorts, cfg.ClientPorts)
+	free, err := freePorts(cfg.Size)
+	if err != nil {
+		return nil, err
+	}
+	for i := range clientPorts {
+		if clientPorts[i] == 0 {
+			clientPorts[i] = free[i]
+		}
+	}
+	routes := make([]string, cfg.Size)
+	for i, p := range routePorts {
+		routes[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	c := &Cluster{Name: cfg.Name}
+	for i := range cfg.Size {
+		name := fmt.Sprintf("n%d", i)
+		c.members = append(c.members, &member{cfg: jetstream.ClusterServerConfig{
+			ServerConfig: jetstream.ServerConfig{
+				Listen:    "127.0.0.1:" + strconv.Itoa(clientPorts[i]),
+				StoreDir:  filepath.Join(cfg.Dir, name),
+				Name:      name,
+				MaxMemory: 64 << 20,
+				MaxStore:  1 << 30,
+				Debug:     cfg.Debug,
+			},
+			Cluster:       cfg.Name,
+			ClusterListen: routes[i],
+			Routes:        routes,
+			NoAdvertise:   true,
+		}})
+	}
+	for i := range c.members {
+		if err := c.start(i); err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(i int) error {
+	m := c.members[i]
+	s, err := jetstream.StartClusterServer(m.cfg)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	m.srv = s
+	c.mu.Unlock()
+	return nil
+}
+
+// Size returns the number of servers.
+func (c *Cluster) Size() int { return len(c.members) }
+
+// Kill shuts server i down. nats-server steps down the raft groups it leads
+// on the way, so this is a clean stop of the process, not a power cut.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	s := c.members[i].srv
+	c.members[i].srv = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Restart starts server i again on the same ports and store. It does not
+// wait for JetStream to catch up: see WaitHealthy.
+func (c *Cluster) Restart(i int) error {
+	c.mu.Lock()
+	up := c.members[i].srv != nil
+	c.mu.Unlock()
+	if up {
+		return fmt.Errorf("cluster: server %d is running", i)
+	}
+	var err error
+	// The old listener's port may take a moment to be free again.
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = c.start(i); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// Up reports whether server i runs.
+func (c *Cluster) Up(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].srv != nil
+}
+
+// Server returns server i, nil while it is killed.
+func (c *Cluster) Server(i int) *server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].srv
+}
+
+// ClientAddr returns server i's client address, host:port, also while it
+// is killed.
+func (c *Cluster) ClientAddr(i int) string { return c.members[i].cfg.Listen }
+
+// LiveAddrs returns the client addresses of the running servers, starting
+// with server first (mod the size), so callers can spread connections.
+func (c *Cluster) LiveAddrs(first int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for k := range c.members {
+		m := c.members[(first+k)%len(c.members)]
+		if m.srv != nil {
+			out = append(out, m.cfg.Listen)
+		}
+	}
+	return out
+}
+
+// URL returns a comma-separated URL list of every server, for direct
+// connections that reconnect to whichever server is up.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.members))
+	for i, m := range c.members {
+		urls[i] = "nats://" + m.cfg.Listen
+	}
+	return strings.Join(urls, ",")
+}
+
+// WaitHealthy waits until every running server sees a meta leader and is
+// current, and every stream on it is current too.
+func (c *Cluster) WaitHealthy(ctx context.Context) error {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var live []*server.Server
+		c.mu.Lock()
+		for _, m := range c.members {
+			if m.srv != nil {
+				live = append(live, m.srv)
+			}
+		}
+		c.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := jetstream.WaitJetStreamCluster(wctx, live...)
+		cancel()
+		if err == nil {
+			healthy := true
+			for _, s := range live {
+				if hs := s.Healthz(nil); hs.Status != "ok" {
+					healthy = false
+				}
+			}
+			if healthy {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: not healthy: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// StreamLeader returns the index of the server leading stream in the
+// global account, or -1 if none is known.
+func (c *Cluster) StreamLeader(stream string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if m.srv != nil && m.srv.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// MetaLeader returns the index of the JetStream meta leader, or -1.
+func (c *Cluster) MetaLeader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if m.srv != nil && m.srv.JetStreamIsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Shutdown stops every running server.
+func (c *Cluster) Shutdown() {
+	var wg sync.WaitGroup
+	for i := range c.members {
+		wg.Go(func() { c.Kill(i) })
+	}
+	wg.Wait()
+}
+
+// freePorts returns n distinct ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

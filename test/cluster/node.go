@@ -1,0 +1,291 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// Settings are the timings and names every manager and executor of a run
+// shares.
+type Settings struct {
+	Prefix    string        // subject prefix; lease.DefaultPrefix if empty
+	Replicas  int           // replicas of the buckets and the event stream; 3
+	LeaseTTL  time.Duration // lease TTL (whole seconds)
+	LeaderTTL time.Duration // leadership TTL (whole seconds)
+	// StoreTimeout bounds one store call of a manager.
+	StoreTimeout time.Duration
+	// RequestTimeout and PollInterval configure executors' clients.
+	RequestTimeout, PollInterval time.Duration
+	Logger                       *slog.Logger
+}
+
+func (s *Settings) defaults() {
+	if s.Prefix == "" {
+		s.Prefix = lease.DefaultPrefix
+	}
+	if s.Replicas == 0 {
+		s.Replicas = 3
+	}
+	if s.LeaseTTL == 0 {
+		// A holder survives a takeover that ends within 0.57 x LEASE_TTL
+		// - 250ms of its manager's death (docs/guarantees.md). The rule
+		// LEASE_TTL >= 2 x LEADER_TTL + 3s asks for 5s; the suite's
+		// combined faults delay some takeovers to 3.7s (known problem 6),
+		// so it runs with 8s, which covers 4.3s.
+		s.LeaseTTL = 8 * time.Second
+	}
+	if s.LeaderTTL == 0 {
+		s.LeaderTTL = time.Second
+	}
+	if s.StoreTimeout == 0 {
+		s.StoreTimeout = time.Second
+	}
+	if s.RequestTimeout == 0 {
+		s.RequestTimeout = 300 * time.Millisecond
+	}
+	if s.PollInterval == 0 {
+		s.PollInterval = 300 * time.Millisecond
+	}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// dial connects a long-lived client the way jetstream.Connect does
+// (reconnect forever, 250ms apart), retrying the first connect until ctx
+// ends, and never learning other servers' addresses: a client behind a
+// proxy must stay behind it.
+func dial(ctx context.Context, url, name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.IgnoreDiscoveredServers(),
+		nats.Timeout(time.Second),
+	}, extra...)
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			return nc, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect %s to %s: %w", name, url, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stores are the buckets a manager uses.
+type Stores struct {
+	Leases, Leaders, Pools *jetstream.LeaseStore
+}
+
+// OpenStores creates or binds the three buckets, retrying while the
+// cluster cannot answer (a meta leader election, a server restarting).
+func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) {
+	var st Stores
+	for {
+		var err error
+		st.Leases, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(s.Prefix), Replicas: s.Replicas})
+		if err == nil {
+			st.Leaders, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(s.Prefix), Replicas: s.Replicas})
+		}
+		if err == nil {
+			st.Pools, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(s.Prefix), Replicas: s.Replicas})
+		}
+		if err == nil {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("open lease buckets: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Term is one period during which a candidate served its node.
+type Term struct {
+	Node, Instance string
+	Start, End     time.Time // End is zero while serving
+}
+
+// Terms records every candidate's serving terms, per node, and counts how
+// often two candidates of one node served at once.
+type Terms struct {
+	mu       sync.Mutex
+	terms    []*Term
+	overlaps []string
+}
+
+func (ts *Terms) begin(node, instance string) *Term {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := time.Now()
+	for _, t := range ts.terms {
+		if t.Node == node && t.End.IsZero() {
+			ts.overlaps = append(ts.overlaps, fmt.Sprintf("%s: %s started serving at %s while %s served (since %s)",
+				node, instance, now.Format(tsFormat), t.Instance, t.Start.Format(tsFormat)))
+		}
+	}
+	t := &Term{Node: node, Instance: instance, Start: now}
+	ts.terms = append(ts.terms, t)
+	return t
+}
+
+func (ts *Terms) end(t *Term, at time.Time) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t.End.IsZero() {
+		t.End = at
+	}
+}
+
+// Overlaps returns a description of every moment two candidates of one
+// node served at once.
+func (ts *Terms) Overlaps() []string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return append([]string(nil), ts.overlaps...)
+}
+
+// All returns a copy of every term.
+func (ts *Terms) All() []Term {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := make([]Term, len(ts.terms))
+	for i, t := range ts.terms {
+		out[i] = *t
+	}
+	return out
+}
+
+// Candidate is one lease-manager process for a node: lease.RunLeader around
+// a lease.Manager, as cmd/leasemgr runs it, on its own NATS connection
+// through its own proxy.
+type Candidate struct {
+	Node, Instance string
+	Proxy          *Proxy
+
+	nc      *nats.Conn
+	cancel  context.CancelFunc
+	done    chan struct{}
+	serving atomic.Bool
+	term    atomic.Pointer[Term]
+	terms   *Terms
+}
+
+// CandidateConfig starts a candidate.
+type CandidateConfig struct {
+	Settings
+	Cluster  *Cluster
+	Node     string
+	Instance string
+	Pools    []lease.PoolConfig
+	Terms    *Terms
+	// Upstream is the server the proxy prefers.
+	Upstream int
+	// WrapStore, if set, wraps the lease store (to break it on purpose).
+	WrapStore func(lease.Store) lease.Store
+}
+
+// StartCandidate connects, opens the buckets and runs for leadership. It
+// returns once RunLeader runs; Serving tells when it leads.
+func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error) {
+	cfg.defaults()
+	if cfg.Terms == nil {
+		cfg.Terms = &Terms{}
+	}
+	p, err := NewProxy(func() []string { return cfg.Cluster.LiveAddrs(cfg.Upstream) })
+	if err != nil {
+		return nil, err
+	}
+	nc, err := dial(ctx, p.URL(), "leasemgr "+cfg.Instance)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	st, err := OpenStores(ctx, nc, cfg.Settings)
+	if err != nil {
+		nc.Close()
+		p.Close()
+		return nil, err
+	}
+	var store lease.Store = st.Leases
+	if cfg.WrapStore != nil {
+		store = cfg.WrapStore(store)
+	}
+	log := cfg.Logger.With("instance", cfg.Instance)
+	mcfg := lease.ManagerConfig{
+		Node: cfg.Node, Prefix: cfg.Prefix, Pools: cfg.Pools, TTL: cfg.LeaseTTL, Instance: cfg.Instance,
+		Conn: nc, Store: store, PoolStore: st.Pools, Events: jetstream.NewEvents(nc, cfg.Prefix, log), Logger: log,
+		StoreTimeout: cfg.StoreTimeout,
+	}
+	if _, err := lease.NewManager(mcfg); err != nil {
+		nc.Close()
+		p.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	c := &Candidate{Node: cfg.Node, Instance: cfg.Instance, Proxy: p, nc: nc, cancel: cancel, done: make(chan struct{}), terms: cfg.Terms}
+	serve := func(ctx context.Context) error {
+		m, err := lease.NewManager(mcfg)
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		t := cfg.Terms.begin(cfg.Node, cfg.Instance)
+		c.term.Store(t)
+		stop := context.AfterFunc(ctx, func() { cfg.Terms.end(t, time.Now()) })
+		defer stop()
+		c.serving.Store(true)
+		<-ctx.Done()
+		c.serving.Store(false)
+		cfg.Terms.end(t, time.Now())
+		return m.Close()
+	}
+	go func() {
+		defer close(c.done)
+		_ = lease.RunLeader(rctx, lease.LeaderConfig{Store: st.Leaders, Node: cfg.Node, Instance: cfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+	}()
+	return c, nil
+}
+
+// Serving reports whether the candidate is its node's active manager.
+func (c *Candidate) Serving() bool { return c.serving.Load() }
+
+// Crash cuts the candidate off NATS at once, as a killed process: its
+// connections reset, nothing more it sends arrives, leadership is not given
+// up. Its goroutines are then stopped and waited for.
+func (c *Candidate) Crash() {
+	at := time.Now()
+	c.Proxy.Close()
+	if t := c.term.Load(); t != nil {
+		c.terms.end(t, at)
+	}
+	c.cancel()
+	c.nc.Close()
+	<-c.done
+}
+
+// Stop shuts the candidate down cleanly, as SIGTERM does: the manager
+// closes and the leadership key is given up, so a standby takes over at
+// once.
+func (c *Candidate) Stop() {
+	c.cancel()
+	<-c.done
+	c.nc.Close()
+	c.Proxy.Close()
+}
