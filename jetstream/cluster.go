@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,13 +33,10 @@ type ClusterServerConfig struct {
 // a majority of the cluster runs and a meta leader is elected: see
 // WaitJetStreamCluster. Stop it with Shutdown and WaitForShutdown.
 func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
-	if cfg.StoreDir == "" {
-		return nil, errors.New("jetstream: cluster server needs a store directory")
-	}
 	if cfg.Name == "" || cfg.Cluster == "" {
 		return nil, errors.New("jetstream: cluster server needs a server name and a cluster name")
 	}
-	host, port, err := splitHostPort(cfg.Listen)
+	opts, err := serverOptions(cfg.ServerConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -52,47 +47,11 @@ func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
 	if cport <= 0 {
 		return nil, fmt.Errorf("jetstream: cluster address %q: needs a fixed port", cfg.ClusterListen)
 	}
-	routes := make([]*url.URL, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: r})
+		opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", Host: r})
 	}
-	if cfg.MaxMemory == 0 {
-		cfg.MaxMemory = 256 << 20
-	}
-	if cfg.MaxStore == 0 {
-		cfg.MaxStore = 10 << 30
-	}
-	opts := &server.Options{
-		ServerName:         cfg.Name,
-		Host:               host,
-		Port:               port,
-		JetStream:          true,
-		StoreDir:           cfg.StoreDir,
-		JetStreamMaxMemory: cfg.MaxMemory,
-		JetStreamMaxStore:  cfg.MaxStore,
-		NoSigs:             true,
-		NoLog:              !cfg.Debug,
-		Cluster: server.ClusterOpts{
-			Name:        cfg.Cluster,
-			Host:        chost,
-			Port:        cport,
-			NoAdvertise: cfg.NoAdvertise,
-		},
-		Routes: routes,
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: cluster server %s: %w", cfg.Name, err)
-	}
-	if cfg.Debug {
-		s.ConfigureLogger()
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("jetstream: cluster server %s on %s / %s did not become ready (is a port in use?)", cfg.Name, cfg.Listen, cfg.ClusterListen)
-	}
-	return s, nil
+	opts.Cluster = server.ClusterOpts{Name: cfg.Cluster, Host: chost, Port: cport, NoAdvertise: cfg.NoAdvertise}
+	return startServer(opts, cfg.Debug, fmt.Sprintf("cluster server %s on %s / %s", cfg.Name, cfg.Listen, cfg.ClusterListen))
 }
 
 // WaitJetStreamCluster waits until every given server sees a JetStream meta
@@ -119,16 +78,4 @@ func WaitJetStreamCluster(ctx context.Context, servers ...*server.Server) error 
 		case <-tick.C:
 		}
 	}
-}
-
-func splitHostPort(addr string) (string, int, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, fmt.Errorf("jetstream: address %q: %w", addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return "", 0, fmt.Errorf("jetstream: address %q: port is not a number", addr)
-	}
-	return host, port, nil
 }

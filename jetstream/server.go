@@ -28,16 +28,25 @@ type ServerConfig struct {
 // StartServer starts an embedded nats-server with JetStream and waits until
 // it accepts connections. Stop it with Shutdown and WaitForShutdown.
 func StartServer(cfg ServerConfig) (*server.Server, error) {
+	if cfg.Name == "" {
+		cfg.Name = "leasemgr"
+	}
+	opts, err := serverOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return startServer(opts, cfg.Debug, "embedded server on "+cfg.Listen)
+}
+
+// serverOptions are the options every embedded server shares: client
+// address, JetStream with a file store, explicit memory and store limits.
+func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("jetstream: embedded server needs a store directory")
 	}
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	host, port, err := splitHostPort(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: listen address %q: %w", cfg.Listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: listen address %q: port is not a number", cfg.Listen)
+		return nil, err
 	}
 	if cfg.MaxMemory == 0 {
 		cfg.MaxMemory = 256 << 20
@@ -45,10 +54,7 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if cfg.MaxStore == 0 {
 		cfg.MaxStore = 10 << 30
 	}
-	if cfg.Name == "" {
-		cfg.Name = "leasemgr"
-	}
-	opts := &server.Options{
+	return &server.Options{
 		ServerName:         cfg.Name,
 		Host:               host,
 		Port:               port,
@@ -58,18 +64,35 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 		JetStreamMaxStore:  cfg.MaxStore,
 		NoSigs:             true,
 		NoLog:              !cfg.Debug,
-	}
+	}, nil
+}
+
+// startServer starts a server and waits until it accepts connections.
+func startServer(opts *server.Options, debug bool, what string) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+		return nil, fmt.Errorf("jetstream: %s: %w", what, err)
 	}
-	if cfg.Debug {
+	if debug {
 		s.ConfigureLogger()
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
-		return nil, fmt.Errorf("jetstream: embedded server on %s did not become ready (is the port in use?)", cfg.Listen)
+		return nil, fmt.Errorf("jetstream: %s did not become ready (is a port in use?)", what)
 	}
 	return s, nil
+}
+
+// splitHostPort parses host:port with a numeric port (-1 picks a free one).
+func splitHostPort(addr string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("jetstream: address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("jetstream: address %q: port is not a number", addr)
+	}
+	return host, port, nil
 }
