@@ -50,8 +50,11 @@ const usage = `usage: leasemgr [command]
 
 commands:
   run                 serve this node's pools (the default)
-  pools [--json]      print this node's pools: capacity, in use, available, queued
-  watch [flags]       print lease events live (--node, --pool, --kind, --json)
+  pools [--json] [--all] [--node N]
+                      print pools: capacity, in use, available, queued, policy
+                      (--all: every node, found by NATS micro service discovery)
+  watch [flags]       print lease events live (--node, --pool, --kind, --json;
+                      --since 1h replays the stored events first)
   resize [flags] name=capacity...
                       change pools at runtime (--remove P, --force, --reset)
 
