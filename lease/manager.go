@@ -625,6 +625,16 @@ func (m *Manager) grant(r *request) {
 		m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 		return
 	}
+	if m.ctx.Err() != nil {
+		// Stored, but this manager is closing, perhaps past its leadership
+		// deadline: a successor may not have counted this record and will
+		// delete it. Tell the holder nothing but to retry; after a restart
+		// of this same manager the retry finds the record.
+		e := errorf(CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+		telemetry.Fail(span, string(e.Code), e.Message)
+		m.respond(r.reply, errReply(e))
+		return
+	}
 	rec.Token = rev
 	h := &held{key: key, rec: rec, rev: rev, pool: p}
 	m.leases[key] = h
@@ -1066,10 +1076,27 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	if rebuilt {
-		if rec.Manager == m.cfg.Instance {
+		if rec.Manager == m.cfg.Instance || m.closed {
+			// Our own write, or we are closing (maybe deposed): the
+			// records a successor writes are not ours to judge.
 			return
 		}
-		m.log.Warn("counting a lease another manager instance stored after this one took over", "key", ch.Key, "manager", rec.Manager)
+		// A grant another instance stored after this one took over: its
+		// write was delayed past that instance's leadership deadline, and
+		// that instance, past its deadline, told nobody of it (see grant).
+		// Its slots may already be granted here, so it must not count:
+		// delete it.
+		m.log.Warn("deleting a grant another manager instance stored after this one took over", "key", ch.Key, "manager", rec.Manager)
+		m.ops.Add(1)
+		go func() {
+			defer m.ops.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+			defer cancel()
+			if err := m.cfg.Store.Delete(ctx, ch.Key, ch.Rev); err != nil && !errors.Is(err, ErrStoreNotFound) && !errors.Is(err, ErrStoreRevision) {
+				m.log.Warn("deleting a late grant failed; it expires with its TTL", "key", ch.Key, "err", err)
+			}
+		}()
+		return
 	}
 	if rec.Token == 0 {
 		rec.Token = ch.Rev

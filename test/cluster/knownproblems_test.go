@@ -155,8 +155,11 @@ func TestLostGrantAckIsNotOrphaned(t *testing.T) {
 // the slot; it counts the late record when its watch shows it, and answers
 // the first holder's retry with it: two holders of a one-slot pool. The
 // auditor reports the write as stored by one instance while another led.
-func TestKnownProblem2LateGrantAfterTakeover(t *testing.T) {
-	knownProblem(t)
+//
+// Fixed: a manager past its leadership deadline tells nobody of a grant it
+// stored late, and a successor deletes, rather than counts, grants another
+// instance stored after it took over. This reproduction now checks that.
+func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 	p := startPair(t, 8*time.Second)
 	key := lease.RecordKey("node1", "gpu", "late")
 	p.a.Proxy.StallOn("$KV." + lease.BucketName(p.st.Prefix) + "." + key)
@@ -171,11 +174,9 @@ func TestKnownProblem2LateGrantAfterTakeover(t *testing.T) {
 	t.Logf("b granted the slot to %q, token %d", "other", other.Token())
 
 	p.a.Proxy.Heal()
-	harness.Eventually(t, 5*time.Second, "a's delayed grant write stored", func() bool {
-		_, err := p.kv.Get(context.Background(), key)
-		return err == nil
-	})
-	t.Logf("a's delayed write of %s is stored after b took over", key)
+	// The delayed write reaches the store now; b deletes it as soon as its
+	// watch shows it. Either way it must not give the slot a second holder.
+	time.Sleep(500 * time.Millisecond)
 	late, err := p.retry(t, "late", "late-holder", "s3cret")
 	if err == nil {
 		defer late.Release(context.Background())
