@@ -66,11 +66,12 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 		if errors.Is(err, ErrLeadershipLost) {
 			continue // stand by at once: another instance may need the key
 		}
-		// Serving failed on its own (say, NATS is down): do not spin.
+		// Serving failed on its own (NATS down, a stalled rebuild): do not
+		// spin, but come back soon enough for a takeover to stay short.
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Second):
+		case <-time.After(min(time.Second, cfg.TTL/4)):
 		}
 	}
 }

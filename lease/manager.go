@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,10 @@ type ManagerConfig struct {
 	// Instance identifies this manager process in the records it writes; a
 	// fresh unique id if empty.
 	Instance string
+	// RebuildStall is how long the start-up rebuild may go without a
+	// record from the store before Start gives up (3s if zero); keep it
+	// well under LEADER_TTL for quick takeovers.
+	RebuildStall time.Duration
 	// PoolStore keeps runtime pool changes (resize) across restarts, under
 	// the node's key. Optional: without it, resizes last until the restart.
 	PoolStore Store
@@ -87,6 +92,7 @@ type Manager struct {
 
 	delta     poolDelta              // runtime pool changes; guarded by mu
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
+	progress  atomic.Int64           // unix ns of the watch's last change; see Start
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 }
 
@@ -175,6 +181,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = nuid.Next()
 	}
+	if cfg.RebuildStall == 0 {
+		cfg.RebuildStall = 3 * time.Second
+	}
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("lease: manager needs at least one pool")
 	}
@@ -211,19 +220,35 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.loadDelta(ctx); err != nil {
 		return err
 	}
-	w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
+	w, err := m.startWatch(ctx)
 	if err != nil {
 		return fmt.Errorf("lease: watch lease records: %w", err)
 	}
 	m.watcher = w
+	m.progress.Store(time.Now().UnixNano())
 	go m.watch(w)
-	select {
-	case <-m.ready:
-	case <-ctx.Done():
-		_ = w.Stop()
-		return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
-	case <-m.watchDone:
-		return errors.New("lease: the lease record watch ended before the state was rebuilt")
+	// The rebuild must keep moving: a watch that stalls (a connection reset
+	// while it delivers; nats.go notices the gap only seconds later) would
+	// hold a takeover while this manager keeps its leadership. Give up
+	// instead, so the caller (RunLeader) retries with a fresh watch, or a
+	// standby steps in.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-m.ready:
+			waiting = false
+		case <-ctx.Done():
+			m.abandonWatch(w)
+			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
+		case <-m.watchDone:
+			return errors.New("lease: the lease record watch ended before the state was rebuilt")
+		case <-tick.C:
+			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
+				m.abandonWatch(w)
+				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
+			}
+		}
 	}
 
 	handlers := map[string]nats.MsgHandler{
@@ -1014,10 +1039,44 @@ func (m *Manager) handleStats(msg *nats.Msg) {
 
 // watch applies the Store's view: first it counts every stored lease of this
 // node, then it frees leases whose records expire or are deleted by others.
+// startWatch starts the lease record watch, giving up after RebuildStall
+// (a watch set up over a connection that resets meanwhile can hang for the
+// JetStream API timeout); a watch that comes up later is stopped.
+func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
+	type result struct {
+		w   Watcher
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
+		done <- result{w, err}
+	}()
+	select {
+	case r := <-done:
+		return r.w, r.err
+	case <-time.After(m.cfg.RebuildStall):
+		go func() {
+			if r := <-done; r.err == nil {
+				_ = r.w.Stop()
+			}
+		}()
+		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
+	}
+}
+
+// abandonWatch stops a rebuild that will not be used and waits for it.
+func (m *Manager) abandonWatch(w Watcher) {
+	_ = w.Stop()
+	<-m.watchDone
+	m.cancel()
+}
+
 func (m *Manager) watch(w Watcher) {
 	defer close(m.watchDone)
 	rebuilt := false
 	for ch := range w.Changes() {
+		m.progress.Store(time.Now().UnixNano())
 		switch ch.Op {
 		case ChangeCaughtUp:
 			if !rebuilt {

@@ -25,10 +25,11 @@ import (
 // FAULT_SEEDS=n runs n seeds; FAULT_DURATION=90s sets each run's length.
 // FAULT_LEASE_TTL and FAULT_LEADER_TTL change the timings (8s and 1s):
 // FAULT_LEASE_TTL=1s shows what too short a lease TTL costs.
-// FAULT_STRICT=1 also fails on the known problems 1, 3, 4 and 5 of
+// The run also fails on the once-known problems 1, 3, 4 and 5 of
 // docs/guarantees.md (over-grants by orphan records, leases lost to a
 // takeover stalled by a connection reset, queue entries left after the
-// drain, live leases refused on renewal), which are otherwise only logged.
+// drain, live leases refused on renewal), all fixed now; FAULT_LENIENT=1
+// only logs them, to look at other failures first.
 // LEASE_TEST_LOG=1 shows the managers' logs. A seed fixes the fault
 // schedule and every executor's choices; goroutine scheduling is not
 // reproducible, so a rerun follows the same script, not the same trace.
@@ -106,7 +107,7 @@ func runSeed(t *testing.T, cfg SuiteConfig, seed uint64) {
 	t.Logf("FAULT_SEED=%d (reproduce: go test ./test/cluster -run 'TestFaultSuite' -seed %d)", seed, seed)
 	cfg.Seed = seed
 	cfg.Dir = t.TempDir()
-	cfg.StrictOrphans = os.Getenv("FAULT_STRICT") != ""
+	cfg.StrictOrphans = os.Getenv("FAULT_LENIENT") == ""
 	cfg.Logger = harness.Logger()
 	if testing.Verbose() || os.Getenv("FAULT_LOG") != "" {
 		cfg.Logf = t.Logf
@@ -119,16 +120,16 @@ func runSeed(t *testing.T, cfg SuiteConfig, seed uint64) {
 	}
 	t.Logf("seed %d:\n%s", seed, res.Summary())
 	for _, o := range res.Report.OrphanOvergrants {
-		t.Logf("KNOWN PROBLEM 1 (set FAULT_STRICT=1 to fail on it): %s", o)
+		t.Logf("KNOWN PROBLEM 1 (FAULT_LENIENT is set): %s", o)
 	}
 	for _, o := range res.Report.StalledTakeovers {
-		t.Logf("KNOWN PROBLEM 3 (set FAULT_STRICT=1 to fail on it): %s", o)
+		t.Logf("KNOWN PROBLEM 3 (FAULT_LENIENT is set): %s", o)
 	}
 	for _, o := range res.Report.LeakedQueueEntries {
-		t.Logf("KNOWN PROBLEM 4 (set FAULT_STRICT=1 to fail on it): %s", o)
+		t.Logf("KNOWN PROBLEM 4 (FAULT_LENIENT is set): %s", o)
 	}
 	for _, o := range res.Report.RefusedRenewals {
-		t.Logf("KNOWN PROBLEM 5 (set FAULT_STRICT=1 to fail on it): %s", o)
+		t.Logf("KNOWN PROBLEM 5 (FAULT_LENIENT is set): %s", o)
 	}
 	for _, n := range res.Report.Notes {
 		t.Logf("note: %s", n)

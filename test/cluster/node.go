@@ -230,6 +230,9 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		Node: cfg.Node, Prefix: cfg.Prefix, Pools: cfg.Pools, TTL: cfg.LeaseTTL, Instance: cfg.Instance,
 		Conn: nc, Store: store, PoolStore: st.Pools, Events: jetstream.NewEvents(nc, cfg.Prefix, log), Logger: log,
 		StoreTimeout: cfg.StoreTimeout,
+		// The suite's LEADER_TTL is 1s: a stalled rebuild must give up
+		// quickly for the takeover to stay short.
+		RebuildStall: time.Second,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil {
 		nc.Close()
