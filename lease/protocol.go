@@ -203,8 +203,9 @@ type Record struct {
 	// not use it: their own deadline starts when they sent the request.
 	ExpiresAt time.Time `json:"expires_at"`
 	// Manager is the instance id of the manager that granted the lease. A
-	// manager that takes over a node counts grants that a previous instance
-	// stored after the takeover began.
+	// manager that took over a node deletes, never counts, grants that
+	// another instance stored after its rebuild (a deposed manager's late
+	// write, which that manager answered to nobody).
 	Manager string `json:"manager,omitempty"`
 	// Secret is the acquire's secret: shown only to the holder.
 	Secret   string `json:"secret,omitempty"`
