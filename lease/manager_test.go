@@ -517,28 +517,48 @@ func TestErrorCodesFromTheNetwork(t *testing.T) {
 	}
 }
 
-// gatedStore holds every Create until the test opens the gate, so a cancel
-// can be made to arrive while a grant is being written.
+// gatedStore holds every call of one kind (Create or Delete) until the test
+// opens the gate, so a request can be made to arrive while that write is in
+// flight.
 type gatedStore struct {
 	lease.Store
+	op      string // "create" or "delete"
 	entered chan struct{}
 	gate    chan struct{}
 }
 
+func (g *gatedStore) hold(op string) {
+	if g.op == op {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+}
+
 func (g *gatedStore) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
-	g.entered <- struct{}{}
-	<-g.gate
+	g.hold("create")
 	return g.Store.Create(ctx, key, value, ttl)
 }
 
-func TestCancelWhileGrantIsStoredReleasesIt(t *testing.T) {
+func (g *gatedStore) Delete(ctx context.Context, key string, rev uint64) error {
+	g.hold("delete")
+	return g.Store.Delete(ctx, key, rev)
+}
+
+// startGated starts a manager for one 1-slot pool "p" whose store holds op.
+func startGated(t *testing.T, op string) (*harness.Server, *harness.Node, *gatedStore) {
+	t.Helper()
 	srv := harness.StartServer(t)
 	var gs *gatedStore
 	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(s lease.Store) lease.Store {
-			gs = &gatedStore{Store: s, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+			gs = &gatedStore{Store: s, op: op, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 			return gs
 		})
+	return srv, n, gs
+}
+
+func TestCancelWhileGrantIsStoredReleasesIt(t *testing.T) {
+	srv, n, gs := startGated(t, "create")
 	nc := harness.Connect(t, srv.URL)
 	sub, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", ""))
 	if err != nil {
@@ -654,27 +674,8 @@ func TestRetryEdgeCases(t *testing.T) {
 	}
 }
 
-// gatedDelete holds every Delete until the test opens the gate.
-type gatedDelete struct {
-	lease.Store
-	entered chan struct{}
-	gate    chan struct{}
-}
-
-func (g *gatedDelete) Delete(ctx context.Context, key string, rev uint64) error {
-	g.entered <- struct{}{}
-	<-g.gate
-	return g.Store.Delete(ctx, key, rev)
-}
-
 func TestRetryWhileReleasingIsNoGrant(t *testing.T) {
-	srv := harness.StartServer(t)
-	var gd *gatedDelete
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
-		func(s lease.Store) lease.Store {
-			gd = &gatedDelete{Store: s, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-			return gd
-		})
+	srv, n, gd := startGated(t, "delete")
 	nc := harness.Connect(t, srv.URL)
 	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
 	req := lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1}
