@@ -242,7 +242,10 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.requestID == "" {
+	// A fresh id has no history: every grant for it is written after the
+	// first send below. A caller's id may have been granted before.
+	ownID := o.requestID == ""
+	if ownID {
 		o.requestID = nuid.Next()
 	}
 	if err := validID(o.requestID); err != nil {
@@ -319,7 +322,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 				if r.Lease == nil {
 					return nil, errorf(CodeInternal, "grant without a lease from the lease manager")
 				}
-				return c.newLease(ctx, *r.Lease, firstSent, queued || r.Existing)
+				return c.newLease(ctx, *r.Lease, firstSent, !ownID && (queued || r.Existing))
 			default:
 				e := replyError(&r)
 				if e.Code == CodeUnavailable {
@@ -377,8 +380,11 @@ func (c *Client) withdraw(pool, id, secret string) {
 // newLease starts the heartbeat of a granted lease. The holder's deadline
 // must start no later than the manager's record did, so it is measured from
 // a request sent before the record was written: the first acquire, when the
-// grant was made for it and came back promptly; otherwise (queued, a retry
-// answered from an earlier grant, or slow) a renewal sent now.
+// grant cannot be older than it (the request id was made by this call, so
+// nothing was granted for it before it was sent, queued or not), or when it
+// was granted to this very request; otherwise (a caller's request id that was
+// queued or answered from an earlier grant, or a grant so late that little
+// of the TTL is left) a renewal sent now.
 func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, confirm bool) (*Lease, error) {
 	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{}), tctx: context.WithoutCancel(ctx)}
 	base := firstSent

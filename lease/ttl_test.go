@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -251,5 +252,79 @@ func TestEventsForEveryTransition(t *testing.T) {
 		if w.kind == lease.EventGranted && ev.Token == 0 {
 			t.Fatalf("granted event without a token: %+v", ev)
 		}
+	}
+}
+
+// A queued grant for a request id the client made itself is younger than the
+// acquire's first send, so the holder trusts a deadline measured from that
+// send without a confirming renewal; a caller's own request id may carry an
+// older grant, so that holder confirms first. Either way the holder's
+// deadline comes before the record's expiry.
+func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
+	const ttl = 3 * time.Second
+	srv, _ := startNode(t, ttl, lease.PoolConfig{Name: "p", Capacity: 1})
+	c := harness.Client(t, srv.URL, node)
+	nc := harness.Connect(t, srv.URL)
+	renews := make(chan string, 16)
+	sub, err := nc.Subscribe(lease.Subject("lease", node, "p", lease.VerbRenew), func(msg *nats.Msg) {
+		var r lease.RenewRequest
+		if json.Unmarshal(msg.Data, &r) == nil {
+			renews <- r.LeaseID
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	renewsOf := func(id string) int {
+		n := 0
+		for {
+			select {
+			case got := <-renews:
+				if got == id {
+					n++
+				}
+			default:
+				return n
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		opts     []lease.AcquireOption
+		confirms int
+	}{
+		{"generated id", nil, 0},
+		{"caller's id", []lease.AcquireOption{lease.WithRequestID("callers-own")}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder, err := c.Acquire(context.Background(), "p", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, errc, _ := queuedAcquire(t, c, context.Background(), "p", 1, tc.opts...)
+			queuedBy := time.Now() // after the first send, before the grant
+			if err := holder.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			l := mustGrant(t, got, errc)
+			defer l.Release(context.Background())
+			time.Sleep(200 * time.Millisecond) // the flush of any renewal; heartbeats start at TTL/3
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if n := renewsOf(l.ID()); n != tc.confirms {
+				t.Fatalf("%d renewals right after the grant, want %d", n, tc.confirms)
+			}
+			if !l.Deadline().Before(l.Record().ExpiresAt) {
+				t.Fatalf("holder deadline %v not before the record's expiry %v", l.Deadline(), l.Record().ExpiresAt)
+			}
+			if tc.confirms == 0 && l.Deadline().After(queuedBy.Add(ttl-ttl/10)) {
+				t.Fatalf("deadline %v not measured from the first send (before %v)", l.Deadline(), queuedBy.Add(ttl-ttl/10))
+			}
+		})
 	}
 }
