@@ -103,6 +103,11 @@ type pool struct {
 	// waiting holds every acquire that has no stored lease yet: queued, or
 	// granted in memory with its record being written. Keyed by request id.
 	waiting map[string]*request
+	// releasing counts the slots of leases whose delete is in flight.
+	releasing int64
+	// unpersisted are queued requests whose entry was not written because
+	// releases in flight covered the whole queue (see persistQueuedLocked).
+	unpersisted []*request
 }
 
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
@@ -494,7 +499,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	r.trace.StartQueued(ctx, telemetry.Position(position))
 	m.queuedLocked(r, position)
-	m.startPersistLocked(r)
+	m.persistQueuedLocked(r)
 }
 
 // queuedLocked tells the holder and the watchers that r waits, and arms its
@@ -669,7 +674,6 @@ func (m *Manager) grant(r *request) {
 	}
 	if r.cancelled {
 		// The holder gave up while the write was in flight: give it back.
-		h.releasing = true
 		m.startReleaseLocked(h, EventCancelled)
 		return
 	}
@@ -789,7 +793,6 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 			return
 		}
 		if !h.releasing {
-			h.releasing = true
 			m.startReleaseLocked(h, EventCancelled)
 		}
 		m.respond(msg.Reply, Reply{Status: StatusReleased})
@@ -956,14 +959,19 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	h.releasing = true
 	// The holder need not wait for the delete: until it is stored the slots
 	// stay busy, which costs a little capacity and never over-grants.
 	m.respond(msg.Reply, Reply{Status: StatusReleased})
 	m.startReleaseLocked(h, EventReleased)
 }
 
+// startReleaseLocked deletes h's record; its slots stay busy until that is
+// stored.
 func (m *Manager) startReleaseLocked(h *held, kind EventKind) {
+	h.releasing = true
+	if h.pool != nil {
+		h.pool.releasing += h.rec.Slots
+	}
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
@@ -1026,10 +1034,14 @@ func (m *Manager) freeLocked(h *held, kind EventKind, code Code) {
 	if h.pool == nil {
 		return
 	}
+	if h.releasing {
+		h.pool.releasing -= h.rec.Slots
+	}
 	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
 	m.emit(h.pool, Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(granted)
+		m.persistUncoveredLocked(h.pool)
 	}
 }
 

@@ -55,6 +55,55 @@ func (m *Manager) nextOrderLocked() int64 {
 	return n
 }
 
+// persistQueuedLocked writes r's queue entry, so that a successor restores
+// it in order.
+//
+// A request that waits only for slots whose release is already in flight is
+// not written: it is granted as soon as those deletes are stored, one store
+// write later, like a grant in flight. Should this manager fail in between,
+// its client's next poll queues it again. Once the releases in flight no
+// longer cover the queue (another request took the slots, or a delete
+// failed), the ones still waiting are written after all.
+func (m *Manager) persistQueuedLocked(r *request) {
+	p := r.pool
+	if !coveredLocked(p) {
+		m.persistUncoveredLocked(p) // those queued before r first
+		m.startPersistLocked(r)
+		return
+	}
+	if n := len(p.unpersisted); n >= 64 && n >= 2*p.p.Stats().QueuedRequests {
+		p.unpersisted = slices.DeleteFunc(p.unpersisted, func(q *request) bool { return !waitingUnpersisted(q) })
+	}
+	p.unpersisted = append(p.unpersisted, r)
+}
+
+// coveredLocked reports whether the slots being released cover every
+// queued slot of p.
+func coveredLocked(p *pool) bool {
+	return p.releasing > 0 && p.p.Stats().QueuedSlots <= p.releasing
+}
+
+// persistUncoveredLocked writes the entries of unpersisted requests still
+// queued once the releases in flight no longer cover the queue.
+func (m *Manager) persistUncoveredLocked(p *pool) {
+	if len(p.unpersisted) == 0 || coveredLocked(p) {
+		return
+	}
+	for _, r := range p.unpersisted {
+		if waitingUnpersisted(r) {
+			m.startPersistLocked(r)
+		}
+	}
+	p.unpersisted = p.unpersisted[:0]
+}
+
+// waitingUnpersisted reports whether r is still queued without an entry.
+func waitingUnpersisted(r *request) bool {
+	return r.pool.waiting[r.id] == r && !r.granting && !r.cancelled && r.persisted == nil
+}
+
+// startPersistLocked writes r's queue entry in the background; a grant
+// waits for it (awaitPersisted) and writes over it.
 func (m *Manager) startPersistLocked(r *request) {
 	r.persisted = make(chan struct{})
 	v := storedValue{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -120,4 +121,91 @@ func TestQueueSurvivesTakeoverInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOrder(t, order, wg)
+}
+
+// A request that waits only for slots whose release is in flight is granted
+// one store write later, like a grant in flight, so its queue entry is not
+// written; as soon as the releases in flight no longer cover the queue,
+// every waiting request's entry is written, in queue order.
+func TestQueuedBehindReleaseInFlight(t *testing.T) {
+	srv, n, gd := startGated(t, "delete")
+	nc := harness.Connect(t, srv.URL)
+	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	first := request(t, nc, acq, lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
+	if first.Status != lease.StatusGranted {
+		t.Fatalf("acquire %+v", first)
+	}
+	rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token})
+	if rel.Status != lease.StatusReleased {
+		t.Fatalf("release %+v", rel)
+	}
+	<-gd.entered // r1's delete is in flight, its slot still busy
+
+	queue := func(id string) *nats.Subscription {
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1})
+		if err := nc.PublishRequest(acq, inbox, body); err != nil {
+			t.Fatal(err)
+		}
+		if r := nextReply(t, sub); r.Status != lease.StatusQueued {
+			t.Fatalf("acquire %s: %+v, want queued", id, r)
+		}
+		return sub
+	}
+	entry := func(id string) (queuedAt int64, ok bool) {
+		data, _, err := n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
+		if err != nil {
+			return 0, false
+		}
+		var v struct {
+			Queued   bool  `json:"queued"`
+			QueuedAt int64 `json:"queued_at"`
+		}
+		if json.Unmarshal(data, &v) != nil || !v.Queued {
+			return 0, false
+		}
+		return v.QueuedAt, true
+	}
+
+	r2 := queue("r2")
+	time.Sleep(300 * time.Millisecond) // far longer than an entry write takes
+	if _, ok := entry("r2"); ok {
+		t.Fatal("queue entry written for a request covered by the release in flight")
+	}
+	queue("r3") // two queued slots, one being released: no longer covered
+	var at2, at3 int64
+	harness.Eventually(t, 5*time.Second, "both queue entries written", func() bool {
+		var ok2, ok3 bool
+		at2, ok2 = entry("r2")
+		at3, ok3 = entry("r3")
+		return ok2 && ok3
+	})
+	if at2 >= at3 {
+		t.Fatalf("r2 queued at %d, not before r3 at %d", at2, at3)
+	}
+
+	close(gd.gate)
+	if r := nextReply(t, r2); r.Status != lease.StatusGranted || r.Lease.Token <= first.Lease.Token {
+		t.Fatalf("r2 after the release was stored: %+v", r)
+	}
+	if s := poolStats(t, n.Manager, "p"); s.InUse != 1 || s.QueuedRequests != 1 {
+		t.Fatalf("stats %+v, want r2 holding and r3 queued", s)
+	}
+}
+
+func nextReply(t *testing.T, sub *nats.Subscription) lease.Reply {
+	t.Helper()
+	msg, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r lease.Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -257,7 +257,6 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 	}
 	for _, h := range m.leases {
 		if h.pool == p && !h.releasing {
-			h.releasing = true
 			m.startReleaseLocked(h, EventReleased)
 		}
 	}
