@@ -46,9 +46,10 @@ type Waiter struct {
 	// elem is w's element in Pool.waiters (fifo) or in its tenant's queue
 	// (fair); non-nil exactly while queued under those policies.
 	elem *list.Element
-	// ready is closed when the waiter leaves the queue by a grant or a
-	// rejection. It is nil unless the waiter was created by Acquire; such
-	// waiters are private to Acquire and never returned to callers.
+	// ready gets one token when the waiter leaves the queue by a grant or
+	// a rejection. It is nil unless the waiter was created by Acquire; such
+	// waiters are private to Acquire, never returned to callers, and
+	// recycled with their channel (see acquirers).
 	ready chan struct{}
 	seq   uint64  // enqueue order, strictly increasing along the queue
 	vt    int64   // priority: virtual time, see Pool.vtime
@@ -230,7 +231,7 @@ func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int,
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
 	}
-	w = p.push(r, vt, nil)
+	w = p.push(r, vt)
 	return w, false, p.q.rank(w), nil
 }
 
@@ -300,8 +301,8 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 		p.mu.Unlock()
 		return err
 	}
-	ready := make(chan struct{})
-	w := p.push(Request{Slots: n}, vt, ready)
+	w := acquirers.Get().(*Waiter)
+	p.pushWaiter(w, Request{Slots: n}, vt)
 	p.mu.Unlock()
 
 	select {
@@ -315,18 +316,24 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 		case stateGranted:
 			// Granted after ctx was done. Pretend we weren't and give the
 			// slots back.
+			<-w.ready // sent under the lock with the state
 			p.release("", n)
 			p.grant(nil)
-		case stateRejected, stateCancelled:
+		case stateRejected:
+			<-w.ready
+		case stateCancelled:
 		}
 		p.mu.Unlock()
+		recycle(w)
 		return ctx.Err()
 
-	case <-ready:
-		// state was written under the lock before ready was closed and no
-		// longer changes.
-		if w.state == stateRejected {
-			return w.Value.(error)
+	case <-w.ready:
+		// state was written under the lock before the token was sent and
+		// no longer changes.
+		state, v := w.state, w.Value
+		recycle(w)
+		if state == stateRejected {
+			return v.(error)
 		}
 		// Granted. Check that ctx isn't already done.
 		select {
@@ -432,7 +439,7 @@ func (p *Pool) SetCapacity(c int64) (granted, rejected []*Waiter) {
 			w.state = stateRejected
 			if w.ready != nil {
 				w.Value = p.exceeds(w.Slots)
-				close(w.ready)
+				w.ready <- struct{}{}
 				continue
 			}
 			rejected = append(rejected, w)
@@ -657,19 +664,35 @@ func (p *Pool) release(name string, n int64) {
 }
 
 // push queues a new waiter. p.mu must be held.
-func (p *Pool) push(r Request, vt int64, ready chan struct{}) *Waiter {
+func (p *Pool) push(r Request, vt int64) *Waiter {
+	w := &Waiter{}
+	p.pushWaiter(w, r, vt)
+	return w
+}
+
+// pushWaiter queues w, a fresh or recycled waiter, for r. p.mu must be held.
+func (p *Pool) pushWaiter(w *Waiter, r Request, vt int64) {
 	p.seq++
 	t := p.tenant(r.Tenant)
-	w := &Waiter{
+	*w = Waiter{
 		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority,
-		pool: p, state: stateQueued, ready: ready, seq: p.seq, vt: vt, t: t,
+		pool: p, state: stateQueued, ready: w.ready, seq: p.seq, vt: vt, t: t,
 	}
 	t.queued++
 	t.queuedSlots += r.Slots
 	p.queued++
 	p.queuedSlots += r.Slots
 	p.q.push(w)
-	return w
+}
+
+// acquirers recycles Acquire's private waiters with their ready channels
+// (capacity 1, drained before reuse), so a blocked Acquire allocates no
+// waiter and no channel.
+var acquirers = sync.Pool{New: func() any { return &Waiter{ready: make(chan struct{}, 1)} }}
+
+func recycle(w *Waiter) {
+	*w = Waiter{ready: w.ready}
+	acquirers.Put(w)
 }
 
 // unlink takes a queued waiter out of the queue; the caller sets its new
@@ -726,7 +749,7 @@ func (p *Pool) grant(out []*Waiter) []*Waiter {
 		p.unlink(w, true)
 		w.state = stateGranted
 		if w.ready != nil {
-			close(w.ready)
+			w.ready <- struct{}{} // buffered, and empty while queued
 			continue
 		}
 		out = append(out, w)
