@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"encoding/json"
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
@@ -31,11 +30,8 @@ func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
 // Publish sends ev. A failure is logged: events are for watching, and a
 // lease transition must not fail because nobody could be told about it.
 func (e *Events) Publish(ev lease.Event) {
-	data, err := json.Marshal(ev)
-	if err == nil {
-		err = e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data)
-	}
-	if err != nil {
+	data := ev.AppendJSON(make([]byte, 0, 512))
+	if err := e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data); err != nil {
 		e.log.Warn("publishing a lease event", "kind", ev.Kind, "pool", ev.Pool, "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -82,6 +83,9 @@ type Manager struct {
 	pools  map[string]*pool
 	leases map[string]*held // by record key; every live record of this node
 	closed bool
+	// ownMark is how this instance's name appears in the values it
+	// writes, for telling its own writes from others' without decoding.
+	ownMark []byte
 
 	subs      []*nats.Subscription
 	svc       micro.Service
@@ -200,6 +204,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
+		ownMark:   appendStringField([]byte{'{'}, "manager", cfg.Instance)[1:],
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Capacity < 0 {
@@ -617,8 +622,9 @@ func (m *Manager) grant(r *request) {
 		Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
-	data, err := json.Marshal(rec)
+	data := appendRecord(make([]byte, 0, 384), &rec)
 	var rev uint64
+	var err error
 	if m.ctx.Err() != nil {
 		// Closing, perhaps because leadership is about to lapse: write
 		// nothing new, so a successor's count stays complete.
@@ -882,11 +888,7 @@ func (m *Manager) renew(reply string, h *held, span trace.Span) {
 		rec, rev := h.rec, h.rev
 		m.mu.Unlock()
 		rec.ExpiresAt = time.Now().Add(m.cfg.TTL).UTC()
-		data, err := json.Marshal(rec)
-		if err != nil {
-			fail(errorf(CodeInternal, "encoding the lease: %v", err))
-			return
-		}
+		data := appendRecord(make([]byte, 0, 384), &rec)
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
 		newRev, err := m.cfg.Store.Renew(ctx, h.key, data, m.cfg.TTL, rev)
 		cancel()
@@ -1132,6 +1134,13 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		}
 		return
 	}
+	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
+		// This instance's own write (a grant whose acknowledgement is on
+		// its way, or a queue entry), as decoding would show below, but
+		// without the cost on every write of a busy manager. A string
+		// value cannot hold the unescaped mark, so no other record has it.
+		return
+	}
 	var rec storedValue
 	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
 		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
@@ -1194,7 +1203,7 @@ func (m *Manager) respond(reply string, r Reply) {
 	if reply == "" {
 		return
 	}
-	data, err := json.Marshal(r)
+	data, err := encodeReply(&r)
 	if err != nil {
 		m.log.Error("encoding a reply", "err", err)
 		return
