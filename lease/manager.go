@@ -459,13 +459,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		}
 		r.reply = msg.Reply
 		if !r.granting {
-			// Finding the position walks the queue; on deep queues a poll
-			// answers without it rather than cost O(depth) each time.
-			pos := 0
-			if p.p.Stats().QueuedRequests <= maxPositionWalk {
-				pos = p.p.Position(r.w)
-			}
-			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: pos})
+			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: positionLocked(r)})
 		}
 		return
 	}
@@ -503,14 +497,19 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond)
 	}
 	r.trace.StartQueued(ctx, telemetry.Position(position))
-	m.queuedLocked(r, position)
+	// A request covered by releases in flight is granted one store write
+	// later: telling it that it waits would only cost messages. It is told
+	// if it is still waiting once they no longer cover the queue.
+	m.queuedLocked(r, position, !coveredLocked(p))
 	m.persistQueuedLocked(r)
 }
 
-// queuedLocked tells the holder and the watchers that r waits, and arms its
-// wait deadline.
-func (m *Manager) queuedLocked(r *request, position int) {
-	m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
+// queuedLocked tells the watchers (and the holder if tell) that r waits,
+// and arms its wait deadline.
+func (m *Manager) queuedLocked(r *request, position int, tell bool) {
+	if tell {
+		m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
+	}
 	m.emit(r.pool, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
 	if !r.waitUntil.IsZero() {
 		r.timer = time.AfterFunc(time.Until(r.waitUntil), func() { m.waitExpired(r) })
@@ -806,6 +805,16 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 	}
 	// Nothing to cancel: already ended. Cancel is idempotent.
 	m.respond(msg.Reply, Reply{Status: StatusCancelled})
+}
+
+// positionLocked is r's place in its pool's queue for a queued reply.
+// Finding it walks the queue; on deep queues the reply goes without it
+// (0) rather than cost O(depth) on every poll.
+func positionLocked(r *request) int {
+	if r.pool.p.Stats().QueuedRequests > maxPositionWalk {
+		return 0
+	}
+	return r.pool.p.Position(r.w)
 }
 
 // lookupLocked finds the lease a renew or release names and checks its token.

@@ -84,7 +84,8 @@ func coveredLocked(p *pool) bool {
 }
 
 // persistUncoveredLocked writes the entries of unpersisted requests still
-// queued once the releases in flight no longer cover the queue.
+// queued once the releases in flight no longer cover the queue, and tells
+// their holders they wait.
 func (m *Manager) persistUncoveredLocked(p *pool) {
 	if len(p.unpersisted) == 0 || coveredLocked(p) {
 		return
@@ -92,6 +93,7 @@ func (m *Manager) persistUncoveredLocked(p *pool) {
 	for _, r := range p.unpersisted {
 		if waitingUnpersisted(r) {
 			m.startPersistLocked(r)
+			m.respond(r.reply, Reply{Status: StatusQueued, Position: positionLocked(r)})
 		}
 	}
 	p.unpersisted = p.unpersisted[:0]
@@ -270,7 +272,7 @@ func (m *Manager) restoreQueue() {
 		if granted {
 			m.startGrantLocked(r)
 		} else {
-			m.queuedLocked(r, position)
+			m.queuedLocked(r, position, true)
 		}
 	}
 	if len(entries) > 0 {

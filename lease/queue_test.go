@@ -124,9 +124,10 @@ func TestQueueSurvivesTakeoverInOrder(t *testing.T) {
 }
 
 // A request that waits only for slots whose release is in flight is granted
-// one store write later, like a grant in flight, so its queue entry is not
-// written; as soon as the releases in flight no longer cover the queue,
-// every waiting request's entry is written, in queue order.
+// one store write later, like a grant in flight, so neither its queue entry
+// is written nor is it told it waits; as soon as the releases in flight no
+// longer cover the queue, every waiting request's entry is written, in queue
+// order, and each is told it waits.
 func TestQueuedBehindReleaseInFlight(t *testing.T) {
 	srv, n, gd := startGated(t, "delete")
 	nc := harness.Connect(t, srv.URL)
@@ -141,7 +142,7 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 	}
 	<-gd.entered // r1's delete is in flight, its slot still busy
 
-	queue := func(id string) *nats.Subscription {
+	send := func(id string) *nats.Subscription {
 		inbox := nats.NewInbox()
 		sub, err := nc.SubscribeSync(inbox)
 		if err != nil {
@@ -151,10 +152,13 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 		if err := nc.PublishRequest(acq, inbox, body); err != nil {
 			t.Fatal(err)
 		}
-		if r := nextReply(t, sub); r.Status != lease.StatusQueued {
-			t.Fatalf("acquire %s: %+v, want queued", id, r)
-		}
 		return sub
+	}
+	wantQueued := func(id string, sub *nats.Subscription, position int) {
+		t.Helper()
+		if r := nextReply(t, sub); r.Status != lease.StatusQueued || r.Position != position {
+			t.Fatalf("acquire %s: %+v, want queued at %d", id, r, position)
+		}
 	}
 	entry := func(id string) (queuedAt int64, ok bool) {
 		data, _, err := n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
@@ -171,12 +175,17 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 		return v.QueuedAt, true
 	}
 
-	r2 := queue("r2")
-	time.Sleep(300 * time.Millisecond) // far longer than an entry write takes
+	r2 := send("r2")
+	harness.Eventually(t, 5*time.Second, "r2 waiting", func() bool { return poolStats(t, n.Manager, "p").QueuedRequests == 1 })
+	time.Sleep(300 * time.Millisecond) // far longer than an entry write or a reply takes
 	if _, ok := entry("r2"); ok {
 		t.Fatal("queue entry written for a request covered by the release in flight")
 	}
-	queue("r3") // two queued slots, one being released: no longer covered
+	if msg, err := r2.NextMsg(time.Millisecond); err == nil {
+		t.Fatalf("a request covered by the release in flight was answered: %s", msg.Data)
+	}
+	wantQueued("r3", send("r3"), 2) // two queued slots, one being released: no longer covered
+	wantQueued("r2", r2, 1)
 	var at2, at3 int64
 	harness.Eventually(t, 5*time.Second, "both queue entries written", func() bool {
 		var ok2, ok3 bool
