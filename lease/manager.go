@@ -137,16 +137,17 @@ type request struct {
 	timer      *time.Timer // wait deadline, nil if none
 	granting   bool        // slots granted in memory, record being written
 	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
-	// trace holds the acquire's spans. Once granting is set, only the
-	// grant goroutine touches it.
-	trace telemetry.AcquireTrace
+	hasEntry   bool        // a queue entry was written or is being written
+	// trace holds the acquire's spans (nil with tracing off). Once granting
+	// is set, only the grant goroutine touches it.
+	trace *telemetry.AcquireTrace
 
 	// A request that has to wait is persisted as a queue entry under its
 	// lease key, so a successor manager restores the queue in order.
-	order     int64         // position in the node's enqueue order (queued_at)
-	waitUntil time.Time     // wait deadline, zero if none
-	persisted chan struct{} // closed once the entry write ended; nil if never queued
-	entryRev  uint64        // revision of the stored entry, 0 if none
+	order     int64          // position in the node's enqueue order (queued_at)
+	waitUntil time.Time      // wait deadline, zero if none
+	writing   sync.WaitGroup // the entry write in flight, if any
+	entryRev  uint64         // revision of the stored entry, 0 if none
 }
 
 // held is a live lease record. Guarded by Manager.mu.

@@ -101,13 +101,14 @@ func (m *Manager) persistUncoveredLocked(p *pool) {
 
 // waitingUnpersisted reports whether r is still queued without an entry.
 func waitingUnpersisted(r *request) bool {
-	return r.pool.waiting[r.id] == r && !r.granting && !r.cancelled && r.persisted == nil
+	return r.pool.waiting[r.id] == r && !r.granting && !r.cancelled && !r.hasEntry
 }
 
 // startPersistLocked writes r's queue entry in the background; a grant
 // waits for it (awaitPersisted) and writes over it.
 func (m *Manager) startPersistLocked(r *request) {
-	r.persisted = make(chan struct{})
+	r.hasEntry = true
+	r.writing.Add(1)
 	v := storedValue{
 		Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
 			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
@@ -119,7 +120,7 @@ func (m *Manager) startPersistLocked(r *request) {
 
 func (m *Manager) persist(r *request, v storedValue) {
 	defer m.ops.Done()
-	defer close(r.persisted)
+	defer r.writing.Done()
 	data, err := json.Marshal(v)
 	if err != nil {
 		m.log.Error("encoding a queue entry", "err", err)
@@ -139,7 +140,7 @@ func (m *Manager) persist(r *request, v storedValue) {
 		m.log.Warn("storing a queued request failed", "request", r.id, "err", err)
 		return
 	}
-	r.entryRev = rev // published to readers by close(r.persisted)
+	r.entryRev = rev // published to readers by r.writing.Done
 }
 
 // staleEntry returns the revision of a stored queue entry at key, left by
@@ -176,17 +177,17 @@ func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, 
 // awaitPersisted waits until the queue entry write, if any, has ended and
 // returns the entry's revision (0 if none was stored).
 func (r *request) awaitPersisted() uint64 {
-	if r.persisted == nil {
+	if !r.hasEntry {
 		return 0
 	}
-	<-r.persisted
+	r.writing.Wait()
 	return r.entryRev
 }
 
 // startDropLocked deletes the queue entry of a request that left the queue
 // without a grant.
 func (m *Manager) startDropLocked(r *request) {
-	if r.persisted == nil {
+	if !r.hasEntry {
 		return
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
@@ -231,15 +232,13 @@ func (m *Manager) restoreQueue() {
 	slices.SortFunc(entries, func(a, b restoredReq) int {
 		return cmp.Or(cmp.Compare(a.entry.QueuedAt, b.entry.QueuedAt), cmp.Compare(a.rev, b.rev))
 	})
-	done := make(chan struct{})
-	close(done)
 	for _, e := range entries {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
 			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
-			persisted: done, entryRev: e.rev,
+			hasEntry: true, entryRev: e.rev,
 		}
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.

@@ -180,22 +180,39 @@ type AcquireTrace struct {
 }
 
 // NewAcquireTrace remembers the span in ctx (the acquire's server span) as
-// the parent of the spans to come.
-func NewAcquireTrace(ctx context.Context) AcquireTrace {
-	return AcquireTrace{parent: trace.SpanContextFromContext(ctx)}
+// the parent of the spans to come. Without a span in ctx (tracing is off)
+// it returns nil, which traces nothing and costs a waiting request no
+// memory; every method works on nil.
+func NewAcquireTrace(ctx context.Context) *AcquireTrace {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	return &AcquireTrace{parent: sc}
 }
 
 // StartQueued starts the "lease.acquire.queued" span as a child of ctx's
 // span. Call it when the request has to wait.
+//
+// A span that records nothing (tracing off, or not sampled) is not kept: a
+// request may wait long, and deep queues hold many.
 func (t *AcquireTrace) StartQueued(ctx context.Context, attrs ...attribute.KeyValue) {
-	_, t.queued = tracer().Start(ctx, SpanAcquireQueued, internalKind...)
-	SetAttributes(t.queued, attrs...)
+	if t == nil {
+		return
+	}
+	_, span := tracer().Start(ctx, SpanAcquireQueued, internalKind...)
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	SetAttributes(span, attrs...)
+	t.queued = span
 }
 
 // EndQueued ends the queued span of a request that will not be granted,
 // with its wire error code ("" for none). It does nothing if not queued.
 func (t *AcquireTrace) EndQueued(code string) {
-	if t.queued == nil {
+	if t == nil || t.queued == nil {
 		return
 	}
 	if code != "" {
@@ -210,6 +227,9 @@ func (t *AcquireTrace) EndQueued(code string) {
 // the reply is sent.
 func (t *AcquireTrace) StartGrant(attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx := context.Background()
+	if t == nil {
+		return StartSpan(ctx, SpanGrant, attrs...)
+	}
 	if t.parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, t.parent)
 	}

@@ -88,10 +88,19 @@ func TestAcquireTraceImmediateAndExpired(t *testing.T) {
 		t.Fatalf("expired queued spans %v: want one, failed with lease.code", q)
 	}
 
-	// The zero value traces nothing and does not panic.
+	// The zero value, and the nil trace made without a span in ctx, trace
+	// nothing of their own and do not panic.
 	var zero telemetry.AcquireTrace
 	zero.EndQueued("cancelled")
 	_, s := zero.StartGrant()
+	s.End()
+	none := telemetry.NewAcquireTrace(context.Background())
+	if none != nil {
+		t.Fatalf("trace without a span in ctx: %+v, want nil", none)
+	}
+	none.StartQueued(context.Background())
+	none.EndQueued("cancelled")
+	_, s = none.StartGrant()
 	s.End()
 }
 
