@@ -30,8 +30,12 @@ func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
 // Publish sends ev. A failure is logged: events are for watching, and a
 // lease transition must not fail because nobody could be told about it.
 func (e *Events) Publish(ev lease.Event) {
-	data := ev.AppendJSON(make([]byte, 0, 512))
+	b := eventBuffers.Get()
+	data := ev.AppendJSON(*b)
 	if err := e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data); err != nil {
 		e.log.Warn("publishing a lease event", "kind", ev.Kind, "pool", ev.Pool, "err", err)
 	}
+	eventBuffers.Put(b, data)
 }
+
+var eventBuffers lease.Buffers

@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -105,13 +106,13 @@ func appendRecord(b []byte, r *Record) []byte {
 	return append(b, '}')
 }
 
-// encodeReply encodes r; the replies of the lease cycle (granted, queued,
-// released) without stats or errors take the fast path.
-func encodeReply(r *Reply) ([]byte, error) {
+// appendReply appends r to b; the replies of the lease cycle (granted,
+// queued, released) without stats or errors take the fast path, the others
+// encoding/json's (a new slice, not b).
+func appendReply(b []byte, r *Reply) ([]byte, error) {
 	if r.Pools != nil || r.Error != nil || r.Node != "" {
 		return json.Marshal(r)
 	}
-	b := make([]byte, 0, 512)
 	b = append(b, '{')
 	b = appendStringField(b, "status", r.Status)
 	if r.Lease != nil {
@@ -180,4 +181,27 @@ func (e *Event) AppendJSON(b []byte) []byte {
 		b = appendIntField(b, "tenant_cap", s.TenantCap)
 	}
 	return append(b, '}', '}')
+}
+
+// Buffers recycles encoding buffers of messages that are copied before the
+// publish returns (nats.go copies a message into its write buffer), so the
+// messages of every lease cycle leave no garbage behind.
+type Buffers struct{ p sync.Pool }
+
+// Get returns an empty buffer.
+func (bs *Buffers) Get() *[]byte {
+	if b, ok := bs.p.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 512)
+	return &b
+}
+
+// Put keeps b, grown to hold data, for reuse; oversized ones are dropped.
+func (bs *Buffers) Put(b *[]byte, data []byte) {
+	if cap(data) > 16<<10 {
+		return
+	}
+	*b = data[:0]
+	bs.p.Put(b)
 }

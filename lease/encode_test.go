@@ -53,7 +53,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 		if r.IntN(2) == 0 {
 			reply.Lease = &rec
 		}
-		got, err := encodeReply(&reply)
+		got, err := appendReply(nil, &reply)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 		{Status: StatusError, Error: &Error{Code: CodeUnknownPool, Message: "no pool"}},
 		{Status: StatusOK, Node: "n", Pools: []PoolStats{{Name: "p"}}},
 	} {
-		got, err := encodeReply(&reply)
+		got, err := appendReply(nil, &reply)
 		if err != nil {
 			t.Fatal(err)
 		}

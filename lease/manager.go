@@ -1213,7 +1213,8 @@ func (m *Manager) respond(reply string, r Reply) {
 	if reply == "" {
 		return
 	}
-	data, err := encodeReply(&r)
+	b := replyBuffers.Get()
+	data, err := appendReply(*b, &r)
 	if err != nil {
 		m.log.Error("encoding a reply", "err", err)
 		return
@@ -1221,6 +1222,9 @@ func (m *Manager) respond(reply string, r Reply) {
 	if err := m.cfg.Conn.Publish(reply, data); err != nil {
 		m.log.Warn("sending a reply", "subject", reply, "err", err)
 	}
+	replyBuffers.Put(b, data)
 }
+
+var replyBuffers Buffers
 
 func errReply(e *Error) Reply { return Reply{Status: StatusError, Error: e} }

@@ -23,9 +23,9 @@ func leaseCycleNopEvents(ctx context.Context, cfg config, clients, capacity int)
 }
 
 // rawLeaseCycle drives the real manager (with events) from clients that speak
-// the wire protocol directly, without lease.Client: no heartbeat goroutine
-// and, for a grant that was queued first, no confirming renewal before the
-// lease is used. The difference to the lease/ rows is the client's share.
+// the wire protocol directly, without lease.Client: no heartbeat goroutine,
+// no reply dispatch through the client's inbox subscription, no spans. The
+// difference to the lease/ rows is the client library's share.
 func rawLeaseCycle(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
 	e, err := startEnv()
 	if err != nil {
