@@ -1020,6 +1020,13 @@ func (m *Manager) release(h *held, kind EventKind) {
 			return
 		}
 		m.log.Warn("deleting a lease record failed; retrying", "key", h.key, "err", err)
+		m.mu.Lock()
+		if h.pool != nil && !m.closed {
+			// The requests waiting only for these slots may wait a while
+			// longer: store their queue entries after all.
+			m.persistUnpersistedLocked(h.pool)
+		}
+		m.mu.Unlock()
 		select {
 		case <-m.ctx.Done():
 			// Shutting down: the record stays until its TTL lapses, and the

@@ -525,22 +525,34 @@ type gatedStore struct {
 	op      string // "create" or "delete"
 	entered chan struct{}
 	gate    chan struct{}
+	// failOnce, if set before the gate opens, fails the held call with it
+	// instead of passing it on; later calls pass.
+	failOnce error
+	failed   atomic.Bool
 }
 
-func (g *gatedStore) hold(op string) {
+func (g *gatedStore) hold(op string) error {
 	if g.op == op {
 		g.entered <- struct{}{}
 		<-g.gate
+		if g.failOnce != nil && g.failed.CompareAndSwap(false, true) {
+			return g.failOnce
+		}
 	}
+	return nil
 }
 
 func (g *gatedStore) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
-	g.hold("create")
+	if err := g.hold("create"); err != nil {
+		return 0, err
+	}
 	return g.Store.Create(ctx, key, value, ttl)
 }
 
 func (g *gatedStore) Delete(ctx context.Context, key string, rev uint64) error {
-	g.hold("delete")
+	if err := g.hold("delete"); err != nil {
+		return err
+	}
 	return g.Store.Delete(ctx, key, rev)
 }
 

@@ -62,8 +62,9 @@ func (m *Manager) nextOrderLocked() int64 {
 // not written: it is granted as soon as those deletes are stored, one store
 // write later, like a grant in flight. Should this manager fail in between,
 // its client's next poll queues it again. Once the releases in flight no
-// longer cover the queue (another request took the slots, or a delete
-// failed), the ones still waiting are written after all.
+// longer cover the queue (more requests came, or another request took the
+// slots), or as soon as one of those deletes fails, the ones still waiting
+// are written after all.
 func (m *Manager) persistQueuedLocked(r *request) {
 	p := r.pool
 	if !coveredLocked(p) {
@@ -84,12 +85,16 @@ func coveredLocked(p *pool) bool {
 }
 
 // persistUncoveredLocked writes the entries of unpersisted requests still
-// queued once the releases in flight no longer cover the queue, and tells
-// their holders they wait.
+// queued once the releases in flight no longer cover the queue.
 func (m *Manager) persistUncoveredLocked(p *pool) {
-	if len(p.unpersisted) == 0 || coveredLocked(p) {
-		return
+	if !coveredLocked(p) {
+		m.persistUnpersistedLocked(p)
 	}
+}
+
+// persistUnpersistedLocked writes the entries of the unpersisted requests
+// still queued, and tells their holders they wait.
+func (m *Manager) persistUnpersistedLocked(p *pool) {
 	for _, r := range p.unpersisted {
 		if waitingUnpersisted(r) {
 			m.startPersistLocked(r)

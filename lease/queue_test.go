@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,4 +218,46 @@ func nextReply(t *testing.T, sub *nats.Subscription) lease.Reply {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A request that waits only for a release in flight gets its queue entry,
+// and is told it waits, as soon as that release's delete fails: it may wait
+// a while longer, and a successor should find it.
+func TestQueuedBehindFailingRelease(t *testing.T) {
+	srv, n, gd := startGated(t, "delete")
+	nc := harness.Connect(t, srv.URL)
+	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	first := request(t, nc, acq, lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
+	if first.Status != lease.StatusGranted {
+		t.Fatalf("acquire %+v", first)
+	}
+	if rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token}); rel.Status != lease.StatusReleased {
+		t.Fatalf("release %+v", rel)
+	}
+	<-gd.entered
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(lease.AcquireRequest{RequestID: "r2", Holder: "h", Slots: 1})
+	if err := nc.PublishRequest(acq, inbox, body); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "r2 waiting", func() bool { return poolStats(t, n.Manager, "p").QueuedRequests == 1 })
+	if msg, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("covered request answered before the delete failed: %s", msg.Data)
+	}
+
+	gd.failOnce = errors.New("injected: store unavailable")
+	close(gd.gate) // the delete fails once, then is retried and stored
+	if r := nextReply(t, sub); r.Status != lease.StatusQueued || r.Position != 1 {
+		t.Fatalf("after the failed delete: %+v, want queued at 1", r)
+	}
+	if r := nextReply(t, sub); r.Status != lease.StatusGranted {
+		t.Fatalf("after the retried delete: %+v, want granted", r)
+	}
+	if !gd.failed.Load() {
+		t.Fatal("the injected failure was not used")
+	}
 }
