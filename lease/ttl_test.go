@@ -261,7 +261,10 @@ func TestEventsForEveryTransition(t *testing.T) {
 // older grant, so that holder confirms first. Either way the holder's
 // deadline comes before the record's expiry.
 func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
-	const ttl = 3 * time.Second
+	// Long enough that neither a heartbeat (every TTL/3) nor the client's
+	// own "late grant" rule (TTL/3 after the first send) can renew within
+	// the test, even on a loaded machine.
+	const ttl = 30 * time.Second
 	srv, _ := startNode(t, ttl, lease.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	nc := harness.Connect(t, srv.URL)
@@ -312,7 +315,7 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 			}
 			l := mustGrant(t, got, errc)
 			defer l.Release(context.Background())
-			time.Sleep(200 * time.Millisecond) // the flush of any renewal; heartbeats start at TTL/3
+			time.Sleep(200 * time.Millisecond) // the flush of any renewal
 			if err := nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
