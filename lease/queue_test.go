@@ -124,87 +124,51 @@ func TestQueueSurvivesTakeoverInOrder(t *testing.T) {
 	checkOrder(t, order, wg)
 }
 
-// A request that waits only for slots whose release is in flight is granted
-// one store write later, like a grant in flight, so neither its queue entry
-// is written nor is it told it waits; as soon as the releases in flight no
-// longer cover the queue, every waiting request's entry is written, in queue
-// order, and each is told it waits.
-func TestQueuedBehindReleaseInFlight(t *testing.T) {
+// inFlight is a 1-slot pool whose only lease, r1, has been released and
+// whose delete is held at the store's gate: its slot is still busy.
+type inFlight struct {
+	t     *testing.T
+	nc    *nats.Conn
+	n     *harness.Node
+	gd    *gatedStore
+	first lease.Reply // r1's grant
+}
+
+func releaseInFlight(t *testing.T) *inFlight {
+	t.Helper()
 	srv, n, gd := startGated(t, "delete")
-	nc := harness.Connect(t, srv.URL)
-	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
-	first := request(t, nc, acq, lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
-	if first.Status != lease.StatusGranted {
-		t.Fatalf("acquire %+v", first)
+	f := &inFlight{t: t, nc: harness.Connect(t, srv.URL), n: n, gd: gd}
+	f.first = request(t, f.nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
+	if f.first.Status != lease.StatusGranted {
+		t.Fatalf("acquire %+v", f.first)
 	}
-	rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token})
+	rel := request(t, f.nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: f.first.Lease.Token})
 	if rel.Status != lease.StatusReleased {
 		t.Fatalf("release %+v", rel)
 	}
-	<-gd.entered // r1's delete is in flight, its slot still busy
+	<-gd.entered // r1's delete is in flight
+	return f
+}
 
-	send := func(id string) *nats.Subscription {
-		inbox := nats.NewInbox()
-		sub, err := nc.SubscribeSync(inbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1})
-		if err := nc.PublishRequest(acq, inbox, body); err != nil {
-			t.Fatal(err)
-		}
-		return sub
+// send publishes an acquire for id and returns the subscription its answers
+// come to.
+func (f *inFlight) send(id string) *nats.Subscription {
+	f.t.Helper()
+	inbox := nats.NewInbox()
+	sub, err := f.nc.SubscribeSync(inbox)
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	wantQueued := func(id string, sub *nats.Subscription, position int) {
-		t.Helper()
-		if r := nextReply(t, sub); r.Status != lease.StatusQueued || r.Position != position {
-			t.Fatalf("acquire %s: %+v, want queued at %d", id, r, position)
-		}
+	body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1})
+	if err := f.nc.PublishRequest(lease.Subject("lease", node, "p", lease.VerbAcquire), inbox, body); err != nil {
+		f.t.Fatal(err)
 	}
-	entry := func(id string) (queuedAt int64, ok bool) {
-		data, _, err := n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
-		if err != nil {
-			return 0, false
-		}
-		var v struct {
-			Queued   bool  `json:"queued"`
-			QueuedAt int64 `json:"queued_at"`
-		}
-		if json.Unmarshal(data, &v) != nil || !v.Queued {
-			return 0, false
-		}
-		return v.QueuedAt, true
-	}
+	return sub
+}
 
-	r2 := send("r2")
-	harness.Eventually(t, 5*time.Second, "r2 waiting", func() bool { return poolStats(t, n.Manager, "p").QueuedRequests == 1 })
-	time.Sleep(300 * time.Millisecond) // far longer than an entry write or a reply takes
-	if _, ok := entry("r2"); ok {
-		t.Fatal("queue entry written for a request covered by the release in flight")
-	}
-	if msg, err := r2.NextMsg(time.Millisecond); err == nil {
-		t.Fatalf("a request covered by the release in flight was answered: %s", msg.Data)
-	}
-	wantQueued("r3", send("r3"), 2) // two queued slots, one being released: no longer covered
-	wantQueued("r2", r2, 1)
-	var at2, at3 int64
-	harness.Eventually(t, 5*time.Second, "both queue entries written", func() bool {
-		var ok2, ok3 bool
-		at2, ok2 = entry("r2")
-		at3, ok3 = entry("r3")
-		return ok2 && ok3
-	})
-	if at2 >= at3 {
-		t.Fatalf("r2 queued at %d, not before r3 at %d", at2, at3)
-	}
-
-	close(gd.gate)
-	if r := nextReply(t, r2); r.Status != lease.StatusGranted || r.Lease.Token <= first.Lease.Token {
-		t.Fatalf("r2 after the release was stored: %+v", r)
-	}
-	if s := poolStats(t, n.Manager, "p"); s.InUse != 1 || s.QueuedRequests != 1 {
-		t.Fatalf("stats %+v, want r2 holding and r3 queued", s)
-	}
+func (f *inFlight) waitQueued(requests int) {
+	f.t.Helper()
+	harness.Eventually(f.t, 5*time.Second, "requests waiting", func() bool { return poolStats(f.t, f.n.Manager, "p").QueuedRequests == requests })
 }
 
 func nextReply(t *testing.T, sub *nats.Subscription) lease.Reply {
@@ -220,44 +184,84 @@ func nextReply(t *testing.T, sub *nats.Subscription) lease.Reply {
 	return r
 }
 
+func wantQueued(t *testing.T, id string, sub *nats.Subscription, position int) {
+	t.Helper()
+	if r := nextReply(t, sub); r.Status != lease.StatusQueued || r.Position != position {
+		t.Fatalf("acquire %s: %+v, want queued at %d", id, r, position)
+	}
+}
+
+// A request that waits only for slots whose release is in flight is granted
+// one store write later, like a grant in flight, so neither its queue entry
+// is written nor is it told it waits; as soon as the releases in flight no
+// longer cover the queue, every waiting request's entry is written, in queue
+// order, and each is told it waits.
+func TestQueuedBehindReleaseInFlight(t *testing.T) {
+	f := releaseInFlight(t)
+	entry := func(id string) (queuedAt int64, ok bool) {
+		data, _, err := f.n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
+		if err != nil {
+			return 0, false
+		}
+		var v struct {
+			Queued   bool  `json:"queued"`
+			QueuedAt int64 `json:"queued_at"`
+		}
+		if json.Unmarshal(data, &v) != nil || !v.Queued {
+			return 0, false
+		}
+		return v.QueuedAt, true
+	}
+
+	r2 := f.send("r2")
+	f.waitQueued(1)
+	time.Sleep(300 * time.Millisecond) // far longer than an entry write or a reply takes
+	if _, ok := entry("r2"); ok {
+		t.Fatal("queue entry written for a request covered by the release in flight")
+	}
+	if msg, err := r2.NextMsg(time.Millisecond); err == nil {
+		t.Fatalf("a request covered by the release in flight was answered: %s", msg.Data)
+	}
+	wantQueued(t, "r3", f.send("r3"), 2) // two queued slots, one being released: no longer covered
+	wantQueued(t, "r2", r2, 1)
+	var at2, at3 int64
+	harness.Eventually(t, 5*time.Second, "both queue entries written", func() bool {
+		var ok2, ok3 bool
+		at2, ok2 = entry("r2")
+		at3, ok3 = entry("r3")
+		return ok2 && ok3
+	})
+	if at2 >= at3 {
+		t.Fatalf("r2 queued at %d, not before r3 at %d", at2, at3)
+	}
+
+	close(f.gd.gate)
+	if r := nextReply(t, r2); r.Status != lease.StatusGranted || r.Lease.Token <= f.first.Lease.Token {
+		t.Fatalf("r2 after the release was stored: %+v", r)
+	}
+	if s := poolStats(t, f.n.Manager, "p"); s.InUse != 1 || s.QueuedRequests != 1 {
+		t.Fatalf("stats %+v, want r2 holding and r3 queued", s)
+	}
+}
+
 // A request that waits only for a release in flight gets its queue entry,
 // and is told it waits, as soon as that release's delete fails: it may wait
 // a while longer, and a successor should find it.
 func TestQueuedBehindFailingRelease(t *testing.T) {
-	srv, n, gd := startGated(t, "delete")
-	nc := harness.Connect(t, srv.URL)
-	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
-	first := request(t, nc, acq, lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
-	if first.Status != lease.StatusGranted {
-		t.Fatalf("acquire %+v", first)
-	}
-	if rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "r1", Token: first.Lease.Token}); rel.Status != lease.StatusReleased {
-		t.Fatalf("release %+v", rel)
-	}
-	<-gd.entered
-	inbox := nats.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(lease.AcquireRequest{RequestID: "r2", Holder: "h", Slots: 1})
-	if err := nc.PublishRequest(acq, inbox, body); err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 5*time.Second, "r2 waiting", func() bool { return poolStats(t, n.Manager, "p").QueuedRequests == 1 })
-	if msg, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+	f := releaseInFlight(t)
+	r2 := f.send("r2")
+	f.waitQueued(1)
+	if msg, err := r2.NextMsg(100 * time.Millisecond); err == nil {
 		t.Fatalf("covered request answered before the delete failed: %s", msg.Data)
 	}
 
-	gd.failOnce = errors.New("injected: store unavailable")
-	close(gd.gate) // the delete fails once, then is retried and stored
-	if r := nextReply(t, sub); r.Status != lease.StatusQueued || r.Position != 1 {
-		t.Fatalf("after the failed delete: %+v, want queued at 1", r)
-	}
-	if r := nextReply(t, sub); r.Status != lease.StatusGranted {
+	f.gd.failOnce = errors.New("injected: store unavailable")
+	close(f.gd.gate) // the delete fails once, then is retried and stored
+	wantQueued(t, "r2", r2, 1)
+	if r := nextReply(t, r2); r.Status != lease.StatusGranted {
 		t.Fatalf("after the retried delete: %+v, want granted", r)
 	}
-	if !gd.failed.Load() {
+	if !f.gd.failed.Load() {
 		t.Fatal("the injected failure was not used")
 	}
 }
