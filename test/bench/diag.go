@@ -19,7 +19,15 @@ import (
 
 // leaseCycleNopEvents is leaseCycle with a manager that publishes no events.
 func leaseCycleNopEvents(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
-	return leaseCycleWith(ctx, cfg, clients, capacity, lease.NopEvents{})
+	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{events: lease.NopEvents{}})
+}
+
+// leaseCycleMemStore is leaseCycle with a manager whose store costs
+// nothing (memStore): the ceiling of the cycle if durable writes and their
+// watch echoes were free, with everything else (clients, messaging, events,
+// the manager's own work) unchanged.
+func leaseCycleMemStore(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
+	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{store: newMemStore()})
 }
 
 // rawLeaseCycle drives the real manager (with events) from clients that speak

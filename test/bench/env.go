@@ -113,31 +113,43 @@ func bucket(ctx context.Context, nc *nats.Conn, name string) (jetstream.KeyValue
 type node struct {
 	m     *lease.Manager
 	nc    *nats.Conn
-	store *sljs.LeaseStore
+	store *sljs.LeaseStore // nil when managerParts replaced it
 }
 
 const benchNode = "bench"
 
 func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...lease.PoolConfig) (*node, error) {
-	return e.startManagerWith(ctx, ttl, nil, pools...)
+	return e.startManagerWith(ctx, ttl, managerParts{}, pools...)
 }
 
-// startManagerWith starts a manager publishing events to events, or to
-// jetstream.Events on its connection if events is nil.
-func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, events lease.EventSink, pools ...lease.PoolConfig) (*node, error) {
+// managerParts replaces parts of a benchmark manager; a nil field keeps
+// the product's own (the jetstream LeaseStore and Events on the manager's
+// connection).
+type managerParts struct {
+	events lease.EventSink
+	store  lease.Store
+}
+
+// startManagerWith starts a manager with parts in place of the product's.
+func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts managerParts, pools ...lease.PoolConfig) (*node, error) {
 	nc, err := e.connect("bench-manager")
 	if err != nil {
 		return nil, err
 	}
-	store, err := sljs.OpenLeaseStore(ctx, nc, sljs.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)})
-	if err != nil {
-		return nil, err
+	n := &node{nc: nc}
+	store := parts.store
+	if store == nil {
+		if n.store, err = sljs.OpenLeaseStore(ctx, nc, sljs.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)}); err != nil {
+			return nil, err
+		}
+		store = n.store
 	}
 	quiet := slog.New(slog.DiscardHandler)
+	events := parts.events
 	if events == nil {
 		events = sljs.NewEvents(nc, lease.DefaultPrefix, quiet)
 	}
-	m, err := lease.NewManager(lease.ManagerConfig{
+	n.m, err = lease.NewManager(lease.ManagerConfig{
 		Node:   benchNode,
 		Prefix: lease.DefaultPrefix,
 		Pools:  pools,
@@ -150,10 +162,10 @@ func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, events le
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Start(ctx); err != nil {
+	if err := n.m.Start(ctx); err != nil {
 		return nil, err
 	}
-	return &node{m: m, nc: nc, store: store}, nil
+	return n, nil
 }
 
 // runFor runs n workers until the scenario's duration has passed. Each

@@ -15,18 +15,18 @@ import (
 // lease.Client per connection, clientsPerConn to a connection, as the
 // workers of one executor process would.
 func leaseCycle(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
-	return leaseCycleWith(ctx, cfg, clients, capacity, nil)
+	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{})
 }
 
-// leaseCycleWith runs leaseCycle against a manager publishing to events
-// (jetstream.Events if nil).
-func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, events lease.EventSink) (*result, error) {
+// leaseCycleWith runs leaseCycle against a manager with parts in place of
+// the product's.
+func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, parts managerParts) (*result, error) {
 	e, err := startEnv()
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	n, err := e.startManagerWith(ctx, recordTTL, events, lease.PoolConfig{Name: "p", Capacity: int64(capacity)})
+	n, err := e.startManagerWith(ctx, recordTTL, parts, lease.PoolConfig{Name: "p", Capacity: int64(capacity)})
 	if err != nil {
 		return nil, err
 	}
