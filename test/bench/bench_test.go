@@ -45,6 +45,37 @@ func TestBenchRuns(t *testing.T) {
 	}
 }
 
+// TestDiagRuns runs the -diag scenarios briefly: each completes operations,
+// and the ceiling rows are compared with the same naive baseline as the
+// lease rows.
+func TestDiagRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	results, err := run(ctx, []string{"-diag", "-duration", "100ms", "-scenario", `^(naive-serial/c=1/cap=4|naive-fifo/c=64/cap=4|diag/.*)$`}, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("\n%s", out.String())
+	ratios := map[string]string{}
+	for _, r := range results {
+		if r.Ops <= 0 {
+			t.Errorf("%s: no operations completed (errors %d, note %q)", r.Name, r.Errors, r.Note)
+		}
+		ratios[r.Name] = r.Ratio
+	}
+	for _, sc := range diagScenarios() {
+		if _, ok := ratios[sc.name]; !ok {
+			t.Errorf("%s did not run", sc.name)
+		}
+	}
+	for name, want := range map[string]string{"diag/lease-memstore/c=1/cap=4": "naive-serial", "diag/lease-memstore/c=64/cap=4": "naive-fifo"} {
+		if !strings.HasSuffix(ratios[name], "x "+want) {
+			t.Errorf("%s: ratio %q, want one against %s", name, ratios[name], want)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	var out bytes.Buffer
 	if _, err := run(context.Background(), []string{"-scenario", "^nothing-matches$"}, &out, io.Discard); err == nil {
