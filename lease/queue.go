@@ -109,18 +109,55 @@ func waitingUnpersisted(r *request) bool {
 	return r.pool.waiting[r.id] == r && !r.granting && !r.cancelled && !r.hasEntry
 }
 
-// startPersistLocked writes r's queue entry in the background; a grant
+// maxEntryWriters bounds the queue entry writes in flight. A burst of
+// queued requests waits in Manager.entryQueue, a pointer each, rather than
+// in a goroutine each: the runtime keeps a goroutine's descriptor for good
+// once it has existed, so 100k goroutines at once leave ~40 MB behind.
+const maxEntryWriters = 32
+
+// startPersistLocked has r's queue entry written in the background; a grant
 // waits for it (awaitPersisted) and writes over it.
 func (m *Manager) startPersistLocked(r *request) {
 	r.hasEntry = true
 	r.writing.Add(1)
-	v := storedValue{
-		Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
-			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
-		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
-	}
 	m.ops.Add(1)
-	go m.persist(r, v)
+	m.entryQueue = append(m.entryQueue, r)
+	if m.entryWriters < maxEntryWriters {
+		m.entryWriters++
+		go m.writeEntries()
+	}
+}
+
+// writeEntries writes the entries in entryQueue, in order, until none is
+// left. An entry whose request stopped waiting before its turn (granted,
+// cancelled, expired) or that comes up while the manager is closing is not
+// written: its grant then creates the record, and there is nothing to drop.
+func (m *Manager) writeEntries() {
+	for {
+		m.mu.Lock()
+		if len(m.entryQueue) == 0 {
+			m.entryWriters--
+			m.entryQueue = nil // let a burst's backing array go
+			m.mu.Unlock()
+			return
+		}
+		r := m.entryQueue[0]
+		m.entryQueue[0] = nil
+		m.entryQueue = m.entryQueue[1:]
+		if r.pool.waiting[r.id] != r || r.granting || r.cancelled || m.ctx.Err() != nil {
+			m.mu.Unlock()
+			r.writing.Done()
+			m.ops.Done()
+			continue
+		}
+		v := storedValue{
+			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
+				Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
+			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
+		}
+		m.mu.Unlock()
+		m.persist(r, v)
+	}
 }
 
 func (m *Manager) persist(r *request, v storedValue) {

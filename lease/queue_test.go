@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,5 +264,82 @@ func TestQueuedBehindFailingRelease(t *testing.T) {
 	}
 	if !f.gd.failed.Load() {
 		t.Fatal("the injected failure was not used")
+	}
+}
+
+// entryGate holds every queue entry write (a Create without a TTL) until
+// open is closed, and records how many were held at once.
+type entryGate struct {
+	lease.Store
+	open            chan struct{}
+	opening         sync.Once
+	inFlight, most  atomic.Int32
+	entered, passed atomic.Int32
+}
+
+func (g *entryGate) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
+	if ttl == 0 {
+		n := g.inFlight.Add(1)
+		for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+		}
+		g.entered.Add(1)
+		<-g.open
+		g.inFlight.Add(-1)
+		g.passed.Add(1)
+	}
+	return g.Store.Create(ctx, key, value, ttl)
+}
+
+func (g *entryGate) release() { g.opening.Do(func() { close(g.open) }) }
+
+// A burst of queued requests does not write its queue entries all at once:
+// at most a bounded number of writes are in flight and the rest wait their
+// turn in order. An entry whose request left the queue before its turn is
+// never written.
+func TestQueueEntryWritesAreBounded(t *testing.T) {
+	srv := harness.StartServer(t)
+	var g *entryGate
+	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: 30 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
+		func(s lease.Store) lease.Store {
+			g = &entryGate{Store: s, open: make(chan struct{})}
+			return g
+		})
+	t.Cleanup(g.release) // before the manager's Close, which waits for held writes
+	nc := harness.Connect(t, srv.URL)
+	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1}); r.Status != lease.StatusGranted {
+		t.Fatalf("first acquire: %+v", r)
+	}
+	const waiters, leaving = 100, 10
+	for i := range waiters {
+		id := fmt.Sprintf("q%03d", i)
+		if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1}); r.Status != lease.StatusQueued || r.Position != i+1 {
+			t.Fatalf("acquire %s: %+v, want queued at %d", id, r, i+1)
+		}
+	}
+	// Every request is answered, but only so many entry writes run.
+	harness.Eventually(t, 5*time.Second, "entry writes started", func() bool { return g.entered.Load() >= 32 })
+	time.Sleep(200 * time.Millisecond)
+	if got := g.entered.Load(); got != 32 {
+		t.Fatalf("%d queue entry writes in flight at once, want 32", got)
+	}
+	// The last ones leave the queue while their entries still wait.
+	for i := waiters - leaving; i < waiters; i++ {
+		id := fmt.Sprintf("q%03d", i)
+		if r := request(t, nc, lease.Subject("lease", node, "p", lease.VerbCancel), lease.CancelRequest{RequestID: id, Holder: "h"}); r.Status != lease.StatusCancelled {
+			t.Fatalf("cancel %s: %+v", id, r)
+		}
+	}
+	g.release()
+	harness.Eventually(t, 10*time.Second, "entries stored", func() bool { return storedQueueEntries(t, n) == waiters-leaving })
+	time.Sleep(200 * time.Millisecond) // a stray write of a left request would land here
+	if got := storedQueueEntries(t, n); got != waiters-leaving {
+		t.Errorf("%d queue entries stored, want %d", got, waiters-leaving)
+	}
+	if most, passed := g.most.Load(), g.passed.Load(); most != 32 || passed != waiters-leaving {
+		t.Errorf("at most %d entry writes at once and %d written, want 32 and %d", most, passed, waiters-leaving)
+	}
+	if s := poolStats(t, n.Manager, "p"); s.QueuedRequests != waiters-leaving {
+		t.Errorf("%d requests queued, want %d", s.QueuedRequests, waiters-leaving)
 	}
 }
