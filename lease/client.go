@@ -259,7 +259,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		o.secret = nuid.Next()
 	}
 	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait})
+		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: c.pollInterval.Milliseconds()})
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,9 @@ type request struct {
 	granting   bool        // slots granted in memory, record being written
 	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
 	hasEntry   bool        // a queue entry was written or is being written
+	// pollMs is the client's re-send promise (AcquireRequest.PollMs), and
+	// lastSeen the unix ns of the latest send: see abandonedLocked.
+	pollMs, lastSeen int64
 	// trace holds the acquire's spans (nil with tracing off). Once granting
 	// is set, only the grant goroutine touches it.
 	trace *telemetry.AcquireTrace
@@ -464,6 +467,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 			return
 		}
 		r.reply = msg.Reply
+		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
 		if !r.granting {
 			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: positionLocked(r)})
 		}
@@ -475,7 +479,8 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now()}
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs}
+	r.lastSeen = r.since.UnixNano()
 	r.trace = telemetry.NewAcquireTrace(ctx)
 	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
 	var w *pools.Waiter
@@ -575,6 +580,9 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if req.Slots <= 0 {
 		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
 	}
+	if req.PollMs < 0 {
+		return errorf(CodeBadRequest, "poll_ms must not be negative, got %d", req.PollMs)
+	}
 	if req.WaitMs < 0 {
 		return errorf(CodeBadRequest, "wait_ms must not be negative, got %d", req.WaitMs)
 	}
@@ -610,10 +618,47 @@ func (m *Manager) startGrantLocked(r *request) {
 	go m.grant(r)
 }
 
+// startGrantsLocked starts the grants of waiters the pool just granted,
+// except those whose client abandoned them: their slots go to the next.
 func (m *Manager) startGrantsLocked(rs []*pools.Waiter) {
-	for _, w := range rs {
-		m.startGrantLocked(w.Value.(*request))
+	for len(rs) > 0 {
+		var next []*pools.Waiter
+		now := time.Now().UnixNano()
+		for _, w := range rs {
+			r := w.Value.(*request)
+			if abandoned(r, now) {
+				next = append(next, m.dropAbandonedLocked(r, now)...)
+				continue
+			}
+			m.startGrantLocked(r)
+		}
+		rs = next
 	}
+}
+
+// abandoned reports whether r's client broke its promise to re-send r at
+// least every pollMs: no send for 3 x pollMs + 1s, so three polls in a row
+// were lost, or the client is gone.
+func abandoned(r *request, now int64) bool {
+	return r.pollMs > 0 && now-r.lastSeen > 3*r.pollMs*int64(time.Millisecond)+int64(time.Second)
+}
+
+// dropAbandonedLocked ends r, whose turn came after its client stopped
+// re-sending it, instead of granting it slots nobody would use until the
+// TTL lapsed. A client that is alive after all hears "unavailable" (or, on
+// its next re-send, nothing of r) and queues again at the tail. It returns
+// the waiters granted the slots r had been given.
+func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
+	p := r.pool
+	delete(p.waiting, r.id)
+	m.stopTimer(r)
+	m.startDropLocked(r)
+	r.trace.EndQueued("abandoned")
+	e := errorf(CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
+		time.Duration(now-r.lastSeen).Round(time.Millisecond), r.pollMs)
+	m.respond(r.reply, errReply(e))
+	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	return p.p.ReleaseFor(r.tenant, r.slots)
 }
 
 func (m *Manager) grant(r *request) {

@@ -115,6 +115,13 @@ type AcquireRequest struct {
 	// WaitMs bounds the time spent queued, measured by the manager from the
 	// first time it saw the request. 0 waits until granted or cancelled.
 	WaitMs int64 `json:"wait_ms,omitempty"`
+	// PollMs is the client's promise to re-send this acquire (same request
+	// id) at least every PollMs while it is queued. A queued request that
+	// was not re-sent for 3 x PollMs + 1s when its turn comes is dropped as
+	// abandoned (its client crashed or lost the manager) instead of being
+	// granted slots nobody will use. 0 makes no promise: never dropped. The
+	// Go client sends its poll interval.
+	PollMs int64 `json:"poll_ms,omitempty"`
 	// Priority orders requests in a pool with the priority policy: higher
 	// first (e.g. low -1, normal 0, high 1), FIFO within a priority, with
 	// aging. Ignored by other policies.

@@ -29,6 +29,7 @@ type queueEntry struct {
 	ReplyTo   string    `json:"reply_to,omitempty"`
 	QueuedAt  int64     `json:"queued_at,omitempty"` // enqueue order: unix ns, strictly increasing per manager
 	WaitUntil time.Time `json:"wait_until,omitzero"`
+	PollMs    int64     `json:"poll_ms,omitempty"` // the client's re-send promise
 }
 
 // storedValue is any value of the lease bucket: a lease record, or a queue
@@ -153,7 +154,7 @@ func (m *Manager) writeEntries() {
 		v := storedValue{
 			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
 				Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
-			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil},
+			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil, PollMs: r.pollMs},
 		}
 		m.mu.Unlock()
 		m.persist(r, v)
@@ -281,6 +282,8 @@ func (m *Manager) restoreQueue() {
 			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
 			hasEntry: true, entryRev: e.rev,
+			// Its client has had no manager to re-send to: count from now.
+			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
 		}
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.

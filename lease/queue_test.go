@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,5 +342,104 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	if s := poolStats(t, n.Manager, "p"); s.QueuedRequests != waiters-leaving {
 		t.Errorf("%d requests queued, want %d", s.QueuedRequests, waiters-leaving)
+	}
+}
+
+// A queued request whose client stopped re-sending it (it promised poll_ms)
+// is dropped when its turn comes, and the slot goes to the next request;
+// one whose client keeps re-sending, or that promised nothing, is granted.
+func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
+	srv, n := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	events, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", lease.EventRejected))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "poll-bad", Holder: "h", Slots: 1, PollMs: -1}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "poll_ms") {
+		t.Fatalf("negative poll_ms: %+v", r)
+	}
+	holder := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
+	if holder.Status != lease.StatusGranted {
+		t.Fatalf("holder: %+v", holder)
+	}
+	send := func(id string, pollMs int64) *nats.Subscription {
+		t.Helper()
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1, PollMs: pollMs})
+		if err := nc.PublishRequest(acquire, inbox, body); err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	silent := send("silent", 100)   // promises a re-send every 100ms, never sends again
+	polling := send("polling", 100) // keeps its promise
+	unpromised := send("no-promise", 0)
+	wantQueued(t, "silent", silent, 1)
+	wantQueued(t, "polling", polling, 2)
+	wantQueued(t, "no-promise", unpromised, 3)
+	// Past 3 x 100ms + 1s with no re-send of "silent"; "polling" re-sends.
+	deadline := time.Now().Add(1600 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		body, _ := json.Marshal(lease.AcquireRequest{RequestID: "polling", Holder: "h", Slots: 1, PollMs: 100})
+		if err := nc.PublishRequest(acquire, polling.Subject, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "holder", Token: holder.Lease.Token}); r.Status != lease.StatusReleased {
+		t.Fatalf("release: %+v", r)
+	}
+	// "silent" hears it was dropped; "polling" gets the slot.
+	for {
+		r := nextReply(t, silent)
+		if r.Status == lease.StatusQueued {
+			continue
+		}
+		if r.Status != lease.StatusError || r.Error.Code != lease.CodeUnavailable || !strings.Contains(r.Error.Message, "abandoned") {
+			t.Fatalf("silent: %+v, want unavailable (abandoned)", r)
+		}
+		break
+	}
+	var granted lease.Reply
+	for granted = nextReply(t, polling); granted.Status == lease.StatusQueued; granted = nextReply(t, polling) {
+	}
+	if granted.Status != lease.StatusGranted || granted.Lease.ID != "polling" {
+		t.Fatalf("polling: %+v, want its grant", granted)
+	}
+	for {
+		msg, err := events.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no rejected event for silent: %v", err)
+		}
+		var ev lease.Event
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.RequestID == "poll-bad" {
+			continue
+		}
+		if ev.RequestID != "silent" || ev.Code != lease.CodeUnavailable || !strings.Contains(ev.Message, "abandoned") {
+			t.Fatalf("rejected event: %s, want one for silent", msg.Data)
+		}
+		break
+	}
+	if s := poolStats(t, n.Manager, "p"); s.InUse != 1 || s.QueuedRequests != 1 {
+		t.Fatalf("stats %+v, want 1 in use and no-promise still queued", s)
+	}
+	// "no-promise" made no promise: granted in its turn however quiet.
+	if r := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "polling", Token: granted.Lease.Token}); r.Status != lease.StatusReleased {
+		t.Fatalf("release: %+v", r)
+	}
+	if r := nextReply(t, unpromised); r.Status != lease.StatusGranted {
+		t.Fatalf("no-promise: %+v, want its grant", r)
+	}
+	// "silent" re-sent now is a new request, at the tail of an empty queue.
+	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "silent", Holder: "h", Slots: 1, PollMs: 100}); r.Status != lease.StatusQueued || r.Position != 1 {
+		t.Fatalf("silent again: %+v, want queued at 1", r)
 	}
 }
