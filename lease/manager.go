@@ -153,7 +153,7 @@ type request struct {
 	// A request that has to wait is persisted as a queue entry under its
 	// lease key, so a successor manager restores the queue in order.
 	order     int64          // position in the node's enqueue order (queued_at)
-	waitUntil time.Time      // wait deadline, zero if none
+	waitUntil int64          // wait deadline in unix ns, 0 if none
 	writing   sync.WaitGroup // the entry write in flight, if any
 	entryRev  uint64         // revision of the stored entry, 0 if none
 }
@@ -505,7 +505,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	r.order = m.nextOrderLocked()
 	if req.WaitMs > 0 {
-		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond)
+		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
 	}
 	r.trace.StartQueued(ctx, telemetry.Position(position))
 	// A request covered by releases in flight is granted one store write
@@ -522,8 +522,8 @@ func (m *Manager) queuedLocked(r *request, position int, tell bool) {
 		m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
 	}
 	m.emit(r.pool, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
-	if !r.waitUntil.IsZero() {
-		r.timer = time.AfterFunc(time.Until(r.waitUntil), func() { m.waitExpired(r) })
+	if r.waitUntil != 0 {
+		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}
 }
 

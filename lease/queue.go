@@ -154,7 +154,7 @@ func (m *Manager) writeEntries() {
 		v := storedValue{
 			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
 				Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
-			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: r.waitUntil, PollMs: r.pollMs},
+			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 		}
 		m.mu.Unlock()
 		m.persist(r, v)
@@ -262,6 +262,22 @@ func (m *Manager) startDropLocked(r *request) {
 	}()
 }
 
+// unixTime and unixNano convert a deadline kept as unix ns (0: none) to and
+// from the zero-or-time form of the stored entry.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // restoreQueue queues the stored entries found while rebuilding, in their
 // original order, after the restored leases were counted.
 func (m *Manager) restoreQueue() {
@@ -280,7 +296,7 @@ func (m *Manager) restoreQueue() {
 		p := m.pools[v.Pool]
 		r := &request{
 			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
-			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: v.WaitUntil,
+			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: unixNano(v.WaitUntil),
 			hasEntry: true, entryRev: e.rev,
 			// Its client has had no manager to re-send to: count from now.
 			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
@@ -297,7 +313,7 @@ func (m *Manager) restoreQueue() {
 		switch {
 		case v.Slots > p.p.Stats().Capacity:
 			e = errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", v.Slots, p.name, p.p.Stats().Capacity)
-		case !r.waitUntil.IsZero() && time.Now().After(r.waitUntil):
+		case r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil:
 			e = errorf(CodeWaitExpired, "not granted within the wait deadline")
 		}
 		if e != nil {
