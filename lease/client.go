@@ -258,8 +258,12 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if o.secret == "" {
 		o.secret = nuid.Next()
 	}
+	pollMs := c.pollInterval.Milliseconds()
+	if pollMs > MaxPollMs {
+		pollMs = 0 // polls rarer than the protocol's bound: promise nothing
+	}
 	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: c.pollInterval.Milliseconds()})
+		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: pollMs})
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ type request struct {
 	cancelled  bool        // a cancel arrived while granting: give the lease back once stored
 	hasEntry   bool        // a queue entry was written or is being written
 	// pollMs is the client's re-send promise (AcquireRequest.PollMs), and
-	// lastSeen the unix ns of the latest send: see abandonedLocked.
+	// lastSeen the unix ns of the latest send: see abandoned.
 	pollMs, lastSeen int64
 	// trace holds the acquire's spans (nil with tracing off). Once granting
 	// is set, only the grant goroutine touches it.
@@ -580,8 +580,8 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if req.Slots <= 0 {
 		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
 	}
-	if req.PollMs < 0 {
-		return errorf(CodeBadRequest, "poll_ms must not be negative, got %d", req.PollMs)
+	if req.PollMs < 0 || req.PollMs > MaxPollMs {
+		return errorf(CodeBadRequest, "poll_ms must be between 0 and %d (24h), got %d", MaxPollMs, req.PollMs)
 	}
 	if req.WaitMs < 0 {
 		return errorf(CodeBadRequest, "wait_ms must not be negative, got %d", req.WaitMs)

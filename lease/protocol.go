@@ -99,6 +99,8 @@ const (
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
 	MaxTenantLen    = 128
+	// MaxPollMs bounds AcquireRequest.PollMs: 24 hours.
+	MaxPollMs = 24 * 60 * 60 * 1000
 )
 
 // AcquireRequest asks for slots. Retrying with the same RequestID and Holder

@@ -356,8 +356,10 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
-	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "poll-bad", Holder: "h", Slots: 1, PollMs: -1}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "poll_ms") {
-		t.Fatalf("negative poll_ms: %+v", r)
+	for _, bad := range []int64{-1, lease.MaxPollMs + 1, 1 << 62} {
+		if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "poll-bad", Holder: "h", Slots: 1, PollMs: bad}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "poll_ms") {
+			t.Fatalf("poll_ms %d: %+v, want bad_request", bad, r)
+		}
 	}
 	holder := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
 	if holder.Status != lease.StatusGranted {
@@ -441,5 +443,19 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 	// "silent" re-sent now is a new request, at the tail of an empty queue.
 	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "silent", Holder: "h", Slots: 1, PollMs: 100}); r.Status != lease.StatusQueued || r.Position != 1 {
 		t.Fatalf("silent again: %+v, want queued at 1", r)
+	}
+}
+
+// A client polling more rarely than poll_ms may promise makes no promise
+// rather than sending a poll_ms the manager refuses.
+func TestClientPollIntervalBeyondBound(t *testing.T) {
+	srv, _ := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	c := harness.Client(t, srv.URL, node, lease.WithPollInterval(48*time.Hour))
+	l, err := c.Acquire(context.Background(), "p", 1)
+	if err != nil {
+		t.Fatalf("acquire with a 48h poll interval: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
