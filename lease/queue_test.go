@@ -156,14 +156,21 @@ func releaseInFlight(t *testing.T) *inFlight {
 // come to.
 func (f *inFlight) send(id string) *nats.Subscription {
 	f.t.Helper()
+	return sendAcquire(f.t, f.nc, lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1})
+}
+
+// sendAcquire publishes req to pool "p" with an inbox of its own and
+// returns the subscription its answers come to.
+func sendAcquire(t *testing.T, nc *nats.Conn, req lease.AcquireRequest) *nats.Subscription {
+	t.Helper()
 	inbox := nats.NewInbox()
-	sub, err := f.nc.SubscribeSync(inbox)
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
-	body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1})
-	if err := f.nc.PublishRequest(lease.Subject("lease", node, "p", lease.VerbAcquire), inbox, body); err != nil {
-		f.t.Fatal(err)
+	body, _ := json.Marshal(req)
+	if err := nc.PublishRequest(lease.Subject("lease", node, "p", lease.VerbAcquire), inbox, body); err != nil {
+		t.Fatal(err)
 	}
 	return sub
 }
@@ -366,17 +373,7 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 		t.Fatalf("holder: %+v", holder)
 	}
 	send := func(id string, pollMs int64) *nats.Subscription {
-		t.Helper()
-		inbox := nats.NewInbox()
-		sub, err := nc.SubscribeSync(inbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1, PollMs: pollMs})
-		if err := nc.PublishRequest(acquire, inbox, body); err != nil {
-			t.Fatal(err)
-		}
-		return sub
+		return sendAcquire(t, nc, lease.AcquireRequest{RequestID: id, Holder: "h", Slots: 1, PollMs: pollMs})
 	}
 	silent := send("silent", 100)   // promises a re-send every 100ms, never sends again
 	polling := send("polling", 100) // keeps its promise
