@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinaries builds leasemgr and executor into a temporary directory.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir, "../../cmd/leasemgr", "../../cmd/executor")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the binaries: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// nextPort walks this package's range of fixed ports for real processes
+// (24600-24799), handing out ports nobody listens on at the moment.
+var nextPort atomic.Int32
+
+func rangePort(t *testing.T) int {
+	t.Helper()
+	for range 200 {
+		port := 24600 + int(nextPort.Add(1)-1)%200
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port in 24600-24799")
+	return 0
+}
+
+// syncBuffer is an output buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// process is a real binary the test runs, freezes and stops.
+type process struct {
+	name        string
+	cmd         *exec.Cmd
+	out, errOut syncBuffer
+	done        chan struct{}
+}
+
+// startProcess runs bin/name with env; the test's end kills it if it still
+// runs, and waits for it.
+func startProcess(t *testing.T, label, bin, name string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{name: label, done: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(bin, name), args...)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a frozen process cannot die
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func (p *process) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%s: %v: %v", p.name, sig, err)
+	}
+}
+
+// exited reports the exit code once the process has ended.
+func (p *process) exited() (int, bool) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), true
+	default:
+		return 0, false
+	}
+}
+
+// readyz returns the status of a leasemgr's /readyz, 0 if it does not answer.
+func readyz(addr string) int {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
