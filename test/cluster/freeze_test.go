@@ -100,7 +100,8 @@ func (w *freezeWorker) hold(t *testing.T, node string) Hold {
 // `executor run`: A and B hold, C and D queue; the active manager is frozen
 // (SIGSTOP) for 4.5s; B ends after the standby took over, so the new leader
 // grants C; then SIGCONT. The auditor must see at most two workers alive at
-// any moment, and no lease lost. FREEZE_REPEAT=n runs the sequence n times.
+// any moment, and no lease lost. FREEZE_REPEAT=n runs the sequence n times;
+// FREEZE_LOG=1 prints the managers' logs.
 func TestManagerFreezeNoOvergrant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes for about 20s")
@@ -175,7 +176,7 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 	standby := startProcess(t, node+"/standby", bin, "leasemgr", mgrEnv(standbyAddr))
 	waitFor(t, 30*time.Second, "the second leasemgr to stand by", func() bool { return readyz(standbyAddr) == 503 })
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("FREEZE_LOG") != "" {
 			t.Logf("%s log:\n%s", active.name, active.errOut.String())
 			t.Logf("%s log:\n%s", standby.name, standby.errOut.String())
 		}

@@ -15,11 +15,12 @@ import (
 	"time"
 )
 
-// buildBinaries builds leasemgr and executor into a temporary directory.
+// buildBinaries builds leasemgr and executor, with the race detector as the
+// integration tests do, into a temporary directory.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir, "../../cmd/leasemgr", "../../cmd/executor")
+	build := exec.Command("go", "build", "-race", "-o", dir, "../../cmd/leasemgr", "../../cmd/executor")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)
 	}
