@@ -41,11 +41,22 @@ type freezeWorker struct {
 
 func startWorker(t *testing.T, bin, url, node, label string, hold time.Duration) *freezeWorker {
 	t.Helper()
-	stop := filepath.Join(t.TempDir(), "stop")
-	p := startProcess(t, label, bin, "executor", []string{"NODE_ID=" + node, "NATS_URL=" + url},
-		"run", "--pool", "gpu", "--kill-grace", "200ms", "--env", "STOP="+stop, "--env", "HOLD_MS="+strconv.FormatInt(hold.Milliseconds(), 10),
+	w, err := launchWorker(t, bin, url, node, label, hold, filepath.Join(t.TempDir(), "stop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// launchWorker is startWorker for goroutines other than the test's.
+func launchWorker(t *testing.T, bin, url, node, label string, hold time.Duration, stop string) (*freezeWorker, error) {
+	p, err := launch(t, label, bin, "executor", []string{"NODE_ID=" + node, "NATS_URL=" + url},
+		"run", "--pool", "gpu", "--wait", "30s", "--kill-grace", "200ms", "--env", "STOP="+stop, "--env", "HOLD_MS="+strconv.FormatInt(hold.Milliseconds(), 10),
 		"--", "sh", "-c", workerScript)
-	return &freezeWorker{process: p, label: label, stop: stop}
+	if err != nil {
+		return nil, err
+	}
+	return &freezeWorker{process: p, label: label, stop: stop}, nil
 }
 
 func (w *freezeWorker) finish(t *testing.T) {
@@ -58,18 +69,12 @@ func (w *freezeWorker) finish(t *testing.T) {
 func (w *freezeWorker) granted() bool { return strings.Contains(w.errOut.String(), " granted: ") }
 func (w *freezeWorker) queued() bool  { return strings.Contains(w.errOut.String(), "position ") }
 
-// hold turns the worker's output into the auditor's view of its lease.
-func (w *freezeWorker) hold(t *testing.T, node string) Hold {
-	t.Helper()
+// hold turns the worker's output into the auditor's view of its lease. ran
+// is false if the worker never ran (no lease); err names an exit that is
+// neither a finished nor a lost lease nor no lease.
+func (w *freezeWorker) hold(node string) (h Hold, ran bool, err error) {
 	code, _ := w.exited()
-	h := Hold{Executor: w.label, Node: node, Pool: "gpu", Slots: 1, Outcome: HoldReleased}
-	switch code {
-	case 0:
-	case 76: // ExitLeaseLost: the executor stopped the work at Done
-		h.Outcome, h.Err = HoldLost, strings.TrimSpace(w.errOut.String())
-	default:
-		t.Fatalf("%s exited with %d:\n%s%s", w.label, code, w.out.String(), w.errOut.String())
-	}
+	h = Hold{Executor: w.label, Node: node, Pool: "gpu", Slots: 1, Outcome: HoldReleased}
 	sc := bufio.NewScanner(strings.NewReader(w.out.String()))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -80,7 +85,7 @@ func (w *freezeWorker) hold(t *testing.T, node string) Hold {
 		case len(f) == 2 && f[0] == "alive":
 			ns, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
-				t.Fatalf("%s: %q", w.label, sc.Text())
+				return h, false, fmt.Errorf("%s printed %q", w.label, sc.Text())
 			}
 			if h.Start.IsZero() {
 				h.Start = time.Unix(0, ns)
@@ -88,10 +93,16 @@ func (w *freezeWorker) hold(t *testing.T, node string) Hold {
 			h.End = time.Unix(0, ns)
 		}
 	}
-	if h.Start.IsZero() || h.Token == 0 {
-		t.Fatalf("%s never ran its work:\n%s%s", w.label, w.out.String(), w.errOut.String())
+	ran = !h.Start.IsZero() && h.Token != 0
+	switch {
+	case code == 0 && ran:
+	case code == 76 && ran: // ExitLeaseLost: the executor stopped the work at Done
+		h.Outcome, h.Err = HoldLost, strings.TrimSpace(w.errOut.String())
+	case code == 75 && !ran: // ExitNoLease
+	default:
+		return h, false, fmt.Errorf("%s exited with %d (worker ran: %v):\n%s%s", w.label, code, ran, w.out.String(), w.errOut.String())
 	}
-	return h
+	return h, ran, nil
 }
 
 // TestManagerFreezeNoOvergrant is issue 20's sequence, run deterministically:
@@ -212,7 +223,14 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 	})
 	holds := make([]Hold, 0, len(workers))
 	for _, w := range workers {
-		holds = append(holds, w.hold(t, node))
+		h, ran, err := w.hold(node)
+		if err == nil && !ran {
+			err = fmt.Errorf("%s got no lease:\n%s", w.label, w.errOut.String())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
 	}
 	for _, m := range []*process{active, standby} {
 		m.signal(t, syscall.SIGTERM)

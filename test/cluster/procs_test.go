@@ -28,8 +28,12 @@ func buildBinaries(t *testing.T) string {
 }
 
 // nextPort walks this package's range of fixed ports for real processes
-// (24600-24799), handing out ports nobody listens on at the moment.
+// (24600-24799), handing out ports nobody listens on at the moment. It
+// starts at an offset of the process id, so that two test processes at once
+// rarely hand out the same port before its process binds it.
 var nextPort atomic.Int32
+
+func init() { nextPort.Store(int32(os.Getpid() % 200)) }
 
 func rangePort(t *testing.T) int {
 	t.Helper()
@@ -75,12 +79,21 @@ type process struct {
 // runs, and waits for it.
 func startProcess(t *testing.T, label, bin, name string, env []string, args ...string) *process {
 	t.Helper()
+	p, err := launch(t, label, bin, name, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// launch is startProcess for goroutines other than the test's.
+func launch(t *testing.T, label, bin, name string, env []string, args ...string) (*process, error) {
 	p := &process{name: label, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(bin, name), args...)
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	go func() {
 		_ = p.cmd.Wait()
@@ -91,7 +104,7 @@ func startProcess(t *testing.T, label, bin, name string, env []string, args ...s
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
-	return p
+	return p, nil
 }
 
 func (p *process) signal(t *testing.T, sig syscall.Signal) {
