@@ -204,11 +204,11 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 
 	frozeAt := time.Now()
 	active.signal(t, syscall.SIGSTOP)
-	time.Sleep(freezeBEnds)
+	takeover := pollReady(standbyAddr, frozeAt, freezeBEnds)
 	b.finish(t)
 	time.Sleep(freezeFor - freezeBEnds)
 	active.signal(t, syscall.SIGCONT)
-	t.Logf("%s: froze the active manager %v; the standby's readyz %d", node, time.Since(frozeAt).Round(time.Millisecond), readyz(standbyAddr))
+	t.Logf("%s: froze the active manager %v; the standby served %v after the freeze began", node, time.Since(frozeAt).Round(time.Millisecond), takeover.Round(time.Millisecond))
 	// A ends a second later, so D is granted in A's slot, not in C's.
 	time.Sleep(time.Second)
 	a.finish(t)

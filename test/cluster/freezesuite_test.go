@@ -203,13 +203,27 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 			p = nats.procs[i]
 			f = fault{what: fmt.Sprintf("freeze nats n%d", i), server: i}
 		}
+		other := ""
+		if p == mgrs[0] && readyz(addrs[0]) == 200 {
+			other = addrs[1]
+		} else if p == mgrs[1] && readyz(addrs[1]) == 200 {
+			other = addrs[0]
+		}
 		f.start = time.Now()
 		p.signal(t, syscall.SIGSTOP)
-		time.Sleep(d)
+		took := time.Duration(-1)
+		if other != "" {
+			took = pollReady(other, f.start, d)
+		} else {
+			time.Sleep(d)
+		}
 		p.signal(t, syscall.SIGCONT)
 		f.end = time.Now()
 		faults = append(faults, f)
-		t.Logf("%s for %v", f.what, f.end.Sub(f.start).Round(time.Millisecond))
+		if other != "" {
+			f.what += " (active)"
+		}
+		t.Logf("%s for %v; the standby served after %v (-1: not during the freeze)", f.what, f.end.Sub(f.start).Round(time.Millisecond), took.Round(time.Millisecond))
 	}
 	close(stop)
 	waitDone := make(chan struct{})

@@ -146,3 +146,17 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// pollReady sleeps for d, polling addr's /readyz, and returns how long after
+// since it first answered 200 (-1 if it did not within d).
+func pollReady(addr string, since time.Time, d time.Duration) time.Duration {
+	end := time.Now().Add(d)
+	took := time.Duration(-1)
+	for time.Now().Before(end) {
+		if took < 0 && readyz(addr) == 200 {
+			took = time.Since(since)
+		}
+		time.Sleep(min(50*time.Millisecond, time.Until(end)))
+	}
+	return took
+}
