@@ -209,6 +209,9 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 		} else if p == mgrs[1] && readyz(addrs[1]) == 200 {
 			other = addrs[0]
 		}
+		if other != "" {
+			f.what += " (active)"
+		}
 		f.start = time.Now()
 		p.signal(t, syscall.SIGSTOP)
 		took := time.Duration(-1)
@@ -220,9 +223,6 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 		p.signal(t, syscall.SIGCONT)
 		f.end = time.Now()
 		faults = append(faults, f)
-		if other != "" {
-			f.what += " (active)"
-		}
 		t.Logf("%s for %v; the standby served after %v (-1: not during the freeze)", f.what, f.end.Sub(f.start).Round(time.Millisecond), took.Round(time.Millisecond))
 	}
 	close(stop)
