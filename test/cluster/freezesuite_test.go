@@ -223,7 +223,14 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 		p.signal(t, syscall.SIGCONT)
 		f.end = time.Now()
 		faults = append(faults, f)
-		t.Logf("%s for %v; the standby served after %v (-1: not during the freeze)", f.what, f.end.Sub(f.start).Round(time.Millisecond), took.Round(time.Millisecond))
+		switch {
+		case other == "":
+			t.Logf("%s for %v", f.what, f.end.Sub(f.start).Round(time.Millisecond))
+		case took < 0:
+			t.Logf("%s for %v; the standby did not serve during the freeze", f.what, f.end.Sub(f.start).Round(time.Millisecond))
+		default:
+			t.Logf("%s for %v; the standby served %v after it began", f.what, f.end.Sub(f.start).Round(time.Millisecond), took.Round(time.Millisecond))
+		}
 	}
 	close(stop)
 	waitDone := make(chan struct{})
