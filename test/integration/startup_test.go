@@ -30,12 +30,12 @@ func downPort(t *testing.T) int {
 
 // startDown starts leasemgr against a NATS_URL where no server runs yet and
 // waits until it has failed set-up twice and is still running.
-func startDown(t *testing.T, port int) (*proc, string) {
+func startDown(t *testing.T, port int, userinfo string) (*proc, string) {
 	t.Helper()
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	m := start(t, []string{
 		"NODE_ID=late", "POOL_CAPACITIES=gpu=2", "LEASE_TTL=4s", "LEADER_TTL=1s",
-		fmt.Sprintf("NATS_URL=nats://127.0.0.1:%d", port), "HTTP_ADDR=" + httpAddr,
+		fmt.Sprintf("NATS_URL=nats://%s127.0.0.1:%d", userinfo, port), "HTTP_ADDR=" + httpAddr,
 	}, "leasemgr")
 	eventually(t, 30*time.Second, "two failed set-up tries", func() bool {
 		return strings.Count(m.Output(), "NATS set-up failed; retrying") >= 2
@@ -52,7 +52,7 @@ func startDown(t *testing.T, port int) (*proc, string) {
 // and serves once the server is up, instead of exiting.
 func TestManagerStartsWhileNATSIsDown(t *testing.T) {
 	port := downPort(t)
-	m, httpAddr := startDown(t, port)
+	m, httpAddr := startDown(t, port, "")
 	srv := harness.StartServerAt(t, fmt.Sprintf("127.0.0.1:%d", port), t.TempDir())
 	eventually(t, 30*time.Second, "leasemgr to be ready once NATS is up", func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
@@ -74,9 +74,10 @@ func TestManagerStartsWhileNATSIsDown(t *testing.T) {
 	}
 }
 
-// SIGTERM while set-up is still retrying ends the manager cleanly.
+// SIGTERM while set-up is still retrying ends the manager cleanly. The
+// retries' log lines do not show the password in NATS_URL.
 func TestManagerStopsCleanlyDuringSetUpRetries(t *testing.T) {
-	m, _ := startDown(t, downPort(t))
+	m, _ := startDown(t, downPort(t), "mgr:s3cret-pw@")
 	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +86,8 @@ func TestManagerStopsCleanlyDuringSetUpRetries(t *testing.T) {
 	}
 	if !strings.Contains(m.Output(), "shut down during NATS set-up") {
 		t.Fatalf("no shutdown log; output:\n%s", m.Output())
+	}
+	if strings.Contains(m.Output(), "s3cret-pw") {
+		t.Fatalf("the password of NATS_URL is in the log:\n%s", m.Output())
 	}
 }
