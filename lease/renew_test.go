@@ -36,36 +36,47 @@ func swallow(t *testing.T, url, pool string) <-chan *nats.Msg {
 	return got
 }
 
-// A renewal that went to a manager which never answers (frozen, or deposed
-// while it was in flight) is sent again after min(TTL/10, 500ms), so the
-// next manager renews the lease long before the request timeout, which is
-// here longer than the whole TTL.
-func TestRenewalResentReachesTheNextManager(t *testing.T) {
-	const ttl = 3 * time.Second
-	pools := []lease.PoolConfig{{Name: "p", Capacity: 1}}
+const renewTTL = 3 * time.Second
+
+var renewPools = []lease.PoolConfig{{Name: "p", Capacity: 1}}
+
+// leaseOfFrozenManager acquires a lease (TTL renewTTL, request timeout longer than
+// the TTL) and then closes its manager, leaving only a subscriber that takes
+// renewals and never answers (swallow).
+func leaseOfFrozenManager(t *testing.T) (*harness.Server, *lease.Lease, <-chan *nats.Msg) {
+	t.Helper()
 	srv := harness.StartServer(t)
-	first := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: ttl, Pools: pools})
+	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: renewPools})
 	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(time.Minute))
 	l, err := c.Acquire(context.Background(), "p", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := l.Deadline()
 	frozen := swallow(t, srv.URL, "p")
-	if err := first.Manager.Close(); err != nil {
+	if err := n.Manager.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return srv, l, frozen
+}
+
+// A renewal that went to a manager which never answers (frozen, or deposed
+// while it was in flight) is sent again after min(TTL/10, 500ms), so the
+// next manager renews the lease long before the request timeout, which is
+// here longer than the whole TTL.
+func TestRenewalResentReachesTheNextManager(t *testing.T) {
+	srv, l, frozen := leaseOfFrozenManager(t)
+	deadline := l.Deadline()
 	// The heartbeat's renewal (due TTL/3 after the acquire) goes to the
 	// frozen subscriber only; once it has been, the next manager starts.
 	select {
 	case <-frozen:
 	case <-l.Done():
 		t.Fatalf("lease lost before its first renewal: %v", l.Err())
-	case <-time.After(2 * ttl):
+	case <-time.After(2 * renewTTL):
 		t.Fatal("no renewal was sent")
 	}
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: ttl, Pools: pools})
-	harness.Eventually(t, 2*ttl, "a renewal answered by the next manager", func() bool {
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: renewPools})
+	harness.Eventually(t, 2*renewTTL, "a renewal answered by the next manager", func() bool {
 		return l.Deadline().After(deadline)
 	})
 	select {
@@ -83,19 +94,8 @@ func TestRenewalResentReachesTheNextManager(t *testing.T) {
 // first attempt's send time, the only one it can be sure the record's write
 // came after.
 func TestLateAnswerToFirstRenewalAttemptCounts(t *testing.T) {
-	const ttl = 3 * time.Second
-	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: ttl, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
-	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(time.Minute))
-	l, err := c.Acquire(context.Background(), "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, l, frozen := leaseOfFrozenManager(t)
 	deadline := l.Deadline()
-	frozen := swallow(t, srv.URL, "p")
-	if err := n.Manager.Close(); err != nil {
-		t.Fatal(err)
-	}
 	var attempts []*nats.Msg
 	var firstSeen time.Time
 	for len(attempts) < 3 {
@@ -126,13 +126,13 @@ func TestLateAnswerToFirstRenewalAttemptCounts(t *testing.T) {
 	if err := harness.Connect(t, srv.URL).Publish(attempts[0].Reply, body); err != nil {
 		t.Fatal(err)
 	}
-	harness.Eventually(t, ttl, "the late answer renews the lease", func() bool {
+	harness.Eventually(t, renewTTL, "the late answer renews the lease", func() bool {
 		return l.Deadline().After(deadline)
 	})
-	if got, limit := l.Deadline(), firstSeen.Add(ttl-ttl/10); got.After(limit) {
+	if got, limit := l.Deadline(), firstSeen.Add(renewTTL-renewTTL/10); got.After(limit) {
 		t.Fatalf("deadline %v is after the first attempt's arrival + TTL - margin (%v): it is not measured from the first attempt", got.Format(time.StampMilli), limit.Format(time.StampMilli))
 	}
-	if got, later := l.Deadline(), answered.Add(ttl-ttl/10); !got.Before(later) {
+	if got, later := l.Deadline(), answered.Add(renewTTL-renewTTL/10); !got.Before(later) {
 		t.Fatalf("deadline %v measured from the answer (%v), not from the first attempt", got.Format(time.StampMilli), later.Format(time.StampMilli))
 	}
 	select {
@@ -169,10 +169,9 @@ func (g *renewGate) Renew(ctx context.Context, key string, value []byte, ttl tim
 // that was frozen) are all answered "renewed" once it moves again: they do
 // not fail each other's compare-and-set into lease_not_found.
 func TestPiledUpRenewalAttemptsAllRenew(t *testing.T) {
-	const ttl = 5 * time.Second
 	srv := harness.StartServer(t)
 	var g *renewGate
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: ttl, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(s lease.Store) lease.Store {
 			g = &renewGate{Store: s, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 			return g

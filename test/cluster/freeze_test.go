@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // The timings of issue 20's sequence.
@@ -182,10 +183,10 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 	}
 	activeAddr := fmt.Sprintf("127.0.0.1:%d", rangePort(t))
 	active := startProcess(t, node+"/active", bin, "leasemgr", mgrEnv(activeAddr))
-	waitFor(t, 30*time.Second, "the first leasemgr to serve", func() bool { return readyz(activeAddr) == 200 })
+	harness.Eventually(t, 30*time.Second, "the first leasemgr to serve", func() bool { return readyz(activeAddr) == 200 })
 	standbyAddr := fmt.Sprintf("127.0.0.1:%d", rangePort(t))
 	standby := startProcess(t, node+"/standby", bin, "leasemgr", mgrEnv(standbyAddr))
-	waitFor(t, 30*time.Second, "the second leasemgr to stand by", func() bool { return readyz(standbyAddr) == 503 })
+	harness.Eventually(t, 30*time.Second, "the second leasemgr to stand by", func() bool { return readyz(standbyAddr) == 503 })
 	defer func() {
 		if t.Failed() || os.Getenv("FREEZE_LOG") != "" {
 			t.Logf("%s log:\n%s", active.name, active.errOut.String())
@@ -195,11 +196,11 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 
 	a := startWorker(t, bin, url, node, node+"/A", 20*time.Second)
 	b := startWorker(t, bin, url, node, node+"/B", 20*time.Second)
-	waitFor(t, 20*time.Second, "A and B granted", func() bool { return a.granted() && b.granted() })
+	harness.Eventually(t, 20*time.Second, "A and B granted", func() bool { return a.granted() && b.granted() })
 	c := startWorker(t, bin, url, node, node+"/C", 5*time.Second)
-	waitFor(t, 20*time.Second, "C queued", c.queued)
+	harness.Eventually(t, 20*time.Second, "C queued", c.queued)
 	d := startWorker(t, bin, url, node, node+"/D", 5*time.Second)
-	waitFor(t, 20*time.Second, "D queued", d.queued)
+	harness.Eventually(t, 20*time.Second, "D queued", d.queued)
 	workers := []*freezeWorker{a, b, c, d}
 
 	frozeAt := time.Now()
@@ -213,7 +214,7 @@ func freezeSequence(t *testing.T, bin, url, node string) []Hold {
 	time.Sleep(time.Second)
 	a.finish(t)
 
-	waitFor(t, 45*time.Second, "every executor to exit", func() bool {
+	harness.Eventually(t, 45*time.Second, "every executor to exit", func() bool {
 		for _, w := range workers {
 			if _, ok := w.exited(); !ok {
 				return false

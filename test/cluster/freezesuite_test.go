@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // freezeSuiteSeeds reads FREEZE_SEEDS or SERVER_FAULT_SEEDS: a count of
@@ -124,7 +125,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 			"EVENT_RETENTION=1h", "HTTP_ADDR=" + addrs[i], "LOG_LEVEL=debug",
 		})
 	}
-	waitFor(t, 30*time.Second, "a leasemgr to serve", func() bool { return readyz(addrs[0]) == 200 || readyz(addrs[1]) == 200 })
+	harness.Eventually(t, 30*time.Second, "a leasemgr to serve", func() bool { return readyz(addrs[0]) == 200 || readyz(addrs[1]) == 200 })
 	defer func() {
 		if t.Failed() || os.Getenv("FREEZE_LOG") != "" {
 			for _, m := range mgrs {

@@ -1,18 +1,18 @@
 package cluster
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // buildBinaries builds leasemgr and executor, with the race detector as the
@@ -49,29 +49,11 @@ func rangePort(t *testing.T) int {
 	return 0
 }
 
-// syncBuffer is an output buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // process is a real binary the test runs, freezes and stops.
 type process struct {
 	name        string
 	cmd         *exec.Cmd
-	out, errOut syncBuffer
+	out, errOut harness.SyncBuffer
 	done        chan struct{}
 }
 
@@ -133,18 +115,6 @@ func readyz(addr string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// waitFor polls cond every 20ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // pollReady sleeps for d, polling addr's /readyz, and returns how long after
