@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// attackSetup is a host with secrets where a worker could look for them:
+// fake credential files (holding marker) in the slotlease config dir of
+// HOME, in NATS_AUTH_DIR and in the default store dir of TMPDIR, and
+// marker in the environment of leasemgr and the executor.
+type attackSetup struct {
+	marker, home, tmp, authDir, workdir string
+	hidden                              []string
+}
+
+func newAttackSetup(t *testing.T) *attackSetup {
+	t.Helper()
+	s := &attackSetup{
+		marker: fmt.Sprintf("slotlease-fake-secret-%016x", rand.Uint64()),
+		home:   t.TempDir(), tmp: t.TempDir(), authDir: t.TempDir(), workdir: t.TempDir(),
+	}
+	s.hidden = []string{filepath.Join(s.home, ".config", "slotlease"), s.authDir, filepath.Join(s.tmp, "leasemgr")}
+	for _, f := range []string{
+		filepath.Join(s.hidden[0], "embedded-fake", "executor.creds"),
+		filepath.Join(s.authDir, "leasemgr.creds"),
+		filepath.Join(s.hidden[2], "fake-secret"),
+	} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(s.marker+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// env is what both leasemgr and the executor get: defaults everywhere but
+// the test's own directories and ports. No NATS_STORE_DIR: the store is
+// the default one under TMPDIR.
+func (s *attackSetup) env(natsPort int, httpAddr string) []string {
+	return []string{
+		"HOME=" + s.home, "TMPDIR=" + s.tmp, "NATS_AUTH_DIR=" + s.authDir,
+		"NODE_ID=atk", "POOL_CAPACITIES=gpu=1",
+		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", natsPort), "HTTP_ADDR=" + httpAddr,
+		"SLOTLEASE_TEST_SECRET=" + s.marker,
+	}
+}
+
+// attackEnv is the attacker's environment; pidFile will hold the pids of
+// the processes it attacks by pid.
+func (s *attackSetup) attackEnv(natsPort int, pidFile string) map[string]string {
+	return map[string]string{
+		"ATTACK_MARKER":  s.marker,
+		"ATTACK_HIDDEN":  strings.Join(s.hidden, ":"),
+		"ATTACK_ROOTS":   strings.Join([]string{s.home, s.tmp, s.authDir}, ":"),
+		"ATTACK_PIDFILE": pidFile,
+		"ATTACK_NATS":    fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
+		"ATTACK_PREFIX":  "lease",
+	}
+}
+
+func buildAttacker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "attacker")
+	out, err := exec.Command("go", "build", "-o", bin, "./attacker").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the attacker: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// attackReport checks that the attacker ran to the end and returns what it
+// found.
+func attackReport(t *testing.T, out string) []string {
+	t.Helper()
+	if !strings.Contains(out, "attacker: done,") {
+		t.Fatalf("the attacker did not finish:\n%s", out)
+	}
+	var found []string
+	for _, line := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(line, "FOUND: "); ok {
+			found = append(found, f)
+		}
+	}
+	return found
+}
+
+// Issue 13, point 3: worker code run by `executor run` with default flags
+// holds nothing that changes a lease. The attacker looks for credentials
+// in its environment, descriptors, the files of HOME, the config dir,
+// NATS_AUTH_DIR, the temp and store dirs, other processes' environ and
+// root (the executor's and leasemgr's by pid), then connects to NATS
+// anonymously and with anything it found and tries to purge its own lease
+// record and publish a forged event. Every attempt must fail.
+func TestWorkerCannotReachSecrets(t *testing.T) {
+	attacker := buildAttacker(t)
+	s := newAttackSetup(t)
+	natsPort := freePort(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	env := s.env(natsPort, httpAddr)
+	m := startManager(t, env, httpAddr)
+
+	// Control: the same program as a plain process of the user finds the
+	// planted secrets, so the checks below can fail.
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	if err := os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", m.cmd.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctl := exec.Command(attacker)
+	ctl.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range s.attackEnv(natsPort, pidFile) {
+		ctl.Env = append(ctl.Env, k+"="+v)
+	}
+	ctlOut, _ := ctl.CombinedOutput()
+	ctlFound := strings.Join(attackReport(t, string(ctlOut)), "\n")
+	for _, h := range s.hidden {
+		if !strings.Contains(ctlFound, "read hidden file "+h) {
+			t.Errorf("control: a plain process could not read the planted file under %s; the test proves nothing:\n%s", h, ctlOut)
+		}
+	}
+
+	args := []string{"run", "--pool", "gpu", "--dir", s.workdir}
+	for k, v := range s.attackEnv(natsPort, filepath.Join(s.workdir, "pids")) {
+		args = append(args, "--env", k+"="+v)
+	}
+	run := start(t, env, "executor", append(args, "--", attacker)...)
+	pids := fmt.Sprintf("%d %d\n", run.cmd.Process.Pid, m.cmd.Process.Pid)
+	tmp := filepath.Join(s.workdir, "pids.tmp")
+	if err := os.WriteFile(tmp, []byte(pids), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.workdir, "pids")); err != nil {
+		t.Fatal(err)
+	}
+	code := run.Wait(t, 3*time.Minute)
+	out := run.Output()
+	if code != 0 {
+		t.Fatalf("executor run exited %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "warning: workers can read") {
+		t.Errorf("the executor could not hide the secrets:\n%s", out)
+	}
+	found := attackReport(t, out)
+	for _, f := range found {
+		t.Errorf("the worker succeeded: %s", f)
+	}
+	if len(found) > 0 {
+		t.Logf("attacker output:\n%s", out)
+	}
+}
