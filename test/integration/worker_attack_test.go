@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -148,6 +149,13 @@ func TestWorkerCannotReachSecrets(t *testing.T) {
 	if strings.Contains(out, "warning: workers can read") {
 		t.Errorf("the executor could not hide the secrets:\n%s", out)
 	}
+	checkAttack(t, out)
+}
+
+// checkAttack fails the test for every attempt of the attacker that
+// worked, naming it.
+func checkAttack(t *testing.T, out string) {
+	t.Helper()
 	found := attackReport(t, out)
 	for _, f := range found {
 		t.Errorf("the worker succeeded: %s", f)
@@ -155,4 +163,44 @@ func TestWorkerCannotReachSecrets(t *testing.T) {
 	if len(found) > 0 {
 		t.Logf("attacker output:\n%s", out)
 	}
+}
+
+// The same attacker as a job under `executor serve` with default flags.
+func TestJobCannotReachSecrets(t *testing.T) {
+	attacker := buildAttacker(t)
+	s := newAttackSetup(t)
+	natsPort := freePort(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	env := s.env(natsPort, httpAddr)
+	m := startManager(t, env, httpAddr)
+
+	report := filepath.Join(s.workdir, "report")
+	args := []string{"submit", "--pool", "gpu", "--env", "ATTACK_REPORT=" + report}
+	for k, v := range s.attackEnv(natsPort, filepath.Join(s.workdir, "pids")) {
+		args = append(args, "--env", k+"="+v)
+	}
+	if code, out := runExecutor(t, env, append(args, "--", attacker)...); code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, out)
+	}
+	serve := start(t, env, "executor", "serve", "--pools", "gpu")
+	pids := fmt.Sprintf("%d %d\n", serve.cmd.Process.Pid, m.cmd.Process.Pid)
+	if err := os.WriteFile(filepath.Join(s.workdir, "pids.tmp"), []byte(pids), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(s.workdir, "pids.tmp"), filepath.Join(s.workdir, "pids")); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	eventually(t, 3*time.Minute, "the attacker job's report", func() bool {
+		out, _ = os.ReadFile(report)
+		return len(out) > 0
+	})
+	if strings.Contains(serve.Output(), "warning: workers can read") {
+		t.Errorf("the executor could not hide the secrets:\n%s", serve.Output())
+	}
+	checkAttack(t, string(out))
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	serve.Wait(t, 30*time.Second)
 }
