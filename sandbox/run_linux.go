@@ -253,8 +253,9 @@ func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 		attr.GidMappingsEnableSetgroups = false
 		if uid != 0 {
 			// The helper needs these across its own exec to mount /proc
-			// and bring lo up; it drops them before exec'ing the worker.
-			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+			// and hide paths, bring lo up and empty the bounding set; it
+			// drops them all before exec'ing the worker.
+			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
 		}
 	}
 	if useCg {
