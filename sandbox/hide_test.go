@@ -83,6 +83,13 @@ cat %[5]s/f
 	if data, _ := os.ReadFile(secretFile); string(data) != secret {
 		t.Errorf("the hidden file changed: %q", data)
 	}
+
+	// Nothing to hide on disk yet: the worker is placed the same way
+	// (PID 1 of its own namespace, its own /proc).
+	res, out = runSh(t, Spec{Hide: []string{filepath.Join(base, "missing")}}, `echo "pid=$$ procs=$(ls -d /proc/[0-9]* | wc -l)"`)
+	if !res.Hidden || !strings.Contains(out, "pid=1 ") {
+		t.Errorf("Hide with only missing paths: Hidden=%v, output %q, want pid 1 in its own namespace", res.Hidden, out)
+	}
 }
 
 func TestHideBadPaths(t *testing.T) {

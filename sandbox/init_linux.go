@@ -102,7 +102,8 @@ type initConfig struct {
 	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_AS must be last
 	MountProc     bool            `json:"mount_proc"`
 	LoopbackUp    bool            `json:"loopback_up"`
-	Hide          []hiddenPath    `json:"hide"` // needs a new mount namespace
+	Hiding        bool            `json:"hiding"` // Spec.Hide was given: fresh /proc and Hide, or fail
+	Hide          []hiddenPath    `json:"hide"`   // the paths of Spec.Hide that exist
 }
 
 func helperStatus(kind, msg string) {
@@ -142,7 +143,7 @@ func runInitHelper() {
 		helperFail("init helper: empty command")
 	}
 
-	if len(cfg.Hide) > 0 {
+	if cfg.Hiding {
 		// Hiding is a promise: fail rather than run the worker with
 		// the paths (or the host's /proc, a way around them) exposed.
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {

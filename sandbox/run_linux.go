@@ -217,7 +217,9 @@ func (r *runner) nsVariants() []nsVariant {
 	// Hiding paths needs a mount namespace, and a PID namespace with a
 	// fresh /proc so that /proc/<pid>/root of outside processes is no way
 	// around it.
-	if r.spec.Isolate || len(r.hide) > 0 {
+	// Decided on Spec.Hide, not on which of its paths exist, so that the
+	// worker's surroundings do not depend on what is on disk right now.
+	if r.spec.Isolate || len(r.spec.Hide) > 0 {
 		base |= unix.CLONE_NEWPID | unix.CLONE_NEWNS
 	}
 	if r.spec.NoNetwork {
@@ -276,7 +278,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
 	}
 	if v.flags&unix.CLONE_NEWNS != 0 {
-		cfg.Hide = r.hide
+		cfg.Hiding, cfg.Hide = len(r.spec.Hide) > 0, r.hide
 	}
 	// No core dumps: a worker killed by SIGXCPU/SIGABRT must not write
 	// hundreds of MB into its workdir or the host's crash collector.
@@ -557,10 +559,10 @@ func (r *runner) reportSetup(res *Result) {
 			r.note("isolation requested but namespaces are unavailable (see the start fallback note): the worker shares the executor's PID, mount and network namespaces")
 		}
 	}
-	if len(r.hide) > 0 {
+	if len(r.spec.Hide) > 0 {
 		if r.nsUsed.flags&unix.CLONE_NEWNS != 0 {
 			res.Hidden = true
-		} else {
+		} else if len(r.hide) > 0 {
 			r.note("hide: no mount namespace could be had (see the start fallback note): the worker can read " + hiddenList(r.hide))
 		}
 	}

@@ -39,9 +39,10 @@ type Spec struct {
 	Isolate bool
 	// Hide lists absolute paths (files or directories; symlinks are
 	// followed) the worker must not read: credentials, the lease store.
-	// The worker then runs in its own mount and PID namespace (as with
-	// Isolate) with an empty read-only tmpfs over each directory and
-	// /dev/null over each file; paths that do not exist are skipped. A
+	// When it is not empty the worker runs in its own mount and PID
+	// namespace (as with Isolate) with an empty read-only tmpfs over each
+	// directory and /dev/null over each file; paths that do not exist are
+	// skipped (the namespaces are used all the same). A
 	// hidden path containing Dir or the command is an error. Where no mount
 	// namespace can be had the worker runs anyway, Result.Hidden is false
 	// and a Note names what it can read; HideSupported tells in advance.
@@ -68,7 +69,7 @@ type Result struct {
 	StoppedBy       string        // "" | StoppedTimeout | StoppedLeaseLost | StoppedCancelled | StoppedMemory | StoppedCPU
 	MemoryLimit     string        // "cgroup" | "rlimit" | "none"
 	Isolation       string        // "namespaces" | "none"
-	Hidden          bool          // Spec.Hide took effect (false when nothing was to be hidden)
+	Hidden          bool          // Spec.Hide was given and took effect
 	Notes           []string      // fallbacks and anything the caller should know
 	StdoutTail      []byte
 	StderrTail      []byte
