@@ -204,3 +204,42 @@ func TestJobCannotReachSecrets(t *testing.T) {
 	}
 	serve.Wait(t, 30*time.Second)
 }
+
+// Where the machine allows no mount namespace (here: uid 0 of a user
+// namespace without capabilities, in which no further user namespace may
+// be created), the executor says once, before asking for slots, which
+// secret paths the worker can read, and runs it anyway.
+func TestExecutorWarnsWhenSecretsCannotBeHidden(t *testing.T) {
+	s := newAttackSetup(t)
+	natsPort := freePort(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	env := s.env(natsPort, httpAddr)
+	startManager(t, env, httpAddr)
+
+	exe := filepath.Join(binDir, "executor")
+	script := `echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all "$@"`
+	cmd := exec.Command("unshare", "-Ur", "sh", "-c", script, "sh", exe, "run", "--pool", "gpu", "--", "cat", filepath.Join(s.hidden[0], "embedded-fake", "executor.creds"))
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	if err != nil {
+		t.Fatalf("executor run without namespaces: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, s.marker) {
+		t.Fatalf("the worker could not read the secret, so namespaces were available after all; the test proves nothing:\n%s", out)
+	}
+	warning := "executor: warning: workers can read "
+	if n := strings.Count(out, warning); n != 1 {
+		t.Fatalf("%d warnings, want exactly one:\n%s", n, out)
+	}
+	line := out[strings.Index(out, warning):]
+	line = line[:strings.IndexByte(line, '\n')]
+	for _, h := range s.hidden {
+		if !strings.Contains(line, h) {
+			t.Errorf("the warning does not name %s: %s", h, line)
+		}
+	}
+	if strings.Index(out, warning) > strings.Index(out, "granted") {
+		t.Errorf("the warning came after the grant, not at start:\n%s", out)
+	}
+}
