@@ -87,8 +87,8 @@ cat %[5]s/f
 	// Nothing to hide on disk yet: the worker is placed the same way
 	// (PID 1 of its own namespace, its own /proc).
 	res, out = runSh(t, Spec{Hide: []string{filepath.Join(base, "missing")}}, `echo "pid=$$ procs=$(ls -d /proc/[0-9]* | wc -l)"`)
-	if !res.Hidden || !strings.Contains(out, "pid=1 ") {
-		t.Errorf("Hide with only missing paths: Hidden=%v, output %q, want pid 1 in its own namespace", res.Hidden, out)
+	if !res.Hidden || res.Isolation != IsolationNamespaces || !strings.Contains(out, "pid=1 ") {
+		t.Errorf("Hide with only missing paths: Hidden=%v Isolation=%q, output %q, want pid 1 in its own namespace", res.Hidden, res.Isolation, out)
 	}
 }
 

@@ -549,9 +549,11 @@ func statusError(status []string, path string) error {
 // reportSetup records how isolation and limits were actually applied.
 func (r *runner) reportSetup(res *Result) {
 	s := r.spec
+	if r.nsUsed.flags != 0 {
+		res.Isolation = IsolationNamespaces // also when only Hide asked for them
+	}
 	if s.Isolate || s.NoNetwork {
 		if r.nsUsed.flags != 0 {
-			res.Isolation = IsolationNamespaces
 			if r.nsUsed.user {
 				r.note("namespaces: " + r.nsUsed.String() + " (a user namespace was needed)")
 			}

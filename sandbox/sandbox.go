@@ -68,7 +68,7 @@ type Result struct {
 	PeakMemoryBytes int64         // cgroup memory.peak if available, else rusage maxrss; 0 if unknown
 	StoppedBy       string        // "" | StoppedTimeout | StoppedLeaseLost | StoppedCancelled | StoppedMemory | StoppedCPU
 	MemoryLimit     string        // "cgroup" | "rlimit" | "none"
-	Isolation       string        // "namespaces" | "none"
+	Isolation       string        // "namespaces" (for Isolate, NoNetwork or Hide) | "none"
 	Hidden          bool          // Spec.Hide was given and took effect
 	Notes           []string      // fallbacks and anything the caller should know
 	StdoutTail      []byte
