@@ -216,9 +216,8 @@ func (r *runner) nsVariants() []nsVariant {
 	var base uintptr
 	// Hiding paths needs a mount namespace, and a PID namespace with a
 	// fresh /proc so that /proc/<pid>/root of outside processes is no way
-	// around it.
-	// Decided on Spec.Hide, not on which of its paths exist, so that the
-	// worker's surroundings do not depend on what is on disk right now.
+	// around it. Decided on Spec.Hide, not on which of its paths exist, so
+	// that the worker's surroundings do not depend on what is on disk now.
 	if r.spec.Isolate || len(r.spec.Hide) > 0 {
 		base |= unix.CLONE_NEWPID | unix.CLONE_NEWNS
 	}
