@@ -29,9 +29,11 @@ func newAttackSetup(t *testing.T) *attackSetup {
 	}
 	s.hidden = []string{filepath.Join(s.home, ".config", "slotlease"), s.authDir, filepath.Join(s.tmp, "leasemgr")}
 	for _, f := range []string{
-		filepath.Join(s.hidden[0], "embedded-fake", "executor.creds"),
-		filepath.Join(s.authDir, "leasemgr.creds"),
-		filepath.Join(s.hidden[2], "fake-secret"),
+		// Names the real credential files will not have: leasemgr and
+		// the executor must not take these for theirs.
+		filepath.Join(s.hidden[0], "planted", "planted-secret"),
+		filepath.Join(s.authDir, "planted-secret"),
+		filepath.Join(s.hidden[2], "planted-secret"),
 	} {
 		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 			t.Fatal(err)
@@ -218,7 +220,7 @@ func TestExecutorWarnsWhenSecretsCannotBeHidden(t *testing.T) {
 
 	exe := filepath.Join(binDir, "executor")
 	script := `echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all "$@"`
-	cmd := exec.Command("unshare", "-Ur", "sh", "-c", script, "sh", exe, "run", "--pool", "gpu", "--", "cat", filepath.Join(s.hidden[0], "embedded-fake", "executor.creds"))
+	cmd := exec.Command("unshare", "-Ur", "sh", "-c", script, "sh", exe, "run", "--pool", "gpu", "--", "cat", filepath.Join(s.hidden[0], "planted", "planted-secret"))
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
