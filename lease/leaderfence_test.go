@@ -99,7 +99,7 @@ func TestLeaderFenceEndsAtTheDeadlineFromSendTime(t *testing.T) {
 	store.stall.Store(true)
 	for fence.Valid() {
 		last, _ := store.last()
-		if now := time.Now(); now.After(last.Add(leaderTTL - margin)) && fence.Valid() {
+		if now := time.Now(); now.After(last.Add(leaderTTL-margin)) && fence.Valid() {
 			t.Fatalf("fence valid %v after the last successful renewal was sent, past TTL - margin (%v)", now.Sub(last), leaderTTL-margin)
 		}
 		if time.Since(last) > 2*leaderTTL {
