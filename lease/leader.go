@@ -186,7 +186,15 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 		case err == nil:
 			rev = newRev
 			deadline = s.Add(cfg.TTL - margin)
-			fence.extend(deadline)
+			if !fence.extend(deadline) {
+				// Acknowledged, but only after the deadline had passed: the
+				// fence may have refused something meanwhile. End the term.
+				cause := fmt.Errorf("%w: a renewal succeeded only after the deadline", ErrLeadershipLost)
+				stop(cause)
+				err := errors.Join(cause, <-served)
+				giveUp(cfg, newRev) // serve has ended: a standby may take over at once
+				return err
+			}
 			lost.Reset(time.Until(deadline))
 			next.Reset(interval)
 		case errors.Is(err, ErrStoreRevision):
@@ -211,40 +219,51 @@ func giveUp(cfg LeaderConfig, rev uint64) {
 }
 
 // leaderFence is the Fence of one term. Its deadline is kept as a
-// monotonic offset from base, so wall-clock steps do not move it. Only
-// lead's goroutine extends and ends it; anyone may read it.
+// monotonic offset from base, so wall-clock steps do not move it. Once
+// invalid it stays invalid: a renewal acknowledged after the deadline does
+// not revive it (the term ends instead), so a write the fence refused is
+// always followed by the end of the term.
 type leaderFence struct {
 	term     uint64
 	base     time.Time    // has a monotonic reading
-	deadline atomic.Int64 // ns after base; 0 once the term ended
-	ended    bool
+	deadline atomic.Int64 // ns after base; 0 once the fence is invalid
 }
 
 func newLeaderFence(term uint64, deadline time.Time) *leaderFence {
 	f := &leaderFence{term: term, base: time.Now()}
-	f.extend(deadline)
+	f.deadline.Store(max(int64(deadline.Sub(f.base)), 1))
 	return f
 }
 
-// Valid implements Fence: now is before the deadline and the term has not
-// ended.
+// Valid implements Fence: the deadline is ahead and the term has not ended.
 func (f *leaderFence) Valid() bool {
 	d := f.deadline.Load()
-	return d > 0 && int64(time.Since(f.base)) < d
+	if d > 0 && int64(time.Since(f.base)) < d {
+		return true
+	}
+	if d > 0 {
+		f.deadline.CompareAndSwap(d, 0) // past it: for good
+	}
+	return false
 }
 
 // Term implements Fence.
 func (f *leaderFence) Term() uint64 { return f.term }
 
-// extend moves the deadline to d, unless the term has ended.
-func (f *leaderFence) extend(d time.Time) {
-	if !f.ended {
-		f.deadline.Store(max(int64(d.Sub(f.base)), 1))
+// extend moves the deadline to d and reports true, unless the fence is
+// already invalid (the old deadline passed, or the term ended).
+func (f *leaderFence) extend(d time.Time) bool {
+	ns := max(int64(d.Sub(f.base)), 1)
+	for {
+		if !f.Valid() {
+			return false
+		}
+		old := f.deadline.Load()
+		if old != 0 && f.deadline.CompareAndSwap(old, ns) {
+			return true
+		}
 	}
 }
 
 // end invalidates the fence for good.
-func (f *leaderFence) end() {
-	f.ended = true
-	f.deadline.Store(0)
-}
+func (f *leaderFence) end() { f.deadline.Store(0) }
