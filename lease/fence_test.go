@@ -147,11 +147,14 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	send("p", lease.VerbAcquire, lease.AcquireRequest{RequestID: "full", Holder: "d", Slots: 1, Secret: "s"})
 	send("p", lease.VerbRenew, lease.RenewRequest{LeaseID: "held", Token: held.Lease.Token, Secret: "s"})
 	send("p", lease.VerbCancel, lease.CancelRequest{RequestID: "queued", Holder: "b", Secret: "s"})
-	send("p", lease.VerbRelease, lease.ReleaseRequest{LeaseID: "held", Token: held.Lease.Token, Secret: "s"})
 	send("p", lease.VerbAcquire, lease.AcquireRequest{RequestID: "bad", Holder: "", Slots: 1})
 	// The manager got the acquire for q: its slot is taken in memory, and
 	// the grant's write was refused.
 	harness.Eventually(t, 10*time.Second, "the acquire on q handled", func() bool { return poolStats(t, n.Manager, "q").InUse == 1 })
+	// The release last, so that the renewal (handled on another
+	// subscription) meets a live lease and tries its write.
+	time.Sleep(quiet / 2)
+	send("p", lease.VerbRelease, lease.ReleaseRequest{LeaseID: "held", Token: held.Lease.Token, Secret: "s"})
 	time.Sleep(quiet)
 
 	mu.Lock()
