@@ -59,9 +59,11 @@ func TestFailedStartStopsItsWatch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "delivered nothing") {
 		t.Fatalf("Start with a stalled rebuild: %v", err)
 	}
+	// Start returned after the manager's watch loop saw the watch's end;
+	// the forwarding goroutine closes done just after that.
 	select {
 	case <-ws.done:
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatal("the watch still runs after Start failed")
 	}
 	if m.Serving() {
