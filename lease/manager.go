@@ -1165,9 +1165,10 @@ func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
 		w   Watcher
 		err error
 	}
-	done := make(chan result, 1)
+	done := make(chan result)
 	// The watch lives until Close (m.ctx), not only for Start's ctx; its
-	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine.
+	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
+	// which stops a watch that came up after Start gave up on it.
 	wctx, stop := context.WithCancel(m.ctx)
 	stopSetup := context.AfterFunc(ctx, stop)
 	defer stopSetup()
@@ -1175,14 +1176,19 @@ func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
 	go func() {
 		defer m.ops.Done()
 		w, err := m.cfg.Store.Watch(wctx, NodeKeys(m.cfg.Node))
-		if err != nil {
-			stop()
+		select {
+		case done <- result{w, err}:
+		case <-wctx.Done():
+			if err == nil {
+				_ = w.Stop()
+			}
 		}
-		done <- result{w, err}
 	}()
 	select {
 	case r := <-done:
 		return r.w, r.err
+	case <-wctx.Done():
+		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
 	case <-time.After(m.cfg.RebuildStall):
 		stop() // ends the set-up; Close (which Start calls next) waits for it
 		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
