@@ -208,9 +208,10 @@ func wrongLastSeq(err error) bool {
 }
 
 // Watch streams the latest record of every key matching filter, then every
-// change. ctx bounds only the setup; the watch runs until Stop.
+// change. ctx bounds the setup and the watch: it runs until Stop or until
+// ctx ends, whichever comes first, and then closes Changes.
 func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, error) {
-	kw, err := s.kv.Watch(context.Background(), filter)
+	kw, err := s.kv.Watch(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
 	}
@@ -233,6 +234,9 @@ func (w *watcher) Stop() error {
 	w.stopOnce.Do(func() {
 		close(w.stop)
 		err = w.kw.Stop()
+		if errors.Is(err, nats.ErrBadSubscription) {
+			err = nil // already ended with its context
+		}
 	})
 	return err
 }

@@ -56,6 +56,10 @@ type ManagerConfig struct {
 	// GrantLatency, if set, is told the time from each acquire's arrival
 	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
 	GrantLatency func(pool string, d time.Duration)
+	// Fence, if set, is the leadership term this manager serves (from
+	// RunLeader): every store write, reply and event is checked against it,
+	// and records carry its term. nil for a standalone manager.
+	Fence Fence
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -86,6 +90,10 @@ type Manager struct {
 	// ownMark is how this instance's name appears in the values it
 	// writes, for telling its own writes from others' without decoding.
 	ownMark []byte
+	// deposed is set, and deposedCh closed, once a record of a later
+	// leadership term was seen: see Deposed.
+	deposed   atomic.Bool
+	deposedCh chan struct{}
 
 	subs      []*nats.Subscription
 	svc       micro.Service
@@ -213,7 +221,15 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
-		ownMark:   appendStringField([]byte{'{'}, "manager", cfg.Instance)[1:],
+		deposedCh: make(chan struct{}),
+	}
+	m.ownMark = ownMark(cfg.Instance, m.term())
+	if cfg.Fence != nil {
+		// Every write is checked against the fence right before it is sent.
+		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.serving}
+		if cfg.PoolStore != nil {
+			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
+		}
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Capacity < 0 {
@@ -234,8 +250,19 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 
 // Start counts the leases already in the Store (so grants made before a
 // restart stay valid and are respected), then subscribes to the node's
-// request subjects. It returns once the manager is serving.
+// request subjects. It returns once the manager is serving. If it fails,
+// it has undone everything it started (the watch, grants of restored queue
+// entries, subscriptions), as Close does: the Manager cannot be started
+// again.
 func (m *Manager) Start(ctx context.Context) error {
+	if err := m.start(ctx); err != nil {
+		_ = m.Close()
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) start(ctx context.Context) error {
 	if err := m.loadDelta(ctx); err != nil {
 		return err
 	}
@@ -258,13 +285,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-m.ready:
 			waiting = false
 		case <-ctx.Done():
-			m.abandonWatch(w)
 			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
 		case <-m.watchDone:
 			return errors.New("lease: the lease record watch ended before the state was rebuilt")
 		case <-tick.C:
 			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
-				m.abandonWatch(w)
 				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
 			}
 		}
@@ -279,7 +304,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	for subj, h := range handlers {
 		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
 		if err != nil {
-			m.unsubscribe()
 			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
 		}
 		// A burst of requests must queue in the client, not be dropped as
@@ -289,12 +313,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	svc, err := m.addService()
 	if err != nil {
-		m.unsubscribe()
 		return err
 	}
 	m.svc = svc
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
-		m.unsubscribe()
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
 	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount())
@@ -669,7 +691,7 @@ func (m *Manager) grant(r *request) {
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data := appendRecord(make([]byte, 0, 384), &rec)
@@ -683,7 +705,7 @@ func (m *Manager) grant(r *request) {
 	if err == nil {
 		started := time.Now()
 		rev, err = m.writeGrant(key, data, r.awaitPersisted())
-		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) {
+		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
 			// Ambiguous: the write may be stored though its acknowledgement
 			// was lost. The slots stay taken until the store says.
 			rev, err = m.resolveGrant(key, r.id, started, err)
@@ -694,6 +716,15 @@ func (m *Manager) grant(r *request) {
 	defer m.mu.Unlock()
 	p := r.pool
 	delete(p.waiting, r.id)
+	if fencedOut(err) {
+		// The term is over: nothing was sent. The holder hears nothing
+		// and retries with the successor, which restores its queue entry
+		// if it has one. The slots stay taken here: this manager grants
+		// nothing more.
+		m.log.Warn("grant not stored: this manager's leadership term is over", "key", key)
+		telemetry.Fail(span, string(CodeUnavailable), err.Error())
+		return
+	}
 	if err != nil {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
@@ -1069,6 +1100,12 @@ func (m *Manager) release(h *held, kind EventKind) {
 			m.free(h, kind, "")
 			return
 		}
+		if fencedOut(err) {
+			// The term is over: the record stays, the successor counts it
+			// until the holder's retried release or its TTL ends it.
+			m.log.Warn("lease record not deleted: this manager's leadership term is over", "key", h.key)
+			return
+		}
 		m.log.Warn("deleting a lease record failed; retrying", "key", h.key, "err", err)
 		m.mu.Lock()
 		if h.pool != nil && !m.closed {
@@ -1128,29 +1165,34 @@ func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
 		w   Watcher
 		err error
 	}
-	done := make(chan result, 1)
+	done := make(chan result)
+	// The watch lives until Close (m.ctx), not only for Start's ctx; its
+	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
+	// which stops a watch that came up after Start gave up on it.
+	wctx, stop := context.WithCancel(m.ctx)
+	stopSetup := context.AfterFunc(ctx, stop)
+	defer stopSetup()
+	m.ops.Add(1)
 	go func() {
-		w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
-		done <- result{w, err}
+		defer m.ops.Done()
+		w, err := m.cfg.Store.Watch(wctx, NodeKeys(m.cfg.Node))
+		select {
+		case done <- result{w, err}:
+		case <-wctx.Done():
+			if err == nil {
+				_ = w.Stop()
+			}
+		}
 	}()
 	select {
 	case r := <-done:
 		return r.w, r.err
+	case <-wctx.Done():
+		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
 	case <-time.After(m.cfg.RebuildStall):
-		go func() {
-			if r := <-done; r.err == nil {
-				_ = r.w.Stop()
-			}
-		}()
+		stop() // ends the set-up; Close (which Start calls next) waits for it
 		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
 	}
-}
-
-// abandonWatch stops a rebuild that will not be used and waits for it.
-func (m *Manager) abandonWatch(w Watcher) {
-	_ = w.Stop()
-	<-m.watchDone
-	m.cancel()
 }
 
 func (m *Manager) watch(w Watcher) {
@@ -1199,6 +1241,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
 		}
+		m.checkTermLocked(ch)
 		return
 	}
 	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
@@ -1213,6 +1256,10 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
 		return
 	}
+	if m.cfg.Fence != nil && rec.Term > m.term() {
+		m.depose(ch.Key, rec.Term)
+		return
+	}
 	if rec.Queued {
 		// A queue entry: restored in order once the rebuild is complete.
 		// Later ones are this manager's own, or a predecessor's last words
@@ -1223,9 +1270,9 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	if rebuilt {
-		if rec.Manager == m.cfg.Instance || m.closed {
-			// Our own write, or we are closing (maybe deposed): the
-			// records a successor writes are not ours to judge.
+		if m.closed || !m.mayDeleteLocked(ch.Key, rec.Record) {
+			// Closing (maybe deposed): the records a successor writes are
+			// not ours to judge. Or our own write, or not provably older.
 			return
 		}
 		// A grant another instance stored after this one took over: its
@@ -1259,6 +1306,9 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 }
 
 func (m *Manager) emit(p *pool, ev Event) {
+	if !m.serving() {
+		return // fenced: a deposed manager announces nothing
+	}
 	ev.Time = time.Now().UTC()
 	ev.Node = m.cfg.Node
 	ev.Pool = p.name
@@ -1267,8 +1317,8 @@ func (m *Manager) emit(p *pool, ev Event) {
 }
 
 func (m *Manager) respond(reply string, r Reply) {
-	if reply == "" {
-		return
+	if reply == "" || !m.serving() {
+		return // no one to answer, or fenced: a deposed manager answers nothing
 	}
 	b := replyBuffers.Get()
 	data, err := appendReply(*b, &r)

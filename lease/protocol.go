@@ -211,6 +211,13 @@ type Record struct {
 	// ExpiresAt is the manager's estimate (write time + TTL). Holders must
 	// not use it: their own deadline starts when they sent the request.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Term is the leadership term of the manager that wrote the record
+	// (the node's leadership key revision when its term began), 0 for a
+	// standalone manager or a record written before terms existed. A
+	// manager deletes another instance's record written after its own
+	// term began only if the record's term is lower than its own, and a
+	// record of a higher term deposes it (docs/guarantees.md, "Fencing").
+	Term uint64 `json:"term,omitempty"`
 	// Manager is the instance id of the manager that granted the lease. A
 	// manager that took over a node deletes, never counts, grants that
 	// another instance stored after its rebuild (a deposed manager's late

@@ -152,7 +152,7 @@ func (m *Manager) writeEntries() {
 			continue
 		}
 		v := storedValue{
-			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
+			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: m.term(), Manager: m.cfg.Instance,
 				Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
 			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 		}
@@ -250,6 +250,9 @@ func (m *Manager) startDropLocked(r *request) {
 			cancel()
 			if err == nil || errors.Is(err, ErrStoreNotFound) || errors.Is(err, ErrStoreRevision) {
 				return // gone, or replaced by a newer write of this key
+			}
+			if fencedOut(err) {
+				return // the term is over: the successor restores or drops it
 			}
 			m.log.Warn("deleting a queue entry failed; retrying", "key", key, "err", err)
 			select {

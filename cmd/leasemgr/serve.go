@@ -148,22 +148,24 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	// serve runs one term as this node's active manager.
-	serve := func(ctx context.Context) error {
-		m, err := lease.NewManager(mcfg)
+	// serve runs one term as this node's active manager, fenced by it.
+	serve := func(ctx context.Context, fence lease.Fence) error {
+		mc := mcfg
+		mc.Fence = fence
+		m, err := lease.NewManager(mc)
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
-			return err
-		}
-		for _, p := range cfg.Pools {
-			log.Info("pool", "name", p.Name, "capacity", p.Capacity)
-		}
-		active.Store(m)
-		<-ctx.Done()
-		active.Store(nil)
-		return m.Close()
+		return m.Run(ctx, func(serving bool) {
+			if !serving {
+				active.Store(nil)
+				return
+			}
+			for _, p := range cfg.Pools {
+				log.Info("pool", "name", p.Name, "capacity", p.Capacity)
+			}
+			active.Store(m)
+		})
 	}
 	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	log.Info("shut down")
