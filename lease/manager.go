@@ -56,6 +56,9 @@ type ManagerConfig struct {
 	// GrantLatency, if set, is told the time from each acquire's arrival
 	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
 	GrantLatency func(pool string, d time.Duration)
+	// RecordRefused, if set, is told the reason of every stored record the
+	// manager refuses (see acceptRecord; RefusalReasons lists them).
+	RecordRefused func(reason string)
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -1193,6 +1196,10 @@ func (m *Manager) watch(w Watcher) {
 // let go (ignored), or a grant a previous instance stored after this one
 // took over (counted, so it cannot be granted twice).
 func (m *Manager) observePut(ch Change, rebuilt bool) {
+	stored, ok := m.acceptRecord(ch, rebuilt)
+	if !ok {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.leases[ch.Key]; h != nil {
@@ -1208,11 +1215,10 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		// value cannot hold the unescaped mark, so no other record has it.
 		return
 	}
-	var rec storedValue
-	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
-		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
+	if stored == nil { // recognised as this instance's without decoding
 		return
 	}
+	rec := *stored
 	if rec.Queued {
 		// A queue entry: restored in order once the rebuild is complete.
 		// Later ones are this manager's own, or a predecessor's last words
