@@ -57,7 +57,8 @@ type ManagerConfig struct {
 	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
 	GrantLatency func(pool string, d time.Duration)
 	// RecordRefused, if set, is told the reason of every stored record the
-	// manager refuses (see acceptRecord; RefusalReasons lists them).
+	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
+	// called with the manager's lock held and must not block.
 	RecordRefused func(reason string)
 }
 
@@ -1196,12 +1197,12 @@ func (m *Manager) watch(w Watcher) {
 // let go (ignored), or a grant a previous instance stored after this one
 // took over (counted, so it cannot be granted twice).
 func (m *Manager) observePut(ch Change, rebuilt bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	stored, ok := m.acceptRecord(ch, rebuilt)
 	if !ok {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if h := m.leases[ch.Key]; h != nil {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev

@@ -3,6 +3,7 @@ package lease
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -45,15 +46,22 @@ var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, Refus
 const maxLoggedKey = 128
 
 // acceptRecord checks a stored put before anything else looks at it. It
-// returns the decoded record, or nil when the value is this instance's own
-// write seen after the rebuild (recognised by its manager mark without
-// decoding, as observePut does), and whether the record may be honoured.
+// returns the decoded record and whether it may be honoured. Called with
+// m.mu held.
+//
+// A busy manager sees each of its own writes come back through the watch;
+// decoding them all would cost a JSON decode per grant and renewal. So
+// after the rebuild, a value that carries a TTL and this instance's mark
+// under a key this instance holds a lease or a request for is taken as its
+// own without decoding (nil, true). Anything else with the mark, such as a
+// write for a lease already let go, or a forgery naming this instance
+// (its id is public), is decoded and checked like any other record.
 func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
 	if ch.TTL <= 0 {
 		m.refuse(ch.Key, RefusedNoTTL, "it was stored without a TTL, so it would never expire")
 		return nil, false
 	}
-	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
+	if rebuilt && bytes.Contains(ch.Value, m.ownMark) && m.knownKeyLocked(ch.Key) {
 		return nil, true
 	}
 	var rec storedValue
@@ -76,6 +84,24 @@ func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
 		return nil, false
 	}
 	return &rec, true
+}
+
+// knownKeyLocked reports whether key is that of a lease this manager holds
+// or of a request it has not finished: a write of its own is expected there.
+func (m *Manager) knownKeyLocked(key string) bool {
+	if m.leases[key] != nil {
+		return true
+	}
+	node := m.cfg.Node
+	if len(key) <= len(node) || key[:len(node)] != node || key[len(node)] != '.' {
+		return false
+	}
+	pool, id, ok := strings.Cut(key[len(node)+1:], ".")
+	if !ok {
+		return false
+	}
+	p := m.pools[pool]
+	return p != nil && p.waiting[id] != nil
 }
 
 // refuse reports a refused record: a log line and a count.
