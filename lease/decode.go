@@ -592,67 +592,94 @@ func (d *decoder) bool(bit uint, dst *bool) {
 	}
 }
 
+// elements walks an array or object at pos, from open to close, calling
+// item at each element (item reads it, and reports whether to go on); want
+// says what the value must be if it is not one.
+func (d *decoder) elements(open, close byte, want string, item func() bool) bool {
+	if d.pos >= len(d.data) || d.data[d.pos] != open {
+		d.fail("%s", want)
+		return false
+	}
+	d.pos++
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == close {
+		d.pos++
+		return true
+	}
+	for {
+		d.skipSpace()
+		if !item() {
+			return false
+		}
+		d.skipSpace()
+		switch {
+		case d.pos >= len(d.data):
+			d.syntax("',' or '" + string(close) + "'")
+			return false
+		case d.data[d.pos] == ',':
+			d.pos++
+		case d.data[d.pos] == close:
+			d.pos++
+			return true
+		default:
+			d.syntax("',' or '" + string(close) + "'")
+			return false
+		}
+	}
+}
+
+// poolName reads one pool name of a resize field.
+func (d *decoder) poolName(field string) ([]byte, bool) {
+	pool, bad := d.str(maxPoolNameLen)
+	if bad != strOK {
+		d.strFail(bad, field+": a pool name", maxPoolNameLen)
+		return nil, false
+	}
+	return pool, true
+}
+
 // poolCapacities reads an object of pool name to capacity.
 func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
 	if !d.field(bit) {
 		return
 	}
 	name := string(d.key)
-	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
-		d.fail("%s must be an object of pool name to capacity", name)
-		return
-	}
-	d.pos++
 	m := map[string]int64{}
-	for first := true; ; first = false {
-		d.skipSpace()
-		if d.pos < len(d.data) && d.data[d.pos] == '}' && first {
-			d.pos++
-			break
-		}
-		if !first {
-			if d.pos >= len(d.data) || (d.data[d.pos] != ',' && d.data[d.pos] != '}') {
-				d.syntax("',' or '}'")
-				return
-			}
-			d.pos++
-			if d.data[d.pos-1] == '}' {
-				break
-			}
-			d.skipSpace()
-		}
-		pool, bad := d.str(maxPoolNameLen)
-		if bad != strOK {
-			d.strFail(bad, name+": a pool name", maxPoolNameLen)
-			return
+	ok := d.elements('{', '}', name+" must be an object of pool name to capacity", func() bool {
+		pool, ok := d.poolName(name)
+		if !ok {
+			return false
 		}
 		p := string(pool)
 		if _, dup := m[p]; dup {
 			d.fail("%s: pool %s is given twice", name, echo(pool))
-			return
+			return false
 		}
 		d.skipSpace()
 		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
 			d.syntax("':'")
-			return
+			return false
 		}
 		d.pos++
 		d.skipSpace()
-		neg, mag, nbad := d.number()
-		if nbad == numOK && mag > math.MaxInt64 {
-			nbad = numRange
+		neg, mag, bad := d.number()
+		if bad == numOK && mag > math.MaxInt64 {
+			bad = numRange
 		}
-		if nbad != numOK {
-			d.numFail(nbad, name+": the capacity of pool "+echo(pool))
-			return
+		if bad != numOK {
+			d.numFail(bad, name+": the capacity of pool "+echo(pool))
+			return false
 		}
 		c := int64(mag)
 		if neg {
 			c = -c
 		}
 		m[p] = c
+		return true
+	})
+	if ok {
+		*dst = m
 	}
-	*dst = m
 }
 
 // poolNames reads an array of pool names.
@@ -661,39 +688,20 @@ func (d *decoder) poolNames(bit uint, dst *[]string) {
 		return
 	}
 	name := string(d.key)
-	if d.pos >= len(d.data) || d.data[d.pos] != '[' {
-		d.fail("%s must be an array of pool names", name)
-		return
-	}
-	d.pos++
+	want := name + " must be an array of pool names"
 	out := []string{}
-	for first := true; ; first = false {
-		d.skipSpace()
-		if d.pos < len(d.data) && d.data[d.pos] == ']' && first {
-			d.pos++
-			break
-		}
-		if !first {
-			if d.pos >= len(d.data) || (d.data[d.pos] != ',' && d.data[d.pos] != ']') {
-				d.syntax("',' or ']'")
-				return
-			}
-			d.pos++
-			if d.data[d.pos-1] == ']' {
-				break
-			}
-			d.skipSpace()
-		}
+	ok := d.elements('[', ']', want, func() bool {
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			d.fail("%s must be an array of pool names", name)
-			return
+			d.fail("%s", want)
+			return false
 		}
-		pool, bad := d.str(maxPoolNameLen)
-		if bad != strOK {
-			d.strFail(bad, name+": a pool name", maxPoolNameLen)
-			return
+		pool, ok := d.poolName(name)
+		if ok {
+			out = append(out, string(pool))
 		}
-		out = append(out, string(pool))
+		return ok
+	})
+	if ok {
+		*dst = out
 	}
-	*dst = out
 }

@@ -235,36 +235,19 @@ var benchAcquire = []byte(`{"request_id":"01HZX3Y8K2M4N6P8Q0R2S4T6V8","holder":"
 
 // BenchmarkDecodeAcquire compares the strict decoder with encoding/json on
 // the Go client's usual acquire body (docs/benchmarks.md).
-func BenchmarkDecodeAcquire(b *testing.B) {
-	b.Run("strict", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var req AcquireRequest
-			if e := decode(benchAcquire, &req); e != nil {
-				b.Fatal(e)
-			}
-		}
-	})
-	b.Run("encoding-json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var req AcquireRequest
-			if err := json.Unmarshal(benchAcquire, &req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
+func BenchmarkDecodeAcquire(b *testing.B) { benchDecode[AcquireRequest](b, benchAcquire) }
 
 var benchRenew = []byte(`{"lease_id":"01HZX3Y8K2M4N6P8Q0R2S4T6V8","token":123456789,"secret":"c2VjcmV0LXRoYXQtaXMtbG9uZy1lbm91Z2g"}`)
 
 // BenchmarkDecodeRenew: the most frequent request, a heartbeat.
-func BenchmarkDecodeRenew(b *testing.B) {
+func BenchmarkDecodeRenew(b *testing.B) { benchDecode[RenewRequest](b, benchRenew) }
+
+func benchDecode[T any](b *testing.B, body []byte) {
 	b.Run("strict", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			var req RenewRequest
-			if e := decode(benchRenew, &req); e != nil {
+			var req T
+			if e := decode(body, &req); e != nil {
 				b.Fatal(e)
 			}
 		}
@@ -272,8 +255,8 @@ func BenchmarkDecodeRenew(b *testing.B) {
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			var req RenewRequest
-			if err := json.Unmarshal(benchRenew, &req); err != nil {
+			var req T
+			if err := json.Unmarshal(body, &req); err != nil {
 				b.Fatal(err)
 			}
 		}
