@@ -220,3 +220,30 @@ func TestManagerRecordsCarryTTLAndManager(t *testing.T) {
 		}
 	}
 }
+
+// A queue entry expires (its TTL lapses while its request still waits): the
+// request keeps its place, and its grant is created anew instead of failing
+// on the entry's vanished revision.
+func TestGrantAfterQueueEntryExpired(t *testing.T) {
+	t.Cleanup(lease.SetQueueEntryTTL(time.Second)) // registered first: runs after the manager's Close
+	srv, n := startNode(t, 5*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	held := request(t, nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
+	if held.Status != lease.StatusGranted {
+		t.Fatalf("first acquire: %+v", held)
+	}
+	sub := sendAcquire(t, nc, lease.AcquireRequest{RequestID: "waiter", Holder: "h", Slots: 1})
+	wantQueued(t, "waiter", sub, 1)
+	harness.Eventually(t, 10*time.Second, "the queue entry stored", func() bool { return storedQueueEntries(t, n) == 1 })
+	harness.Eventually(t, 10*time.Second, "the queue entry expired", func() bool { return storedQueueEntries(t, n) == 0 })
+	if s := poolStats(t, n.Manager, "p"); s.QueuedRequests != 1 {
+		t.Fatalf("after the entry expired: %+v, want the request still queued", s)
+	}
+	rel := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "holder", Token: held.Lease.Token})
+	if rel.Status != lease.StatusReleased {
+		t.Fatalf("release: %+v", rel)
+	}
+	if r := nextReply(t, sub); r.Status != lease.StatusGranted || r.Lease == nil || r.Lease.ID != "waiter" {
+		t.Fatalf("the waiter after its entry expired: %+v, want granted", r)
+	}
+}
