@@ -147,12 +147,14 @@ func decodeResize(data []byte, req *ResizeRequest) *Error {
 type decoder struct {
 	data []byte
 	pos  int
-	key  []byte // the current key, unescaped (may alias data or scratch)
+	key  []byte // the current key, unescaped (may alias data or keyBuf)
 	seen uint32 // bits of the fields given so far
 	err  *Error
-	// scratch holds an unescaped string; reused within one request.
-	scratch []byte
-	started bool
+	// keyBuf and scratch hold an unescaped key and value; each is reused
+	// within one request, and apart so that a value never overwrites the
+	// key that names it.
+	keyBuf, scratch []byte
+	started         bool
 }
 
 func newDecoder(data []byte, limit int) decoder {
@@ -228,7 +230,7 @@ func (d *decoder) next() bool {
 			return false
 		}
 	}
-	key, bad := d.str(0)
+	key, bad := d.str(&d.keyBuf, 0)
 	if bad != strOK {
 		d.strFail(bad, "a key", 0)
 		return false
@@ -292,10 +294,9 @@ func (d *decoder) ident(bit uint, dst *string, max int) {
 		d.fail("%s must be a string", d.key)
 		return
 	}
-	key := d.key // str may reuse the scratch key aliases: name it first on error
-	s, bad := d.str(max)
+	s, bad := d.str(&d.scratch, max)
 	if bad != strOK {
-		d.strFail(bad, string(key), max)
+		d.strFail(bad, string(d.key), max)
 		return
 	}
 	*dst = string(s)
@@ -323,10 +324,11 @@ func (d *decoder) strFail(bad strBad, what string, max int) {
 	}
 }
 
-// str reads a JSON string at pos and returns it unescaped, refusing
-// invalid UTF-8, lone surrogates and, if max > 0 (an identifier of at most
-// max bytes), control characters.
-func (d *decoder) str(max int) ([]byte, strBad) {
+// str reads a JSON string at pos and returns it unescaped (in data, or in
+// *into if it has escapes or non-ASCII bytes), refusing invalid UTF-8, lone
+// surrogates and, if max > 0 (an identifier of at most max bytes), control
+// characters.
+func (d *decoder) str(into *[]byte, max int) ([]byte, strBad) {
 	if d.pos >= len(d.data) || d.data[d.pos] != '"' {
 		d.syntax("a string")
 		return nil, strSyntax
@@ -346,14 +348,14 @@ func (d *decoder) str(max int) ([]byte, strBad) {
 		}
 		d.pos++
 	}
-	buf := append(d.scratch[:0], d.data[start:d.pos]...)
+	buf := append((*into)[:0], d.data[start:d.pos]...)
 	bad := strOK
 	for d.pos < len(d.data) {
 		c := d.data[d.pos]
 		switch {
 		case c == '"':
 			d.pos++
-			d.scratch = buf
+			*into = buf
 			if bad != strOK {
 				return nil, bad
 			}
@@ -630,7 +632,7 @@ func (d *decoder) elements(open, close byte, want string, item func() bool) bool
 
 // poolName reads one pool name of a resize field.
 func (d *decoder) poolName(field string) ([]byte, bool) {
-	pool, bad := d.str(maxPoolNameLen)
+	pool, bad := d.str(&d.scratch, maxPoolNameLen)
 	if bad != strOK {
 		d.strFail(bad, field+": a pool name", maxPoolNameLen)
 		return nil, false

@@ -166,6 +166,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"tenant lone surrogate", `{"tenant":"\ud800"}`, &AcquireRequest{}, "tenant is not valid UTF-8"},
 		{"secret low surrogate", `{"secret":"\udc00x"}`, &AcquireRequest{}, "secret is not valid UTF-8"},
 		{"request_id control", `{"request_id":"a\u001b"}`, &AcquireRequest{}, "request_id must not contain control characters"},
+		{"escaped key, escaped bad value", `{"hold\u0065r":"\u00e9\u0001"}`, &AcquireRequest{}, "holder must not contain control characters"},
 		{"holder too long", `{"holder":"` + strings.Repeat("h", MaxHolderLen+1) + `"}`, &AcquireRequest{}, "holder is longer than 256 bytes"},
 		{"secret too long escaped", `{"secret":"` + strings.Repeat(`\u0041`, MaxSecretLen+1) + `"}`, &AcquireRequest{}, "secret is longer than 128 bytes"},
 		{"body too large", `{"holder":"` + strings.Repeat(" ", MaxRequestBody) + `"}`, &AcquireRequest{}, "over the limit of 8192 bytes"},
