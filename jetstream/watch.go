@@ -18,7 +18,10 @@ import (
 // change, each with the TTL it was stored with. It is nats.go's KV watch (an
 // ordered push consumer delivering the last message per key) read at the
 // message level, because a KV entry does not carry its headers, and the
-// manager refuses records stored without a TTL (lease.Change.TTL).
+// manager refuses records stored without a TTL (lease.Change.TTL). It goes
+// through the legacy JetStreamContext because that is what kv.Watch itself
+// uses: the same consumer, heartbeats and gap recovery as before, where the
+// newer API's ordered consumer is pull-based and would change them.
 //
 // ctx bounds only the setup; the watch runs until Stop or until the
 // connection closes, and its consumer is not tied to ctx (an ordered
