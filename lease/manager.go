@@ -102,6 +102,7 @@ type Manager struct {
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
 	progress  atomic.Int64           // unix ns of the watch's last change; see Start
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
+	refusals  refusalLog             // log lines about refused records; guarded by mu
 
 	// Queue entries waiting to be written, and the goroutines writing
 	// them (at most maxEntryWriters); guarded by mu.

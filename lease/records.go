@@ -104,15 +104,41 @@ func (m *Manager) knownKeyLocked(key string) bool {
 	return p != nil && p.waiting[id] != nil
 }
 
-// refuse reports a refused record: a log line and a count.
+// refusalLogEvery bounds the log lines about refused records: whoever can
+// write to the bucket could otherwise flood the log. The metric counts
+// every refusal.
+const refusalLogEvery = 10 * time.Second
+
+// refusalLog is when each reason was last logged, and how many refusals
+// went unlogged since. Guarded by Manager.mu.
+type refusalLog struct {
+	last    map[string]time.Time
+	skipped map[string]int
+}
+
+// refuse reports a refused record: a count, and a log line unless one for
+// the same reason was written in the last refusalLogEvery. Called with
+// m.mu held.
 func (m *Manager) refuse(key, reason, why string) {
-	if len(key) > maxLoggedKey {
-		key = key[:maxLoggedKey] + "...(truncated)"
-	}
-	m.log.Warn("refusing a lease record no manager wrote; it is not counted", "key", key, "reason", reason, "why", why)
 	if m.cfg.RecordRefused != nil {
 		m.cfg.RecordRefused(reason)
 	}
+	l := &m.refusals
+	if l.last == nil {
+		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if now.Sub(l.last[reason]) < refusalLogEvery {
+		l.skipped[reason]++
+		return
+	}
+	if len(key) > maxLoggedKey {
+		key = key[:maxLoggedKey] + "...(truncated)"
+	}
+	m.log.Warn("refusing a lease record no manager wrote; it is not counted", "key", key, "reason", reason, "why", why,
+		"unlogged_since_last", l.skipped[reason])
+	l.last[reason] = now
+	l.skipped[reason] = 0
 }
 
 // QueueEntryTTL is the TTL of a queue entry without a wait deadline. A

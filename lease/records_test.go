@@ -1,8 +1,11 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +32,24 @@ func (r *refusals) get(reason string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n[reason]
+}
+
+// lockedBuffer is a log destination the manager's goroutines share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // forge writes, with an attacker's connection that has full rights on the
@@ -91,7 +112,9 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 	srv := harness.StartServer(t)
 	const inst = "instance-1"
 	live := &refusals{n: map[string]int{}}
-	cfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Instance: inst, Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}, RecordRefused: live.add}
+	var logged lockedBuffer
+	cfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Instance: inst, Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}, RecordRefused: live.add,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
 	first := harness.StartManager(t, srv.URL, cfg)
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -107,6 +130,10 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 	}
 	if got := live.get(lease.RefusedNoTTL); got != 2 {
 		t.Errorf("%d no_ttl refusals, want 2 (a grant and a queue entry)", got)
+	}
+	// Logged, but once per reason and interval: a writer cannot flood the log.
+	if n := strings.Count(logged.String(), "reason=no_ttl"); n != 1 {
+		t.Errorf("%d log lines for 2 no_ttl refusals, want 1:\n%s", n, logged.String())
 	}
 	if s := poolStats(t, first.Manager, "p"); s.InUse != 1 || s.QueuedRequests != 0 {
 		t.Fatalf("after forged records: %+v, want only the real lease's slot in use", s)
