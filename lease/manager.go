@@ -60,6 +60,10 @@ type ManagerConfig struct {
 	// RunLeader): every store write, reply and event is checked against it,
 	// and records carry its term. nil for a standalone manager.
 	Fence Fence
+	// RecordRefused, if set, is told the reason of every stored record the
+	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
+	// called with the manager's lock held and must not block.
+	RecordRefused func(reason string)
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -106,6 +110,7 @@ type Manager struct {
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
 	progress  atomic.Int64           // unix ns of the watch's last change; see Start
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
+	refusals  refusalLog             // log lines about refused records; guarded by mu
 
 	// Queue entries waiting to be written, and the goroutines writing
 	// them (at most maxEntryWriters); guarded by mu.
@@ -1237,6 +1242,10 @@ func (m *Manager) watch(w Watcher) {
 func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	stored, ok := m.acceptRecord(ch, rebuilt)
+	if !ok {
+		return
+	}
 	if h := m.leases[ch.Key]; h != nil {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
@@ -1251,11 +1260,10 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		// value cannot hold the unescaped mark, so no other record has it.
 		return
 	}
-	var rec storedValue
-	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
-		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
+	if stored == nil { // recognised as this instance's without decoding
 		return
 	}
+	rec := *stored
 	if m.cfg.Fence != nil && rec.Term > m.term() {
 		m.depose(ch.Key, rec.Term)
 		return

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -285,17 +284,6 @@ func validID(s string) error {
 		default:
 			return fmt.Errorf("request_id %q: must contain only letters, digits, '-', '_' and '='", s)
 		}
-	}
-	return nil
-}
-
-// decode parses a JSON request body strictly enough to name what is wrong.
-func decode(data []byte, v any) *Error {
-	if len(data) == 0 {
-		return errorf(CodeBadRequest, "empty request body, want a JSON object")
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return errorf(CodeBadRequest, "malformed JSON: %v", err)
 	}
 	return nil
 }
