@@ -307,7 +307,7 @@ func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
 		defer func() {
 			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", msg.Subject, "panic", r)
+				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)
 				m.respond(msg.Reply, Reply{Status: StatusError, Error: errorf(CodeInternal, "internal error")})
 			}
 		}()
@@ -418,7 +418,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.RequestID(req.RequestID), telemetry.Holder(req.Holder), telemetry.Slots(req.Slots))
+	telemetry.SetAttributes(span, telemetry.RequestID(clip(req.RequestID)), telemetry.Holder(clip(req.Holder)), telemetry.Slots(req.Slots))
 	if e := m.validateAcquire(&req); e != nil {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
@@ -602,9 +602,10 @@ func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName 
 	telemetry.Fail(span, string(e.Code), e.Message)
 	m.respond(reply, errReply(e))
 	if p != nil {
-		m.emit(p, Event{Kind: EventRejected, RequestID: req.RequestID, Holder: req.Holder, Slots: req.Slots, Code: e.Code, Message: e.Message})
+		// The request failed validation, maybe for its size: echo a bounded part.
+		m.emit(p, Event{Kind: EventRejected, RequestID: clip(req.RequestID), Holder: clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
-		m.log.Debug("acquire rejected", "pool", poolName, "code", e.Code, "message", e.Message)
+		m.log.Debug("acquire rejected", "pool", clip(poolName), "code", e.Code, "message", e.Message)
 	}
 }
 
@@ -919,7 +920,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
@@ -1012,7 +1013,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
