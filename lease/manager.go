@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
@@ -56,6 +55,12 @@ type ManagerConfig struct {
 	// GrantLatency, if set, is told the time from each acquire's arrival
 	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
 	GrantLatency func(pool string, d time.Duration)
+	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
+	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
+	ReplyPrefixes []string
+	// ReplyRefused, if set, counts each request refused for its reply
+	// subject (leasemetrics.Metrics.ReplyRefusals).
+	ReplyRefused func()
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -88,7 +93,8 @@ type Manager struct {
 	ownMark []byte
 
 	subs      []*nats.Subscription
-	svc       micro.Service
+	replies   *replyRule // which reply subjects are answered; see replyto.go
+	disc      *discovery // $SRV answers; see discovery.go
 	watcher   Watcher
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
@@ -228,6 +234,13 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 		m.pools[pc.Name] = p
 	}
+	own := cfg.Conn.NewRespInbox()
+	own = own[:strings.LastIndexByte(own, '.')]
+	replies, err := newReplyRule(cfg.ReplyPrefixes, cfg.Prefix, own, cfg.ReplyRefused)
+	if err != nil {
+		return nil, err
+	}
+	m.replies = replies
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -287,12 +300,10 @@ func (m *Manager) Start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
-	svc, err := m.addService()
-	if err != nil {
+	if err := m.serveDiscovery(); err != nil {
 		m.unsubscribe()
 		return err
 	}
-	m.svc = svc
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		m.unsubscribe()
 		return fmt.Errorf("lease: subscribe: %w", err)
@@ -303,8 +314,14 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // guard keeps a bug in one handler from taking the process down with
 // input from the network: the requester gets an internal error instead.
+// It also keeps the reply rule (replyto.go): a request whose reply subject
+// is not an inbox is dropped before its handler sees it.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
+		if msg.Reply != "" && !m.replies.allowed(msg.Reply) {
+			m.replies.refuse(m.log, msg.Subject, msg.Reply)
+			return
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)
@@ -320,10 +337,6 @@ func (m *Manager) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	m.subs = nil
-	if m.svc != nil {
-		_ = m.svc.Stop()
-		m.svc = nil
-	}
 }
 
 // Close stops serving: queued requests are told the manager is unavailable
@@ -341,6 +354,7 @@ func (m *Manager) Close() error {
 
 	m.unsubscribe()
 	m.cancel()
+	m.replies.flush(m.log)
 
 	// Queued requests stay queued: their entries are in the store, and the
 	// next manager for this node restores them in order. Their clients keep
@@ -1277,10 +1291,27 @@ func (m *Manager) respond(reply string, r Reply) {
 		m.log.Error("encoding a reply", "err", err)
 		return
 	}
-	if err := m.cfg.Conn.Publish(reply, data); err != nil {
+	m.publishReply(reply, nil, data)
+	replyBuffers.Put(b, data)
+}
+
+// publishReply sends data (with hdr, if any) to reply, a reply subject, if
+// the reply rule allows it. Requests were checked on arrival (guard); this
+// check also covers reply subjects restored from stored queue entries.
+func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
+	if !m.replies.allowed(reply) {
+		m.replies.refuse(m.log, "", reply)
+		return
+	}
+	var err error
+	if hdr == nil {
+		err = m.cfg.Conn.Publish(reply, data)
+	} else {
+		err = m.cfg.Conn.PublishMsg(&nats.Msg{Subject: reply, Header: hdr, Data: data})
+	}
+	if err != nil {
 		m.log.Warn("sending a reply", "subject", reply, "err", err)
 	}
-	replyBuffers.Put(b, data)
 }
 
 var replyBuffers Buffers

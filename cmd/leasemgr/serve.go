@@ -107,7 +107,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
-		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		ReplyPrefixes: cfg.ReplyPrefixes, ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
