@@ -45,8 +45,8 @@ const replyLogEvery = 10 * time.Second
 
 // replyRule decides which reply subjects the manager answers.
 type replyRule struct {
-	prefixes []string // each ending in '.'; "_INBOX." first
-	own      string   // this manager's response inbox prefix, ending in '.'
+	prefixes map[string]bool // "_INBOX" and the configured prefixes
+	own      string          // this manager's response inbox prefix, ending in '.'
 
 	refused func() // counts one refusal; never nil
 
@@ -60,7 +60,7 @@ type replyRule struct {
 // to the same rule; prefix is the product's subject prefix, which no reply
 // prefix may overlap.
 func newReplyRule(prefixes []string, subjectPrefix, own string, refused func()) (*replyRule, error) {
-	r := &replyRule{prefixes: []string{DefaultInboxPrefix + "."}, refused: refused}
+	r := &replyRule{prefixes: map[string]bool{DefaultInboxPrefix: true}, refused: refused}
 	if r.refused == nil {
 		r.refused = func() {}
 	}
@@ -71,7 +71,7 @@ func newReplyRule(prefixes []string, subjectPrefix, own string, refused func()) 
 		if p == subjectPrefix || strings.HasPrefix(p, subjectPrefix+".") || strings.HasPrefix(subjectPrefix, p+".") {
 			return nil, fmt.Errorf("lease: reply prefix %q overlaps the lease subjects under %q", p, subjectPrefix)
 		}
-		r.prefixes = append(r.prefixes, p+".")
+		r.prefixes[p] = true
 	}
 	if own != "" {
 		r.own = own + "."
@@ -85,12 +85,14 @@ func (r *replyRule) allowed(reply string) bool {
 	if len(reply) > MaxReplyLen || !validSubject(reply) {
 		return false
 	}
-	if r.own != "" && (strings.HasPrefix(reply, r.own) || reply+"." == r.own) {
+	if r.own != "" && (strings.HasPrefix(reply, r.own) || reply == r.own[:len(r.own)-1]) {
 		return false
 	}
-	for _, p := range r.prefixes {
-		// validSubject already rules out an empty token after the prefix.
-		if len(reply) > len(p) && strings.HasPrefix(reply, p) {
+	// Look the reply's leading tokens up, shortest first: one map lookup
+	// per token however many executors' prefixes are configured.
+	// validSubject already ruled out a trailing dot, so a token follows.
+	for i := 0; i < len(reply); i++ {
+		if reply[i] == '.' && r.prefixes[reply[:i]] {
 			return true
 		}
 	}
