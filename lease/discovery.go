@@ -135,13 +135,17 @@ func (m *Manager) handleServiceStats(msg *nats.Msg) {
 	m.answer(msg, data)
 }
 
-// timed counts h's requests and time, as micro does per endpoint.
+// timed counts h's requests and time, as micro does per endpoint. The
+// request counts before h answers, so whoever got the answer sees it
+// counted.
 func (e *endpoint) timed(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
 		start := time.Now()
+		e.mu.Lock()
+		e.requests++
+		e.mu.Unlock()
 		defer func() {
 			e.mu.Lock()
-			e.requests++
 			e.processing += time.Since(start)
 			e.mu.Unlock()
 		}()
