@@ -119,3 +119,34 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 		return strings.Contains(m.Output(), "reply subject is not an inbox")
 	})
 }
+
+// NATS_REPLY_PREFIXES through the binaries: an executor whose inbox prefix
+// is listed is served, one whose prefix is not hears nothing,
+// and `leasemgr pools` run with the manager's own settings (its own
+// NATS_INBOX_PREFIX) is answered without listing it.
+func TestReplyPrefixesBinaries(t *testing.T) {
+	const node = "prefixed"
+	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	mgrEnv := append(append([]string(nil), env...), "NATS_INBOX_PREFIX=_INBOX_admin", "NATS_REPLY_PREFIXES=_INBOX_exec_a")
+	startManager(t, mgrEnv, httpAddr)
+
+	pools := start(t, mgrEnv, "leasemgr", "pools")
+	if code := pools.Wait(t, 30*time.Second); code != 0 || !strings.Contains(pools.Output(), "gpu") {
+		t.Fatalf("leasemgr pools with the manager's inbox prefix: exit %d\n%s", code, pools.Output())
+	}
+	listed := start(t, append(env, "NATS_INBOX_PREFIX=_INBOX_exec_a"), "executor", "run", "--pool", "gpu", "--", "true")
+	if code := listed.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("executor with a listed inbox prefix: exit %d\n%s", code, listed.Output())
+	}
+	eventually(t, 15*time.Second, "the listed executor's slot to be free", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 0 })
+	before := refusedReplies(t, httpAddr, node)
+	// It hears nothing, so it keeps re-sending its acquire (the test's
+	// cleanup stops it); each one is counted and dropped.
+	start(t, append(env, "NATS_INBOX_PREFIX=_INBOX_exec_b"), "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 30*time.Second, "the unlisted executor's acquire to be refused", func() bool {
+		return refusedReplies(t, httpAddr, node) > before
+	})
+	if in := httpPools(t, httpAddr)["gpu"].InUse; in != 0 {
+		t.Fatalf("gpu in use %d after the refused executor: its acquire was acted on", in)
+	}
+}
