@@ -260,10 +260,7 @@ func (d *decoder) end() *Error {
 // echo renders s for an error message: quoted, clipped, control
 // characters and invalid UTF-8 escaped.
 func echo(s []byte) string {
-	if len(s) > maxEchoKey {
-		return strconv.Quote(string(s[:maxEchoKey])) + "... (truncated)"
-	}
-	return strconv.Quote(string(s))
+	return strconv.Quote(clipTo(string(s), maxEchoKey))
 }
 
 func (d *decoder) unknown() {

@@ -143,7 +143,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"upper-case key", `{"REQUEST_ID":"a"}`, &AcquireRequest{}, `unknown key "REQUEST_ID"`},
 		{"case-folded key", `{"ſlots":1}`, &AcquireRequest{}, `unknown key "ſlots"`},
 		{"unknown key", `{"request_id":"a","extra":{"x":[1]}}`, &AcquireRequest{}, `unknown key "extra"`},
-		{"long unknown key clipped", `{"` + long + `":1}`, &AcquireRequest{}, "(truncated)"},
+		{"long unknown key clipped", `{"` + long + `":1}`, &AcquireRequest{}, "…(+4936 bytes)"},
 		{"duplicate key", `{"slots":1,"slots":2}`, &AcquireRequest{}, `key "slots" is given twice`},
 		{"duplicate key, once escaped", `{"holder":"a","hold\u0065r":"b"}`, &AcquireRequest{}, `key "holder" is given twice`},
 		{"duplicate null", `{"secret":null,"secret":"x"}`, &AcquireRequest{}, `key "secret" is given twice`},

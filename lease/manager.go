@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
@@ -64,6 +63,12 @@ type ManagerConfig struct {
 	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
 	// called with the manager's lock held and must not block.
 	RecordRefused func(reason string)
+	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
+	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
+	ReplyPrefixes []string
+	// ReplyRefused, if set, counts each request refused for its reply
+	// subject (leasemetrics.Metrics.ReplyRefusals).
+	ReplyRefused func()
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -100,7 +105,8 @@ type Manager struct {
 	deposedCh chan struct{}
 
 	subs      []*nats.Subscription
-	svc       micro.Service
+	replies   *replyRule // which reply subjects are answered; see replyto.go
+	disc      *discovery // $SRV answers; see discovery.go
 	watcher   Watcher
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
@@ -249,6 +255,13 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 		m.pools[pc.Name] = p
 	}
+	own := cfg.Conn.NewRespInbox()
+	own = own[:strings.LastIndexByte(own, '.')]
+	replies, err := newReplyRule(cfg.ReplyPrefixes, cfg.Prefix, own, cfg.ReplyRefused)
+	if err != nil {
+		return nil, err
+	}
+	m.replies = replies
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -316,11 +329,10 @@ func (m *Manager) start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
-	svc, err := m.addService()
-	if err != nil {
+	if err := m.serveDiscovery(); err != nil {
+		m.unsubscribe()
 		return err
 	}
-	m.svc = svc
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
@@ -330,11 +342,17 @@ func (m *Manager) start(ctx context.Context) error {
 
 // guard keeps a bug in one handler from taking the process down with
 // input from the network: the requester gets an internal error instead.
+// It also keeps the reply rule (replyto.go): a request whose reply subject
+// is not an inbox is dropped before its handler sees it.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
+		if msg.Reply != "" && !m.replies.allowed(msg.Reply) {
+			m.replies.refuse(m.log, msg.Subject, msg.Reply)
+			return
+		}
 		defer func() {
 			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", msg.Subject, "panic", r)
+				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)
 				m.respond(msg.Reply, Reply{Status: StatusError, Error: errorf(CodeInternal, "internal error")})
 			}
 		}()
@@ -347,10 +365,6 @@ func (m *Manager) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	m.subs = nil
-	if m.svc != nil {
-		_ = m.svc.Stop()
-		m.svc = nil
-	}
 }
 
 // Close stops serving: queued requests are told the manager is unavailable
@@ -368,6 +382,7 @@ func (m *Manager) Close() error {
 
 	m.unsubscribe()
 	m.cancel()
+	m.replies.flush(m.log)
 
 	// Queued requests stay queued: their entries are in the store, and the
 	// next manager for this node restores them in order. Their clients keep
@@ -445,7 +460,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.RequestID(req.RequestID), telemetry.Holder(req.Holder), telemetry.Slots(req.Slots))
+	telemetry.SetAttributes(span, telemetry.RequestID(clip(req.RequestID)), telemetry.Holder(clip(req.Holder)), telemetry.Slots(req.Slots))
 	if e := m.validateAcquire(&req); e != nil {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
@@ -629,9 +644,10 @@ func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName 
 	telemetry.Fail(span, string(e.Code), e.Message)
 	m.respond(reply, errReply(e))
 	if p != nil {
-		m.emit(p, Event{Kind: EventRejected, RequestID: req.RequestID, Holder: req.Holder, Slots: req.Slots, Code: e.Code, Message: e.Message})
+		// The request failed validation, maybe for its size: echo a bounded part.
+		m.emit(p, Event{Kind: EventRejected, RequestID: clip(req.RequestID), Holder: clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
-		m.log.Debug("acquire rejected", "pool", poolName, "code", e.Code, "message", e.Message)
+		m.log.Debug("acquire rejected", "pool", clip(poolName), "code", e.Code, "message", e.Message)
 	}
 }
 
@@ -955,7 +971,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
@@ -1048,7 +1064,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
@@ -1334,10 +1350,27 @@ func (m *Manager) respond(reply string, r Reply) {
 		m.log.Error("encoding a reply", "err", err)
 		return
 	}
-	if err := m.cfg.Conn.Publish(reply, data); err != nil {
+	m.publishReply(reply, nil, data)
+	replyBuffers.Put(b, data)
+}
+
+// publishReply sends data (with hdr, if any) to reply, a reply subject, if
+// the reply rule allows it. Requests were checked on arrival (guard); this
+// check also covers reply subjects restored from stored queue entries.
+func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
+	if !m.replies.allowed(reply) {
+		m.replies.refuse(m.log, "", reply)
+		return
+	}
+	var err error
+	if hdr == nil {
+		err = m.cfg.Conn.Publish(reply, data)
+	} else {
+		err = m.cfg.Conn.PublishMsg(&nats.Msg{Subject: reply, Header: hdr, Data: data})
+	}
+	if err != nil {
 		m.log.Warn("sending a reply", "subject", reply, "err", err)
 	}
-	replyBuffers.Put(b, data)
 }
 
 var replyBuffers Buffers

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -107,7 +108,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
-		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		// Also this process's own NATS_INBOX_PREFIX: `leasemgr pools` and
+		// `resize` run with the manager's settings get their answers there.
+		ReplyPrefixes: append(slices.Clone(cfg.ReplyPrefixes), cfg.NATSInboxPrefix), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 		RecordRefused: metrics.RecordsRefused(cfg.NodeID),
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by

@@ -19,6 +19,8 @@
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
 //	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
 //	                                                                   lease.RefusalReasons), each reason from 0
+//	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
+//	                                                                   not an inbox (ReplyRefusals; 0 from the start)
 //	lease.queue_wait      lease_queue_wait_milliseconds{node,pool}     histogram: request arrival to grant, per grant
 //	lease.grant_latency   lease_grant_latency_milliseconds{node,pool}  histogram: what the manager reports through
 //	                                                                   ObserveGrantLatency (arrival to stored grant)
@@ -58,6 +60,7 @@ var Buckets = []float64{0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2
 type Metrics struct {
 	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
 	recordsRefused                                                               metric.Int64Counter
+	repliesRefused                                                               metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
 
@@ -116,6 +119,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.expirations = counter("lease.expirations", "{lease}", "Leases freed because their TTL lapsed.")
 	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
 	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
+	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
 	histogram := func(name, desc string) metric.Float64Histogram {
 		if err != nil {
 			return nil
