@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
 		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		// Also this process's own NATS_INBOX_PREFIX: `leasemgr pools` and
+		// `resize` run with the manager's settings get their answers there.
+		ReplyPrefixes: append(slices.Clone(cfg.ReplyPrefixes), cfg.NATSInboxPrefix), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
+		RecordRefused: metrics.RecordsRefused(cfg.NodeID),
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
@@ -129,22 +134,24 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	// serve runs one term as this node's active manager.
-	serve := func(ctx context.Context) error {
-		m, err := lease.NewManager(mcfg)
+	// serve runs one term as this node's active manager, fenced by it.
+	serve := func(ctx context.Context, fence lease.Fence) error {
+		mc := mcfg
+		mc.Fence = fence
+		m, err := lease.NewManager(mc)
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
-			return err
-		}
-		for _, p := range cfg.Pools {
-			log.Info("pool", "name", p.Name, "capacity", p.Capacity)
-		}
-		active.Store(m)
-		<-ctx.Done()
-		active.Store(nil)
-		return m.Close()
+		return m.Run(ctx, func(serving bool) {
+			if !serving {
+				active.Store(nil)
+				return
+			}
+			for _, p := range cfg.Pools {
+				log.Info("pool", "name", p.Name, "capacity", p.Capacity)
+			}
+			active.Store(m)
+		})
 	}
 	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	log.Info("shut down")

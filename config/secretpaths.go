@@ -1,0 +1,54 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// envNATSAuthDir overrides where the embedded server's generated
+// credentials live (default: <UserConfigDir>/slotlease/embedded-<host>-<port>).
+const envNATSAuthDir = "NATS_AUTH_DIR"
+
+// SecretPaths returns every path on this host that holds secrets for this
+// configuration, for the executor to hide from the worker code it runs
+// (sandbox.Spec.Hide): the slotlease configuration directory
+// (<UserConfigDir>/slotlease, where the embedded server's credentials are
+// kept), NATS_AUTH_DIR, the NATS_CREDS, NATS_NKEY and NATS_TLS_KEY files,
+// and the lease manager's JetStream store (NATS_STORE_DIR, or the parent of
+// every node's default store, <TempDir>/leasemgr), which holds the acquire
+// secrets of every lease. Relative paths are made absolute; paths that do
+// not exist are included all the same (the sandbox skips them).
+func (c *Common) SecretPaths() []string {
+	return c.secretPaths(os.Getenv, os.UserConfigDir, os.TempDir())
+}
+
+func (c *Common) secretPaths(getenv func(string) string, userConfigDir func() (string, error), tempDir string) []string {
+	var out []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		for _, q := range out {
+			if q == p {
+				return
+			}
+		}
+		out = append(out, p)
+	}
+	if dir, err := userConfigDir(); err == nil {
+		add(filepath.Join(dir, "slotlease"))
+	}
+	add(getenv(envNATSAuthDir))
+	add(c.NATSCreds)
+	add(c.NATSNKey)
+	add(c.NATSTLSKey)
+	if d := getenv(EnvNATSStoreDir); d != "" {
+		add(d)
+	} else {
+		add(filepath.Join(tempDir, "leasemgr"))
+	}
+	return out
+}
