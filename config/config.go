@@ -99,6 +99,10 @@ type Common struct {
 	// reply subjects, so that a server's permissions can limit an executor
 	// to its own inboxes (see docs/security.md).
 	NATSInboxPrefix string `env:"NATS_INBOX_PREFIX" envDefault:"_INBOX"`
+	// NATSAuthDir (NATS_AUTH_DIR) is where the embedded server keeps the
+	// nkey seeds of its users (authdir.go). Default: DefaultAuthDir of
+	// NATS_LISTEN, or of a single-server NATS_URL's host:port.
+	NATSAuthDir string `env:"NATS_AUTH_DIR"`
 
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error; LogFormat
 	// (LOG_FORMAT) is text or json. Logger builds the logger from them.
@@ -232,6 +236,7 @@ func (c *Common) resolve() []error {
 		errs = append(errs, varErr(EnvSubjectPrefix, c.SubjectPrefix, err))
 	}
 	errs = append(errs, c.resolveAuth()...)
+	c.resolveAuthDir()
 	errs = append(errs, c.resolveLog()...)
 	return errs
 }
@@ -442,7 +447,7 @@ func parseReason(pe env.ParseError) string {
 // the variables, so output is stable whatever order checks run in.
 var varOrder = []string{
 	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
-	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSListen, EnvSubjectPrefix,
+	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvNATSListen, EnvSubjectPrefix,
 	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr,
 	EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 }
