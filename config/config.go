@@ -119,6 +119,14 @@ func (c Common) NATSAddress() string {
 	return "nats://" + c.NATSListen
 }
 
+// DefaultStoreDir is NATS_STORE_DIR's default for node: per node, so that
+// several nodes on one host do not share a store. leasemgr creates it and
+// its two parents below the temp dir with mode 0700 and refuses them if
+// others can enter them (config.MakePrivateDir): the store holds secrets.
+func DefaultStoreDir(node string) string {
+	return filepath.Join(os.TempDir(), "leasemgr", node, "jetstream")
+}
+
 // Manager is the lease manager's configuration.
 type Manager struct {
 	Common
@@ -265,7 +273,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		}
 	}
 	if c.NATSStoreDir == "" {
-		c.NATSStoreDir = filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream")
+		c.NATSStoreDir = DefaultStoreDir(c.NodeID)
 	}
 	if v, ok := m[EnvHTTPAddr]; ok {
 		c.HTTPAddr = v

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nkeys"
 
@@ -65,14 +66,18 @@ func ensureSeed(path string) (string, error) {
 			f.Close()
 			return "", err
 		}
-		defer kp.Wipe()
+		defer kp.Wipe() // also wipes the seed Seed returns, which is kp's own
+		pub, err := kp.PublicKey()
+		if err != nil {
+			f.Close()
+			return "", err
+		}
 		seed, err := kp.Seed()
 		if err != nil {
 			f.Close()
 			return "", err
 		}
 		_, werr := f.Write(append(seed, '\n'))
-		wipe(seed)
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
@@ -80,7 +85,7 @@ func ensureSeed(path string) (string, error) {
 			os.Remove(path) // half a seed is no seed: make a new one next time
 			return "", fmt.Errorf("%s: %w", path, werr)
 		}
-		return kp.PublicKey()
+		return pub, nil
 	case !errors.Is(err, fs.ErrExist):
 		return "", err
 	}
@@ -137,12 +142,17 @@ func authConfig(users []User) (string, error) {
 		}
 		us = append(us, cu)
 	}
-	data, err := json.Marshal(map[string]any{
+	// Without HTML escaping: the parser knows no \u escapes, and '>' is in
+	// nearly every subject.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(map[string]any{
 		"accounts": map[string]any{
 			EmbeddedAccount:       map[string]any{"jetstream": "enabled", "users": us},
 			EmbeddedSystemAccount: map[string]any{},
 		},
 		"system_account": EmbeddedSystemAccount,
 	})
-	return string(data), err
+	return b.String(), err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
@@ -56,7 +57,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 
 	url := cfg.NATSURL
 	if url == "" {
-		srv, err := jetstream.StartServer(jetstream.ServerConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir, Name: "leasemgr-" + cfg.NodeID})
+		srv, err := startEmbedded(cfg)
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 			srv.WaitForShutdown()
 		}()
 		url = srv.ClientURL()
-		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir)
+		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir, "credentials", cfg.NATSAuthDir)
 	}
 	nc, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 	if err != nil {
@@ -86,6 +87,14 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	poolStore, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
 	if err != nil {
 		return err
+	}
+	if cfg.NATSURL == "" {
+		// Executors of the embedded server may not create streams (one
+		// capturing lease.> would read every secret): the job queue's
+		// stream and buckets are made here, for them to bind to.
+		if _, err := jobs.Open(setupCtx, nc, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
+			return err
+		}
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(setupCtx, nc, jetstream.AuditConfig{
