@@ -59,6 +59,12 @@ func DefaultAuthDir(hostport string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no default: %w; set %s", err, EnvNATSAuthDir)
 	}
+	return AuthDirUnder(base, hostport)
+}
+
+// AuthDirUnder is DefaultAuthDir with configDir in place of
+// os.UserConfigDir(): <configDir>/slotlease/embedded-<host>-<port>.
+func AuthDirUnder(configDir, hostport string) (string, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return "", fmt.Errorf("no default for address %q: %w", hostport, err)
@@ -72,7 +78,7 @@ func DefaultAuthDir(hostport string) (string, error) {
 		}
 		return '_'
 	}, host) + "-" + port
-	return filepath.Join(base, "slotlease", name), nil
+	return filepath.Join(configDir, "slotlease", name), nil
 }
 
 // embeddedHostPort is the address whose auth directory this process uses

@@ -36,6 +36,12 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
+	if cfg.NATSURL != "" {
+		// Another node's embedded server on this host: its manager role.
+		if _, err := cfg.UseEmbeddedCreds(config.RoleManager); err != nil {
+			return usageError{fmt.Errorf("configuration:\n%w", err)}
+		}
+	}
 	log := cfg.Logger(stderr)
 
 	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
