@@ -47,12 +47,12 @@ func authDirFor(t *testing.T, home, natsURL string) string {
 }
 
 // connectAs connects the test to the NATS at natsURL as role with the
-// credentials a leasemgr of this test (testHome) made for its embedded
-// server; anonymously where there are none (a harness server).
-func connectAs(t *testing.T, natsURL string, role config.Role, opts ...nats.Option) (*nats.Conn, error) {
+// credentials a leasemgr run with home made for its embedded server;
+// anonymously where there are none (a harness server).
+func connectAs(t *testing.T, home, natsURL string, role config.Role, opts ...nats.Option) (*nats.Conn, error) {
 	t.Helper()
 	var auth jetstream.Auth
-	dir := authDirFor(t, testHome(t), natsURL)
+	dir := authDirFor(t, home, natsURL)
 	if _, err := os.Stat(dir); err == nil {
 		auth = jetstream.Auth{NKeySeed: config.AuthFile(dir, role), InboxPrefix: role.InboxPrefix()}
 	}

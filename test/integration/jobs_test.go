@@ -42,7 +42,7 @@ func natsURL(env []string) string {
 // jobQueue binds the job queue from the test, to watch records cheaply.
 func jobQueue(t *testing.T, env []string) *jobs.Queue {
 	t.Helper()
-	nc, err := connectAs(t, natsURL(env), config.RoleExecutor)
+	nc, err := connectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleExecutor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -516,7 +516,7 @@ func simpleManagerEnv(t *testing.T, extra ...string) (env []string, natsURL stri
 func waitServing(t *testing.T, url, node string) {
 	t.Helper()
 	eventually(t, 20*time.Second, "leasemgr to serve", func() bool {
-		nc, err := connectAs(t, url, config.RoleReader, nats.Timeout(time.Second))
+		nc, err := connectAs(t, testHome(t), url, config.RoleReader, nats.Timeout(time.Second))
 		if err != nil {
 			return false
 		}
