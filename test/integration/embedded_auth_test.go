@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -214,6 +215,9 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 			for _, subj := range tc.pubs {
 				eventually(t, 10*time.Second, "publish to "+subj+" refused", func() bool { return errs.refused("Publish", subj) })
 			}
+			if tc.role == config.RoleExecutor {
+				pushIntoLeaseState(t, nc)
+			}
 			for _, subj := range tc.subs {
 				eventually(t, 10*time.Second, "subscription to "+subj+" refused", func() bool { return errs.refused("Subscription", subj) })
 			}
@@ -288,6 +292,37 @@ func TestEmbeddedCredentialsMustBePrivate(t *testing.T) {
 	if code := p.Wait(t, 20*time.Second); code != 2 || !strings.Contains(p.Output(), dir+": is accessible to group or others") {
 		t.Errorf("leasemgr with a 0755 credentials directory: exit %d, want 2 naming it:\n%s", code, p.Output())
 	}
+}
+
+// pushIntoLeaseState tries the one write path the executor's job-queue
+// rights leave: a push consumer on a job stream it may read, delivering
+// into the event subjects and the lease bucket. nats-server 2.15.2 does
+// not deliver there (the caller checks that nothing arrived); this guards
+// against a server upgrade that would.
+func pushIntoLeaseState(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "lease_job_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "forged", []byte(`{"kind":"granted","node":"sec","pool":"gpu","slots":99}`)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "KV_lease_job_results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, deliver := range []string{"lease.events.sec.gpu.granted", "$KV.lease_leases.sec.gpu.forged", "$KV.lease_leaders.forged"} {
+		// Created or refused: either way nothing may arrive.
+		_, _ = s.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Name: fmt.Sprintf("push%d", i), DeliverSubject: deliver, AckPolicy: natsjs.AckNonePolicy})
+	}
+	time.Sleep(time.Second) // a delivery, if any, has a second to land before the caller looks
 }
 
 func checkMode(t *testing.T, path string, want os.FileMode) {
