@@ -92,27 +92,11 @@ func ensureSeed(path string) (string, error) {
 	if err := config.CheckPrivateFile(path); err != nil {
 		return "", err
 	}
-	data, err := os.ReadFile(path)
+	pub, err := config.UserSeedPublicKey(path)
 	if err != nil {
-		return "", err
-	}
-	defer wipe(data)
-	kp, err := nkeys.ParseDecoratedNKey(data)
-	if err != nil {
-		return "", fmt.Errorf("%s: no nkey seed in the file (delete the directory to make new credentials)", path)
-	}
-	defer kp.Wipe()
-	pub, err := kp.PublicKey()
-	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return "", fmt.Errorf("%s: not a user nkey seed (delete the directory to make new credentials)", path)
+		return "", fmt.Errorf("%s: %w (delete the directory to make new credentials)", path, err)
 	}
 	return pub, nil
-}
-
-func wipe(b []byte) {
-	for i := range b {
-		b[i] = 'x'
-	}
 }
 
 // authConfig is the accounts section of a server configuration admitting
