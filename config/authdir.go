@@ -47,6 +47,18 @@ func (r Role) InboxPrefix() string {
 	}
 }
 
+// EmbeddedReplyPrefixes are the inbox prefixes the embedded server's
+// clients use, one per role: the reply subjects a manager behind the
+// embedded server must answer (stats and resize replies go to the
+// reader's and the manager's inboxes, grants to executors' "_INBOX").
+func EmbeddedReplyPrefixes() []string {
+	prefixes := make([]string, 0, len(Roles))
+	for _, r := range Roles {
+		prefixes = append(prefixes, r.InboxPrefix())
+	}
+	return prefixes
+}
+
 // AuthFile is the nkey seed file of role in the auth directory dir.
 func AuthFile(dir string, r Role) string { return filepath.Join(dir, string(r)+".nk") }
 

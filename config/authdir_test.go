@@ -172,6 +172,9 @@ func TestUseEmbeddedCreds(t *testing.T) {
 	if RoleExecutor.InboxPrefix() != DefaultInboxPrefix || RoleManager.InboxPrefix() == DefaultInboxPrefix || RoleReader.InboxPrefix() == DefaultInboxPrefix || RoleReader.InboxPrefix() == RoleManager.InboxPrefix() {
 		t.Error("only executors may share _INBOX; the manager and readers need prefixes of their own")
 	}
+	if got := EmbeddedReplyPrefixes(); !slices.Equal(got, []string{"_SLOTLEASE_MGR", "_INBOX", "_SLOTLEASE_READ"}) {
+		t.Errorf("EmbeddedReplyPrefixes() = %q", got)
+	}
 	// Explicit credentials win.
 	c = load(map[string]string{EnvNATSUser: "u"})
 	if ok, _ := c.UseEmbeddedCreds(RoleExecutor); ok || c.NATSNKey != "" {
