@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,13 +112,48 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec := jobs.NewSpec()
-		spec.Pool, spec.Command = "nopool", []string{"true"}
-		rec, err := q.Submit(ctx, spec)
+		// Serve: durable consumers, fetch, heartbeats, results, a retry
+		// and a dead letter, all as the executor role.
+		client, err := lease.NewClient(nc, "sec")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := q.Get(ctx, rec.ID); err != nil {
+		defer client.Close()
+		srv, err := jobs.NewServer(jobs.ServerConfig{
+			Queue: q, Conn: nc, Leases: client, Pools: []string{"gpu"}, Logger: slog.New(slog.DiscardHandler),
+			PollInterval: 50 * time.Millisecond, Backoff: 50 * time.Millisecond, KillGrace: 200 * time.Millisecond,
+			Env: func(*lease.Lease, map[string]string) map[string]string {
+				return map[string]string{"PATH": os.Getenv("PATH")}
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, stop := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(sctx) }()
+		defer func() {
+			stop()
+			<-served
+		}()
+		ok, bad := jobs.NewSpec(), jobs.NewSpec()
+		ok.Pool, ok.Command = "gpu", []string{"true"}
+		bad.Pool, bad.Command, bad.MaxAttempts = "gpu", []string{"false"}, 2
+		var ids []string
+		for _, spec := range []jobs.Spec{ok, bad} {
+			rec, err := q.Submit(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rec.ID)
+		}
+		for i, want := range []jobs.State{jobs.StateSucceeded, jobs.StateDead} {
+			eventually(t, 30*time.Second, "job "+ids[i]+" to end "+string(want), func() bool {
+				rec, err := q.Get(ctx, ids[i])
+				return err == nil && rec.State == want
+			})
+		}
+		if _, err := q.DeadLetter(ctx, ids[1]); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := q.List(ctx, 0, ""); err != nil {
