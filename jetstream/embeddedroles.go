@@ -47,12 +47,13 @@ func executorPublish(p string) []string {
 	// consumers per pool and priority, fetch, ack.
 	s := n.Stream
 	pub = append(pub,
-		"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s, "$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
-		"$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.DURABLE.CREATE."+s+".*",
-		"$JS.API.CONSUMER.INFO."+s+".*", "$JS.API.CONSUMER.LIST."+s, "$JS.API.CONSUMER.NAMES."+s,
+		"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
+		"$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".*", "$JS.API.CONSUMER.LIST."+s,
 		"$JS.API.CONSUMER.MSG.NEXT."+s+".*", "$JS.ACK."+s+".>",
 	)
-	// The results and dead-letter buckets: get, put, create, watch.
+	// The results and dead-letter buckets: get, put, create, watch (an
+	// ordered push consumer, deleted when the watch stops; $JS.FC answers
+	// its flow control when a listing is large).
 	for _, b := range []string{n.Results, n.Dead} {
 		pub = append(pub, kvRights(b)...)
 		pub = append(pub, "$KV."+b+".>")
