@@ -76,9 +76,9 @@ func readerPublish(p string) []string {
 	return []string{
 		p + ".*.stats",
 		"$SRV.PING." + lease.ServiceName,
-		// leasemgr watch --since: an ordered pull consumer on the event stream.
-		"$JS.API.STREAM.INFO." + s,
+		// leasemgr watch --since: an ordered pull consumer on the event
+		// stream, which deletes and recreates itself when it falls behind.
 		"$JS.API.CONSUMER.CREATE." + s + ".>", "$JS.API.CONSUMER.DELETE." + s + ".*",
-		"$JS.API.CONSUMER.INFO." + s + ".*", "$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
+		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
 	}
 }
