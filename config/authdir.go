@@ -132,8 +132,11 @@ func (c *Common) EmbeddedAuthDir() (string, error) {
 	if c.NATSAuthDir != "" {
 		return c.NATSAuthDir, nil
 	}
-	_, err := DefaultAuthDir(c.NATSListen)
-	return "", varErr(EnvNATSAuthDir, "", err)
+	dir, err := DefaultAuthDir(c.NATSListen)
+	if err != nil {
+		return "", varErr(EnvNATSAuthDir, "", err)
+	}
+	return dir, nil
 }
 
 // explicitAuth reports whether the environment names credentials itself.

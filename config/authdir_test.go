@@ -52,6 +52,22 @@ func TestAuthDirDefault(t *testing.T) {
 	}
 }
 
+func TestEmbeddedAuthDirWithoutHome(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("HOME", "")
+	c, err := LoadCommonFrom(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EmbeddedAuthDir(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "set "+EnvNATSAuthDir) {
+		t.Fatalf("no home: %v, want an error asking for %s", err, EnvNATSAuthDir)
+	}
+	c.NATSAuthDir = "/srv/auth"
+	if dir, err := c.EmbeddedAuthDir(); dir != "/srv/auth" || err != nil {
+		t.Fatalf("explicit dir: %q, %v", dir, err)
+	}
+}
+
 func TestCheckPrivate(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o700); err != nil { // t.TempDir follows the umask
