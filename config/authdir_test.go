@@ -115,6 +115,24 @@ func TestCheckPrivate(t *testing.T) {
 	}
 }
 
+// A directory another user owns is refused even with mode 0700: its owner
+// knows what is in it.
+func TestCheckPrivateOwner(t *testing.T) {
+	foreign := "/" // owned by root: foreign unless the test runs as root
+	if os.Getuid() == 0 {
+		foreign = filepath.Join(t.TempDir(), "foreign")
+		if err := os.Mkdir(foreign, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(foreign, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := CheckPrivateDir(foreign); err == nil || !strings.Contains(err.Error(), "not by this user") {
+		t.Fatalf("%s: %v, want refused as owned by another user", foreign, err)
+	}
+}
+
 func TestMakePrivateDir(t *testing.T) {
 	base := t.TempDir()
 	path := filepath.Join(base, "leasemgr", "n1", "jetstream")
