@@ -227,21 +227,3 @@ func TestUseEmbeddedCreds(t *testing.T) {
 		t.Error("the error shows the seed")
 	}
 }
-
-func TestSecretPaths(t *testing.T) {
-	m, err := LoadManagerFrom(map[string]string{
-		EnvNATSAuthDir: "/home/u/.config/slotlease/embedded-127.0.0.1-4222", EnvNATSStoreDir: "/var/lib/js/",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.NATSTLSKey, m.NATSNKey = "/etc/key.pem", "/home/u/.config/slotlease/embedded-127.0.0.1-4222/manager.nk"
-	want := []string{"/home/u/.config/slotlease/embedded-127.0.0.1-4222", "/home/u/.config/slotlease",
-		"/home/u/.config/slotlease/embedded-127.0.0.1-4222/manager.nk", "/etc/key.pem", "/var/lib/js"}
-	if got := m.SecretPaths(); !slices.Equal(got, want) {
-		t.Errorf("SecretPaths() = %q, want %q", got, want)
-	}
-	if got := m.Common.SecretPaths(); slices.Contains(got, "/var/lib/js") {
-		t.Errorf("an executor's secret paths include the manager's store: %q", got)
-	}
-}

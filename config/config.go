@@ -161,6 +161,10 @@ type Manager struct {
 	// as unset, and here set-but-empty must disable the endpoint.
 	HTTPAddr string `env:"HTTP_ADDR"`
 
+	// ReplyPrefixes is NATS_REPLY_PREFIXES parsed (replyprefixes.go): the
+	// inbox prefixes, besides "_INBOX", the manager answers.
+	ReplyPrefixes []string
+
 	// Queue policies, derived from the variables in policies.go.
 	TenantWeights       map[string]int
 	TenantDefaultWeight int
@@ -294,6 +298,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	c.Pools = pools
 	errs = append(errs, c.resolvePolicies(m)...)
+	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	return errs
 }
 
@@ -456,7 +461,7 @@ func parseReason(pe env.ParseError) string {
 var varOrder = []string{
 	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
 	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvNATSListen, EnvSubjectPrefix,
-	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr,
+	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 	EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 }
 

@@ -1,45 +1,50 @@
 package config
 
-import "path/filepath"
+import (
+	"os"
+	"path/filepath"
+)
 
-// SecretPaths returns every path holding secrets for this configuration,
-// so that worker code can be kept from reading them: the embedded
-// server's credentials directory (and the slotlease directory holding
-// it, where credentials of other addresses live), NATS_CREDS, NATS_NKEY,
-// NATS_TLS_KEY. Unset variables contribute nothing; paths are cleaned and
-// listed once. Manager.SecretPaths adds the store directory.
+// SecretPaths returns every path on this host that holds secrets for this
+// configuration, for the executor to hide from the worker code it runs
+// (sandbox.Spec.Hide): the slotlease configuration directory
+// (<UserConfigDir>/slotlease, where the embedded server's credentials are
+// kept), NATS_AUTH_DIR, the NATS_CREDS, NATS_NKEY and NATS_TLS_KEY files,
+// and the lease manager's JetStream store (NATS_STORE_DIR, or the parent of
+// every node's default store, <TempDir>/leasemgr), which holds the acquire
+// secrets of every lease. Relative paths are made absolute; paths that do
+// not exist are included all the same (the sandbox skips them).
 func (c *Common) SecretPaths() []string {
-	var paths []string
+	return c.secretPaths(os.Getenv, os.UserConfigDir, os.TempDir())
+}
+
+func (c *Common) secretPaths(getenv func(string) string, userConfigDir func() (string, error), tempDir string) []string {
+	var out []string
 	add := func(p string) {
 		if p == "" {
 			return
 		}
-		p = filepath.Clean(p)
-		for _, q := range paths {
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		for _, q := range out {
 			if q == p {
 				return
 			}
 		}
-		paths = append(paths, p)
+		out = append(out, p)
 	}
-	if c.NATSAuthDir != "" {
-		add(c.NATSAuthDir)
-		if filepath.Base(filepath.Dir(c.NATSAuthDir)) == "slotlease" {
-			add(filepath.Dir(c.NATSAuthDir)) // the default layout's parent
-		}
+	if dir, err := userConfigDir(); err == nil {
+		add(filepath.Join(dir, "slotlease"))
 	}
+	add(c.NATSAuthDir) // NATS_AUTH_DIR, or its default (authdir.go)
 	add(c.NATSCreds)
 	add(c.NATSNKey)
 	add(c.NATSTLSKey)
-	return paths
-}
-
-// SecretPaths is Common.SecretPaths plus the JetStream store directory,
-// which holds lease records with their acquire secrets.
-func (c *Manager) SecretPaths() []string {
-	paths := c.Common.SecretPaths()
-	if c.NATSStoreDir != "" {
-		paths = append(paths, filepath.Clean(c.NATSStoreDir))
+	if d := getenv(EnvNATSStoreDir); d != "" {
+		add(d)
+	} else {
+		add(filepath.Join(tempDir, "leasemgr"))
 	}
-	return paths
+	return out
 }

@@ -11,7 +11,8 @@
 // Endpoints:
 //
 //	GET /healthz     200 "ok": the process is alive
-//	GET /readyz      200 "ready", or 503 and the reason (standing by, NATS down)
+//	GET /readyz      200 "ready", or 503 and the reason (standing by, NATS down,
+//	                 the leadership term over: checked on every probe)
 //	GET /v1/status   {"node", "ready", "reason"}
 //	GET /v1/pools    [lease.PoolStats], sorted by name
 //	GET /v1/leases   [lease.Record]: holder, slots, token, expires_at, ...

@@ -56,8 +56,15 @@ func (s *NATSSource) Ready() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("%w: NATS connection is %s", ErrNotReady, st)
 	}
-	if s.manager() == nil {
+	m := s.manager()
+	if m == nil {
 		return s.standingBy()
+	}
+	if !m.Serving() {
+		// Checked on every probe: a manager resumed after a freeze is not
+		// ready from the moment its leadership deadline passed, before it
+		// noticed and before it could answer anything.
+		return fmt.Errorf("%w: this manager's leadership term is over (deadline passed, deposed or closing)", ErrNotReady)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -205,87 +204,4 @@ func wrongLastSeq(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
-
-// Watch streams the latest record of every key matching filter, then every
-// change. ctx bounds only the setup; the watch runs until Stop.
-func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, error) {
-	kw, err := s.kv.Watch(context.Background(), filter)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
-	}
-	w := &watcher{kw: kw, out: make(chan lease.Change, 256), stop: make(chan struct{})}
-	go w.run()
-	return w, nil
-}
-
-type watcher struct {
-	kw       jetstream.KeyWatcher
-	out      chan lease.Change
-	stop     chan struct{}
-	stopOnce sync.Once
-}
-
-func (w *watcher) Changes() <-chan lease.Change { return w.out }
-
-func (w *watcher) Stop() error {
-	var err error
-	w.stopOnce.Do(func() {
-		close(w.stop)
-		err = w.kw.Stop()
-	})
-	return err
-}
-
-// run translates KV entries into changes. The initial state is complete at
-// the first entry with nothing pending after it (Delta 0), or at once when
-// the bucket held nothing: nats.go's own nil marker can come early, so it
-// counts only when no entry preceded it.
-func (w *watcher) run() {
-	defer close(w.out)
-	// Once stopped, keep draining: nats.go delivers into its channel while
-	// holding a lock that its own unsubscribe needs.
-	defer func() {
-		go func() {
-			for range w.kw.Updates() {
-			}
-		}()
-	}()
-	caughtUp, seen := false, 0
-	send := func(c lease.Change) bool {
-		select {
-		case w.out <- c:
-			return true
-		case <-w.stop:
-			return false
-		}
-	}
-	for e := range w.kw.Updates() {
-		if e == nil {
-			if !caughtUp && seen == 0 {
-				caughtUp = true
-				if !send(lease.Change{Op: lease.ChangeCaughtUp}) {
-					return
-				}
-			}
-			continue
-		}
-		seen++
-		c := lease.Change{Key: e.Key(), Value: e.Value(), Rev: e.Revision(), Op: lease.ChangePut}
-		switch e.Operation() {
-		case jetstream.KeyValueDelete:
-			c.Op = lease.ChangeDelete
-		case jetstream.KeyValuePurge:
-			c.Op = lease.ChangeExpire
-		}
-		if !send(c) {
-			return
-		}
-		if !caughtUp && e.Delta() == 0 {
-			caughtUp = true
-			if !send(lease.Change{Op: lease.ChangeCaughtUp}) {
-				return
-			}
-		}
-	}
 }

@@ -69,6 +69,9 @@ type ServerConfig struct {
 	PollInterval time.Duration
 	// KillGrace is the sandbox's delay between SIGTERM and SIGKILL.
 	KillGrace time.Duration
+	// Hide lists paths hidden from every job (sandbox.Spec.Hide):
+	// credentials and the lease store.
+	Hide []string
 	// OutputBytes caps the stdout and stderr tails kept in a result.
 	OutputBytes int
 	// Env builds a worker's whole environment from its lease and the job's
@@ -527,7 +530,7 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		Command: spec.Command, Env: s.cfg.Env(l, jobEnv),
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
-		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace,
+		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, Hide: s.cfg.Hide,
 	}, l.Done())
 
 	// Slots back first: the result write does not need them.

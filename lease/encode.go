@@ -91,6 +91,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	b = appendIntField(b, "ttl_ms", r.TTLMs)
 	b = appendTimeField(b, "granted_at", r.GrantedAt)
 	b = appendTimeField(b, "expires_at", r.ExpiresAt)
+	if r.Term != 0 { // before "manager": see ownMark
+		b = appendUintField(b, "term", r.Term)
+	}
 	if r.Manager != "" {
 		b = appendStringField(b, "manager", r.Manager)
 	}

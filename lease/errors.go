@@ -75,6 +75,9 @@ var (
 // the holder's own deadline.
 var ErrLeaseLost = errors.New("lease: lease lost")
 
+// errorf builds an error whose message may quote client input: every
+// string and error argument is bounded (clipArgs), so no request makes an
+// answer or an event larger than a few hundred bytes.
 func errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &Error{Code: code, Message: fmt.Sprintf(format, clipArgs(args)...)}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,15 +31,18 @@ type LeaderRecord struct {
 var ErrLeadershipLost = errors.New("lease: leadership lost")
 
 // RunLeader waits until this instance holds the node's leadership, runs
-// serve with a context that ends when leadership is lost (or ctx ends),
-// waits for serve to return, and starts over, until ctx ends.
+// serve with a context that ends when leadership is lost (or ctx ends) and
+// the term's Fence, waits for serve to return, and starts over, until ctx
+// ends.
 //
 // Two managers never serve one node at once: the leader's own deadline is
 // measured from when it sent its last successful renewal, minus a margin of
 // TTL/10, so it stops serving before the store could let the key expire and a
-// standby could take it. serve must stop granting promptly when its context
-// ends.
-func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context) error) error {
+// standby could take it. The context ends some time after that deadline (a
+// frozen process notices late); the Fence turns invalid at the deadline
+// itself, so serve must check it (ManagerConfig.Fence) right before every
+// write and every answer, and must stop granting when its context ends.
+func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context, Fence) error) error {
 	if cfg.Store == nil || cfg.Node == "" || cfg.Instance == "" {
 		return errors.New("lease: leadership needs a store, a node and an instance id")
 	}
@@ -143,13 +147,15 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 
 // lead serves while renewing the leadership key, and gives the key up when
 // ctx ends.
-func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, sent time.Time, serve func(context.Context) error) error {
+func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, sent time.Time, serve func(context.Context, Fence) error) error {
 	margin := cfg.TTL / 10
 	deadline := sent.Add(cfg.TTL - margin)
+	fence := newLeaderFence(rev, deadline)
+	defer fence.end() // whatever ends the term ends the licence first
 	serveCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	served := make(chan error, 1)
-	go func() { served <- serve(serveCtx) }()
+	go func() { served <- serve(serveCtx, fence) }()
 
 	value, _ := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
 	interval := cfg.TTL / 3
@@ -162,10 +168,12 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 		case err := <-served:
 			// serve ended on its own (an error, or ctx): give the key up so
 			// a standby takes over at once.
+			fence.end()
 			giveUp(cfg, rev)
 			return err
 		case <-lost.C:
 			cause := fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeadershipLost)
+			fence.end()
 			stop(cause)
 			return errors.Join(cause, <-served)
 		case <-next.C:
@@ -178,10 +186,20 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 		case err == nil:
 			rev = newRev
 			deadline = s.Add(cfg.TTL - margin)
+			if !fence.extend(deadline) {
+				// Acknowledged, but only after the deadline had passed: the
+				// fence may have refused something meanwhile. End the term.
+				cause := fmt.Errorf("%w: a renewal succeeded only after the deadline", ErrLeadershipLost)
+				stop(cause)
+				err := errors.Join(cause, <-served)
+				giveUp(cfg, newRev) // serve has ended: a standby may take over at once
+				return err
+			}
 			lost.Reset(time.Until(deadline))
 			next.Reset(interval)
 		case errors.Is(err, ErrStoreRevision):
 			cause := fmt.Errorf("%w: the leadership key changed hands", ErrLeadershipLost)
+			fence.end()
 			stop(cause)
 			return errors.Join(cause, <-served)
 		default:
@@ -199,3 +217,53 @@ func giveUp(cfg LeaderConfig, rev uint64) {
 	defer cancel()
 	_ = cfg.Store.Delete(ctx, cfg.Node, rev)
 }
+
+// leaderFence is the Fence of one term. Its deadline is kept as a
+// monotonic offset from base, so wall-clock steps do not move it. Once
+// invalid it stays invalid: a renewal acknowledged after the deadline does
+// not revive it (the term ends instead), so a write the fence refused is
+// always followed by the end of the term.
+type leaderFence struct {
+	term     uint64
+	base     time.Time    // has a monotonic reading
+	deadline atomic.Int64 // ns after base; 0 once the fence is invalid
+}
+
+func newLeaderFence(term uint64, deadline time.Time) *leaderFence {
+	f := &leaderFence{term: term, base: time.Now()}
+	f.deadline.Store(max(int64(deadline.Sub(f.base)), 1))
+	return f
+}
+
+// Valid implements Fence: the deadline is ahead and the term has not ended.
+func (f *leaderFence) Valid() bool {
+	d := f.deadline.Load()
+	if d > 0 && int64(time.Since(f.base)) < d {
+		return true
+	}
+	if d > 0 {
+		f.deadline.CompareAndSwap(d, 0) // past it: for good
+	}
+	return false
+}
+
+// Term implements Fence.
+func (f *leaderFence) Term() uint64 { return f.term }
+
+// extend moves the deadline to d and reports true, unless the fence is
+// already invalid (the old deadline passed, or the term ended).
+func (f *leaderFence) extend(d time.Time) bool {
+	ns := max(int64(d.Sub(f.base)), 1)
+	for {
+		if !f.Valid() {
+			return false
+		}
+		old := f.deadline.Load()
+		if old != 0 && f.deadline.CompareAndSwap(old, ns) {
+			return true
+		}
+	}
+}
+
+// end invalidates the fence for good.
+func (f *leaderFence) end() { f.deadline.Store(0) }

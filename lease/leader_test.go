@@ -44,23 +44,25 @@ func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration,
 	c := &candidate{nc: nc, cancel: cancel, done: make(chan struct{})}
 	mcfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: pools, Conn: nc, Store: store,
 		Events: jetstream.NewEvents(nc, "lease", nil), Logger: harness.Logger(), Instance: instance, StoreTimeout: time.Second}
-	serve := func(ctx context.Context) error {
-		m, err := lease.NewManager(mcfg)
+	serve := func(ctx context.Context, fence lease.Fence) error {
+		mc := mcfg
+		mc.Fence = fence
+		m, err := lease.NewManager(mc)
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
-			return err
-		}
-		if overlap.Add(1) > 1 {
-			t.Errorf("%s serves while another manager serves the node", instance)
-		}
-		c.serving.Store(true)
-		c.terms.Add(1)
-		<-ctx.Done()
-		c.serving.Store(false)
-		overlap.Add(-1)
-		return m.Close()
+		return m.Run(ctx, func(serving bool) {
+			if serving {
+				if overlap.Add(1) > 1 {
+					t.Errorf("%s serves while another manager serves the node", instance)
+				}
+				c.serving.Store(true)
+				c.terms.Add(1)
+				return
+			}
+			c.serving.Store(false)
+			overlap.Add(-1)
+		})
 	}
 	go func() {
 		defer close(c.done)

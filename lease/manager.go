@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/pools"
@@ -56,6 +55,20 @@ type ManagerConfig struct {
 	// GrantLatency, if set, is told the time from each acquire's arrival
 	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
 	GrantLatency func(pool string, d time.Duration)
+	// Fence, if set, is the leadership term this manager serves (from
+	// RunLeader): every store write, reply and event is checked against it,
+	// and records carry its term. nil for a standalone manager.
+	Fence Fence
+	// RecordRefused, if set, is told the reason of every stored record the
+	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
+	// called with the manager's lock held and must not block.
+	RecordRefused func(reason string)
+	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
+	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
+	ReplyPrefixes []string
+	// ReplyRefused, if set, counts each request refused for its reply
+	// subject (leasemetrics.Metrics.ReplyRefusals).
+	ReplyRefused func()
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -86,9 +99,14 @@ type Manager struct {
 	// ownMark is how this instance's name appears in the values it
 	// writes, for telling its own writes from others' without decoding.
 	ownMark []byte
+	// deposed is set, and deposedCh closed, once a record of a later
+	// leadership term was seen: see Deposed.
+	deposed   atomic.Bool
+	deposedCh chan struct{}
 
 	subs      []*nats.Subscription
-	svc       micro.Service
+	replies   *replyRule // which reply subjects are answered; see replyto.go
+	disc      *discovery // $SRV answers; see discovery.go
 	watcher   Watcher
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
@@ -98,6 +116,7 @@ type Manager struct {
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
 	progress  atomic.Int64           // unix ns of the watch's last change; see Start
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
+	refusals  refusalLog             // log lines about refused records; guarded by mu
 
 	// Queue entries waiting to be written, and the goroutines writing
 	// them (at most maxEntryWriters); guarded by mu.
@@ -213,7 +232,15 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
-		ownMark:   appendStringField([]byte{'{'}, "manager", cfg.Instance)[1:],
+		deposedCh: make(chan struct{}),
+	}
+	m.ownMark = ownMark(cfg.Instance, m.term())
+	if cfg.Fence != nil {
+		// Every write is checked against the fence right before it is sent.
+		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.serving}
+		if cfg.PoolStore != nil {
+			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
+		}
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Capacity < 0 {
@@ -228,14 +255,32 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 		m.pools[pc.Name] = p
 	}
+	own := cfg.Conn.NewRespInbox()
+	own = own[:strings.LastIndexByte(own, '.')]
+	replies, err := newReplyRule(cfg.ReplyPrefixes, cfg.Prefix, own, cfg.ReplyRefused)
+	if err != nil {
+		return nil, err
+	}
+	m.replies = replies
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
 
 // Start counts the leases already in the Store (so grants made before a
 // restart stay valid and are respected), then subscribes to the node's
-// request subjects. It returns once the manager is serving.
+// request subjects. It returns once the manager is serving. If it fails,
+// it has undone everything it started (the watch, grants of restored queue
+// entries, subscriptions), as Close does: the Manager cannot be started
+// again.
 func (m *Manager) Start(ctx context.Context) error {
+	if err := m.start(ctx); err != nil {
+		_ = m.Close()
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) start(ctx context.Context) error {
 	if err := m.loadDelta(ctx); err != nil {
 		return err
 	}
@@ -258,13 +303,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-m.ready:
 			waiting = false
 		case <-ctx.Done():
-			m.abandonWatch(w)
 			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
 		case <-m.watchDone:
 			return errors.New("lease: the lease record watch ended before the state was rebuilt")
 		case <-tick.C:
 			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
-				m.abandonWatch(w)
 				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
 			}
 		}
@@ -279,7 +322,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	for subj, h := range handlers {
 		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
 		if err != nil {
-			m.unsubscribe()
 			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
 		}
 		// A burst of requests must queue in the client, not be dropped as
@@ -287,14 +329,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
-	svc, err := m.addService()
-	if err != nil {
+	if err := m.serveDiscovery(); err != nil {
 		m.unsubscribe()
 		return err
 	}
-	m.svc = svc
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
-		m.unsubscribe()
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
 	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount())
@@ -303,11 +342,17 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // guard keeps a bug in one handler from taking the process down with
 // input from the network: the requester gets an internal error instead.
+// It also keeps the reply rule (replyto.go): a request whose reply subject
+// is not an inbox is dropped before its handler sees it.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
+		if msg.Reply != "" && !m.replies.allowed(msg.Reply) {
+			m.replies.refuse(m.log, msg.Subject, msg.Reply)
+			return
+		}
 		defer func() {
 			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", msg.Subject, "panic", r)
+				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)
 				m.respond(msg.Reply, Reply{Status: StatusError, Error: errorf(CodeInternal, "internal error")})
 			}
 		}()
@@ -320,10 +365,6 @@ func (m *Manager) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	m.subs = nil
-	if m.svc != nil {
-		_ = m.svc.Stop()
-		m.svc = nil
-	}
 }
 
 // Close stops serving: queued requests are told the manager is unavailable
@@ -341,6 +382,7 @@ func (m *Manager) Close() error {
 
 	m.unsubscribe()
 	m.cancel()
+	m.replies.flush(m.log)
 
 	// Queued requests stay queued: their entries are in the store, and the
 	// next manager for this node restores them in order. Their clients keep
@@ -418,7 +460,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.RequestID(req.RequestID), telemetry.Holder(req.Holder), telemetry.Slots(req.Slots))
+	telemetry.SetAttributes(span, telemetry.RequestID(clip(req.RequestID)), telemetry.Holder(clip(req.Holder)), telemetry.Slots(req.Slots))
 	if e := m.validateAcquire(&req); e != nil {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
@@ -602,9 +644,10 @@ func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName 
 	telemetry.Fail(span, string(e.Code), e.Message)
 	m.respond(reply, errReply(e))
 	if p != nil {
-		m.emit(p, Event{Kind: EventRejected, RequestID: req.RequestID, Holder: req.Holder, Slots: req.Slots, Code: e.Code, Message: e.Message})
+		// The request failed validation, maybe for its size: echo a bounded part.
+		m.emit(p, Event{Kind: EventRejected, RequestID: clip(req.RequestID), Holder: clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
-		m.log.Debug("acquire rejected", "pool", poolName, "code", e.Code, "message", e.Message)
+		m.log.Debug("acquire rejected", "pool", clip(poolName), "code", e.Code, "message", e.Message)
 	}
 }
 
@@ -669,7 +712,7 @@ func (m *Manager) grant(r *request) {
 	rec := Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data := appendRecord(make([]byte, 0, 384), &rec)
@@ -683,7 +726,7 @@ func (m *Manager) grant(r *request) {
 	if err == nil {
 		started := time.Now()
 		rev, err = m.writeGrant(key, data, r.awaitPersisted())
-		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) {
+		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
 			// Ambiguous: the write may be stored though its acknowledgement
 			// was lost. The slots stay taken until the store says.
 			rev, err = m.resolveGrant(key, r.id, started, err)
@@ -694,6 +737,15 @@ func (m *Manager) grant(r *request) {
 	defer m.mu.Unlock()
 	p := r.pool
 	delete(p.waiting, r.id)
+	if fencedOut(err) {
+		// The term is over: nothing was sent. The holder hears nothing
+		// and retries with the successor, which restores its queue entry
+		// if it has one. The slots stay taken here: this manager grants
+		// nothing more.
+		m.log.Warn("grant not stored: this manager's leadership term is over", "key", key)
+		telemetry.Fail(span, string(CodeUnavailable), err.Error())
+		return
+	}
 	if err != nil {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
@@ -919,7 +971,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
@@ -1012,7 +1064,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(req.LeaseID), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
@@ -1067,6 +1119,12 @@ func (m *Manager) release(h *held, kind EventKind) {
 		cancel()
 		if err == nil || errors.Is(err, ErrStoreNotFound) {
 			m.free(h, kind, "")
+			return
+		}
+		if fencedOut(err) {
+			// The term is over: the record stays, the successor counts it
+			// until the holder's retried release or its TTL ends it.
+			m.log.Warn("lease record not deleted: this manager's leadership term is over", "key", h.key)
 			return
 		}
 		m.log.Warn("deleting a lease record failed; retrying", "key", h.key, "err", err)
@@ -1128,29 +1186,34 @@ func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
 		w   Watcher
 		err error
 	}
-	done := make(chan result, 1)
+	done := make(chan result)
+	// The watch lives until Close (m.ctx), not only for Start's ctx; its
+	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
+	// which stops a watch that came up after Start gave up on it.
+	wctx, stop := context.WithCancel(m.ctx)
+	stopSetup := context.AfterFunc(ctx, stop)
+	defer stopSetup()
+	m.ops.Add(1)
 	go func() {
-		w, err := m.cfg.Store.Watch(ctx, NodeKeys(m.cfg.Node))
-		done <- result{w, err}
+		defer m.ops.Done()
+		w, err := m.cfg.Store.Watch(wctx, NodeKeys(m.cfg.Node))
+		select {
+		case done <- result{w, err}:
+		case <-wctx.Done():
+			if err == nil {
+				_ = w.Stop()
+			}
+		}
 	}()
 	select {
 	case r := <-done:
 		return r.w, r.err
+	case <-wctx.Done():
+		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
 	case <-time.After(m.cfg.RebuildStall):
-		go func() {
-			if r := <-done; r.err == nil {
-				_ = r.w.Stop()
-			}
-		}()
+		stop() // ends the set-up; Close (which Start calls next) waits for it
 		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
 	}
-}
-
-// abandonWatch stops a rebuild that will not be used and waits for it.
-func (m *Manager) abandonWatch(w Watcher) {
-	_ = w.Stop()
-	<-m.watchDone
-	m.cancel()
 }
 
 func (m *Manager) watch(w Watcher) {
@@ -1195,10 +1258,15 @@ func (m *Manager) watch(w Watcher) {
 func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	stored, ok := m.acceptRecord(ch, rebuilt)
+	if !ok {
+		return
+	}
 	if h := m.leases[ch.Key]; h != nil {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
 		}
+		m.checkTermLocked(ch)
 		return
 	}
 	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
@@ -1208,9 +1276,12 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		// value cannot hold the unescaped mark, so no other record has it.
 		return
 	}
-	var rec storedValue
-	if err := json.Unmarshal(ch.Value, &rec); err != nil || rec.Slots <= 0 {
-		m.log.Error("unreadable lease record; ignoring it until it expires", "key", ch.Key, "err", err)
+	if stored == nil { // recognised as this instance's without decoding
+		return
+	}
+	rec := *stored
+	if m.cfg.Fence != nil && rec.Term > m.term() {
+		m.depose(ch.Key, rec.Term)
 		return
 	}
 	if rec.Queued {
@@ -1223,9 +1294,9 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	if rebuilt {
-		if rec.Manager == m.cfg.Instance || m.closed {
-			// Our own write, or we are closing (maybe deposed): the
-			// records a successor writes are not ours to judge.
+		if m.closed || !m.mayDeleteLocked(ch.Key, rec.Record) {
+			// Closing (maybe deposed): the records a successor writes are
+			// not ours to judge. Or our own write, or not provably older.
 			return
 		}
 		// A grant another instance stored after this one took over: its
@@ -1259,6 +1330,9 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 }
 
 func (m *Manager) emit(p *pool, ev Event) {
+	if !m.serving() {
+		return // fenced: a deposed manager announces nothing
+	}
 	ev.Time = time.Now().UTC()
 	ev.Node = m.cfg.Node
 	ev.Pool = p.name
@@ -1267,8 +1341,8 @@ func (m *Manager) emit(p *pool, ev Event) {
 }
 
 func (m *Manager) respond(reply string, r Reply) {
-	if reply == "" {
-		return
+	if reply == "" || !m.serving() {
+		return // no one to answer, or fenced: a deposed manager answers nothing
 	}
 	b := replyBuffers.Get()
 	data, err := appendReply(*b, &r)
@@ -1276,10 +1350,27 @@ func (m *Manager) respond(reply string, r Reply) {
 		m.log.Error("encoding a reply", "err", err)
 		return
 	}
-	if err := m.cfg.Conn.Publish(reply, data); err != nil {
+	m.publishReply(reply, nil, data)
+	replyBuffers.Put(b, data)
+}
+
+// publishReply sends data (with hdr, if any) to reply, a reply subject, if
+// the reply rule allows it. Requests were checked on arrival (guard); this
+// check also covers reply subjects restored from stored queue entries.
+func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
+	if !m.replies.allowed(reply) {
+		m.replies.refuse(m.log, "", reply)
+		return
+	}
+	var err error
+	if hdr == nil {
+		err = m.cfg.Conn.Publish(reply, data)
+	} else {
+		err = m.cfg.Conn.PublishMsg(&nats.Msg{Subject: reply, Header: hdr, Data: data})
+	}
+	if err != nil {
 		m.log.Warn("sending a reply", "subject", reply, "err", err)
 	}
-	replyBuffers.Put(b, data)
 }
 
 var replyBuffers Buffers

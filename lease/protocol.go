@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -211,6 +210,13 @@ type Record struct {
 	// ExpiresAt is the manager's estimate (write time + TTL). Holders must
 	// not use it: their own deadline starts when they sent the request.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Term is the leadership term of the manager that wrote the record
+	// (the node's leadership key revision when its term began), 0 for a
+	// standalone manager or a record written before terms existed. A
+	// manager deletes another instance's record written after its own
+	// term began only if the record's term is lower than its own, and a
+	// record of a higher term deposes it (docs/guarantees.md, "Fencing").
+	Term uint64 `json:"term,omitempty"`
 	// Manager is the instance id of the manager that granted the lease. A
 	// manager that took over a node deletes, never counts, grants that
 	// another instance stored after its rebuild (a deposed manager's late
@@ -278,17 +284,6 @@ func validID(s string) error {
 		default:
 			return fmt.Errorf("request_id %q: must contain only letters, digits, '-', '_' and '='", s)
 		}
-	}
-	return nil
-}
-
-// decode parses a JSON request body strictly enough to name what is wrong.
-func decode(data []byte, v any) *Error {
-	if len(data) == 0 {
-		return errorf(CodeBadRequest, "empty request body, want a JSON object")
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return errorf(CodeBadRequest, "malformed JSON: %v", err)
 	}
 	return nil
 }

@@ -152,16 +152,19 @@ func (m *Manager) writeEntries() {
 			continue
 		}
 		v := storedValue{
-			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Manager: m.cfg.Instance,
+			Record: Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: m.term(), Manager: m.cfg.Instance,
 				Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
 			queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 		}
+		ttl := m.entryTTL(r)
 		m.mu.Unlock()
-		m.persist(r, v)
+		m.persist(r, v, ttl)
 	}
 }
 
-func (m *Manager) persist(r *request, v storedValue) {
+// persist writes r's queue entry with a TTL: a record without one would
+// be refused by the next manager (see acceptRecord).
+func (m *Manager) persist(r *request, v storedValue, ttl time.Duration) {
 	defer m.ops.Done()
 	defer r.writing.Done()
 	data, err := json.Marshal(v)
@@ -172,7 +175,7 @@ func (m *Manager) persist(r *request, v storedValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
 	defer cancel()
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
-	rev, err := m.cfg.Store.Create(ctx, key, data, 0)
+	rev, err := m.cfg.Store.Create(ctx, key, data, ttl)
 	if errors.Is(err, ErrStoreExists) {
 		// A queue entry left by an earlier attempt: take it over.
 		rev, err = m.staleEntry(ctx, key)
@@ -214,7 +217,15 @@ func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, 
 			return 0, err
 		}
 	}
-	return m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+	rev, err := m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+	if errors.Is(err, ErrStoreRevision) {
+		// The entry expired (its TTL, QueueEntryTTL, lapsed while the
+		// request waited) or was replaced. Create writes over an expiry
+		// marker and refuses anything live, so this never writes over
+		// another grant.
+		return m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+	}
+	return rev, err
 }
 
 // awaitPersisted waits until the queue entry write, if any, has ended and
@@ -250,6 +261,9 @@ func (m *Manager) startDropLocked(r *request) {
 			cancel()
 			if err == nil || errors.Is(err, ErrStoreNotFound) || errors.Is(err, ErrStoreRevision) {
 				return // gone, or replaced by a newer write of this key
+			}
+			if fencedOut(err) {
+				return // the term is over: the successor restores or drops it
 			}
 			m.log.Warn("deleting a queue entry failed; retrying", "key", key, "err", err)
 			select {

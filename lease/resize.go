@@ -97,11 +97,11 @@ func (m *Manager) loadDelta(ctx context.Context) error {
 func (m *Manager) handleResize(msg *nats.Msg) {
 	var req ResizeRequest
 	if e := decode(msg.Data, &req); e != nil {
-		m.respond(msg.Reply, errReply(e))
+		m.respondResize(msg.Reply, errReply(e))
 		return
 	}
 	if e := validateResize(&req); e != nil {
-		m.respond(msg.Reply, errReply(e))
+		m.respondResize(msg.Reply, errReply(e))
 		return
 	}
 	// Resizes are rare: holding the lock across the store write keeps the
@@ -109,7 +109,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		m.respond(msg.Reply, errReply(m.closingError()))
+		m.respondResize(msg.Reply, errReply(m.closingError()))
 		return
 	}
 	d := m.delta.clone()
@@ -125,7 +125,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	}
 	for _, name := range req.Remove {
 		if m.pools[name] == nil {
-			m.respond(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q to remove", m.cfg.Node, name)))
+			m.respondResize(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q to remove", m.cfg.Node, name)))
 			return
 		}
 		delete(d.Set, name)
@@ -146,7 +146,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 		}
 		if len(busy) > 0 {
 			sort.Strings(busy)
-			m.respond(msg.Reply, errReply(errorf(CodePoolBusy, "cannot remove pools with holders or waiters without force: %s", strings.Join(busy, ", "))))
+			m.respondResize(msg.Reply, errReply(errorf(CodePoolBusy, "cannot remove pools with holders or waiters without force: %s", strings.Join(busy, ", "))))
 			return
 		}
 	}
@@ -158,13 +158,13 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 			cancel()
 		}
 		if err != nil {
-			m.respond(msg.Reply, errReply(errorf(CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
+			m.respondResize(msg.Reply, errReply(errorf(CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
 			return
 		}
 	}
 	m.delta = d
 	m.applyLocked(target, false)
-	m.respond(msg.Reply, Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.statsLocked()})
+	m.respondResize(msg.Reply, Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.statsLocked()})
 }
 
 func validateResize(req *ResizeRequest) *Error {

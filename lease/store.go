@@ -51,6 +51,10 @@ type Change struct {
 	Key   string
 	Value []byte
 	Rev   uint64
+	// TTL is the time to live the value was stored with (its Nats-TTL
+	// header); 0 if it has none and never expires. The manager refuses
+	// records without one (see acceptRecord).
+	TTL time.Duration
 }
 
 // Store errors, returned wrapped by implementations.

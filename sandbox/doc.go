@@ -24,7 +24,17 @@
 //     defaults). Nothing of the executor's environment (NATS_CREDS...)
 //     reaches it; the helper itself runs with a single marker variable and
 //     receives the worker environment through a memfd.
-//   - File descriptors: only stdin (/dev/null), stdout and stderr (pipes).
+//   - File descriptors: only stdin (/dev/null), stdout and stderr (pipes);
+//     every other descriptor is made close-on-exec before the exec.
+//   - Privileges: the worker starts with no capability (bounding,
+//     permitted, effective, inheritable and ambient sets empty, also for
+//     root) and with no_new_privs, so set-uid binaries give nothing back.
+//   - Paths: Spec.Hide puts the worker in its own mount and PID namespace
+//     (as Isolate does) and covers each hidden directory with an empty
+//     read-only tmpfs and each hidden file with /dev/null; the fresh /proc
+//     keeps /proc/<pid>/root of outside processes from being a way around.
+//     DisableDumping keeps the worker out of the caller's own
+//     /proc/<pid>/environ and memory.
 //   - Processes: the worker leads its own process group and, where cgroup v2
 //     is usable, lives in its own cgroup below the executor's
 //     (slotlease-sandbox-<pidns>-<pid>-<n>; a later Run removes those left by
@@ -37,9 +47,12 @@
 //   - Executor death: the worker gets SIGKILL when the executor dies
 //     (PR_SET_PDEATHSIG); with a PID namespace that takes its whole tree.
 //
-// The mount namespace only serves /proc: the worker sees and can write the
-// same filesystem as the executor (no chroot, no read-only root, same uid).
-// Isolate is about containing processes, not about untrusted code.
+// Apart from /proc and the hidden paths the worker sees and can write the
+// same filesystem as the executor (no chroot, no read-only root, same uid):
+// Hide keeps named secrets away from untrusted code, it does not confine
+// it. Where no mount namespace can be had, Run still runs the worker,
+// Result.Hidden is false and a Note names the exposed paths; HideSupported
+// tells in advance.
 //
 // # Stopping
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,10 +29,12 @@ import (
 //     (a memfd written by Run, so the worker env never appears in the
 //     helper's own environment or argv);
 //  2. in a new PID+mount namespace, makes mounts private and mounts a
-//     fresh /proc; in a new network namespace, brings lo up;
-//  3. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//     fresh /proc, then hides Spec.Hide (see hide_linux.go); in a new
+//     network namespace, brings lo up;
+//  3. sets no_new_privs and drops every capability;
+//  4. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
-//  4. execve()s the worker with the raw syscall (no allocation after
+//  5. execve()s the worker with the raw syscall (no allocation after
 //     RLIMIT_AS is in place).
 //
 // The helper is the process Run started, so after exec the worker IS the
@@ -46,9 +49,11 @@ import (
 const (
 	initEnvVar   = "_SLOTLEASE_SANDBOX_INIT"
 	initEnvValue = "1"
-	initArgv0    = "slotlease-sandbox-init"
-	cfgFD        = 3
-	statusFD     = 4
+	// initProbeValue makes the helper HideSupported's probe instead.
+	initProbeValue = "probe"
+	initArgv0      = "slotlease-sandbox-init"
+	cfgFD          = 3
+	statusFD       = 4
 )
 
 var initHookCalled atomic.Bool
@@ -74,10 +79,12 @@ var initHookCalled atomic.Bool
 // that a forgotten hook cannot make the re-executed binary run main again.
 func Init() {
 	initHookCalled.Store(true)
-	if os.Getenv(initEnvVar) != initEnvValue {
-		return
+	switch os.Getenv(initEnvVar) {
+	case initEnvValue:
+		runInitHelper()
+	case initProbeValue:
+		probeHelper()
 	}
-	runInitHelper()
 }
 
 type rlimitSetting struct {
@@ -95,7 +102,8 @@ type initConfig struct {
 	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_AS must be last
 	MountProc     bool            `json:"mount_proc"`
 	LoopbackUp    bool            `json:"loopback_up"`
-	DropAmbient   bool            `json:"drop_ambient"`
+	Hiding        bool            `json:"hiding"` // Spec.Hide was given: fresh /proc and Hide, or fail
+	Hide          []hiddenPath    `json:"hide"`   // the paths of Spec.Hide that exist
 }
 
 func helperStatus(kind, msg string) {
@@ -116,6 +124,9 @@ func helperFail(format string, args ...any) {
 }
 
 func runInitHelper() {
+	// Capabilities, no_new_privs and the bounding set belong to a thread:
+	// the thread that drops them must be the one that calls execve.
+	runtime.LockOSThread()
 	// fd 4 must not reach the worker: EOF on it tells Run the exec happened.
 	unix.CloseOnExec(statusFD)
 	cfgFile := os.NewFile(cfgFD, "sandbox-config")
@@ -132,7 +143,19 @@ func runInitHelper() {
 		helperFail("init helper: empty command")
 	}
 
-	if cfg.MountProc {
+	if cfg.Hiding {
+		// Hiding is a promise: fail rather than run the worker with
+		// the paths (or the host's /proc, a way around them) exposed.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			helperFail("hide: could not make mounts private: %v", err)
+		}
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			helperFail("hide: could not mount a fresh /proc: %v", err)
+		}
+		if err := hidePaths(cfg.Hide); err != nil {
+			helperFail("%v", err)
+		}
+	} else if cfg.MountProc {
 		// Make every mount private first so nothing we do here propagates
 		// back to the executor's mount namespace, then give the worker a
 		// /proc that shows only its own PID namespace.
@@ -174,15 +197,14 @@ func runInitHelper() {
 		// limit.
 		_ = syscall.Exec("", []string{initArgv0}, nil)
 	}
+	if err := dropPrivileges(); err != nil {
+		helperFail("init helper: %v", err)
+	}
+	closeExtraFDs()
 	for _, l := range cfg.Limits {
 		if err := setLimit(l); err != nil {
 			helperFail("set %s: %v", l.Name, err)
 		}
-	}
-	if cfg.DropAmbient {
-		// Ambient CAP_SYS_ADMIN/CAP_NET_ADMIN were only needed by this
-		// helper (mounting /proc, lo up) inside the user namespace.
-		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	}
 	// No allocation from here on: RLIMIT_AS may already be in force.
 	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,

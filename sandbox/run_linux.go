@@ -158,6 +158,7 @@ type runner struct {
 	path    string
 	argv    []string
 	env     []string
+	hide    []hiddenPath
 
 	cg                     *cgroup
 	outR, outW, errR, errW *os.File
@@ -207,12 +208,17 @@ func (r *runner) prepare() error {
 	}
 	r.path = p
 	r.argv = append([]string(nil), r.spec.Command...)
-	return nil
+	r.hide, err = resolveHide(r.spec.Hide, r.workdir, p)
+	return err
 }
 
 func (r *runner) nsVariants() []nsVariant {
 	var base uintptr
-	if r.spec.Isolate {
+	// Hiding paths needs a mount namespace, and a PID namespace with a
+	// fresh /proc so that /proc/<pid>/root of outside processes is no way
+	// around it. Decided on Spec.Hide, not on which of its paths exist, so
+	// that the worker's surroundings do not depend on what is on disk now.
+	if r.spec.Isolate || len(r.spec.Hide) > 0 {
 		base |= unix.CLONE_NEWPID | unix.CLONE_NEWNS
 	}
 	if r.spec.NoNetwork {
@@ -248,8 +254,9 @@ func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 		attr.GidMappingsEnableSetgroups = false
 		if uid != 0 {
 			// The helper needs these across its own exec to mount /proc
-			// and bring lo up; it drops them before exec'ing the worker.
-			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+			// and hide paths, bring lo up and empty the bounding set; it
+			// drops them all before exec'ing the worker.
+			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
 		}
 	}
 	if useCg {
@@ -259,7 +266,7 @@ func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 	return attr
 }
 
-func (r *runner) config(v nsVariant, useCg bool, dropAmbient bool) initConfig {
+func (r *runner) config(v nsVariant, useCg bool) initConfig {
 	s := r.spec
 	cfg := initConfig{
 		Path:          r.path,
@@ -268,7 +275,9 @@ func (r *runner) config(v nsVariant, useCg bool, dropAmbient bool) initConfig {
 		RestoreNofile: s.MaxOpenFiles == 0,
 		MountProc:     v.flags&unix.CLONE_NEWPID != 0 && v.flags&unix.CLONE_NEWNS != 0,
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
-		DropAmbient:   dropAmbient,
+	}
+	if v.flags&unix.CLONE_NEWNS != 0 {
+		cfg.Hiding, cfg.Hide = len(r.spec.Hide) > 0, r.hide
 	}
 	// No core dumps: a worker killed by SIGXCPU/SIGABRT must not write
 	// hundreds of MB into its workdir or the host's crash collector.
@@ -327,7 +336,7 @@ func configFile(cfg initConfig) (*os.File, error) {
 
 func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	attr := r.sysProcAttr(v, useCg)
-	cfgF, err := configFile(r.config(v, useCg, len(attr.AmbientCaps) > 0))
+	cfgF, err := configFile(r.config(v, useCg))
 	if err != nil {
 		return err
 	}
@@ -539,14 +548,23 @@ func statusError(status []string, path string) error {
 // reportSetup records how isolation and limits were actually applied.
 func (r *runner) reportSetup(res *Result) {
 	s := r.spec
+	if r.nsUsed.flags != 0 {
+		res.Isolation = IsolationNamespaces // also when only Hide asked for them
+	}
 	if s.Isolate || s.NoNetwork {
 		if r.nsUsed.flags != 0 {
-			res.Isolation = IsolationNamespaces
 			if r.nsUsed.user {
 				r.note("namespaces: " + r.nsUsed.String() + " (a user namespace was needed)")
 			}
 		} else {
 			r.note("isolation requested but namespaces are unavailable (see the start fallback note): the worker shares the executor's PID, mount and network namespaces")
+		}
+	}
+	if len(r.spec.Hide) > 0 {
+		if r.nsUsed.flags&unix.CLONE_NEWNS != 0 {
+			res.Hidden = true
+		} else if len(r.hide) > 0 {
+			r.note("hide: no mount namespace could be had (see the start fallback note): the worker can read " + hiddenList(r.hide))
 		}
 	}
 	if r.cg != nil && !r.cgUsed {

@@ -11,3 +11,9 @@ func Init() {}
 func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) {
 	return nil, ErrUnsupported
 }
+
+// HideSupported is always ErrUnsupported outside Linux.
+func HideSupported() error { return ErrUnsupported }
+
+// DisableDumping does nothing outside Linux.
+func DisableDumping() error { return nil }

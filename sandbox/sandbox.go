@@ -37,6 +37,16 @@ type Spec struct {
 	// user namespace when needed) where available; otherwise the run falls
 	// back to no isolation and says so in Result.
 	Isolate bool
+	// Hide lists absolute paths (files or directories; symlinks are
+	// followed) the worker must not read: credentials, the lease store.
+	// When it is not empty the worker runs in its own mount and PID
+	// namespace (as with Isolate) with an empty read-only tmpfs over each
+	// directory and /dev/null over each file; paths that do not exist are
+	// skipped (the namespaces are used all the same). A
+	// hidden path containing Dir or the command is an error. Where no mount
+	// namespace can be had the worker runs anyway, Result.Hidden is false
+	// and a Note names what it can read; HideSupported tells in advance.
+	Hide []string
 	// NoNetwork runs the worker in its own network namespace (only lo, up).
 	// Same fallback rules as Isolate.
 	NoNetwork bool
@@ -58,7 +68,8 @@ type Result struct {
 	PeakMemoryBytes int64         // cgroup memory.peak if available, else rusage maxrss; 0 if unknown
 	StoppedBy       string        // "" | StoppedTimeout | StoppedLeaseLost | StoppedCancelled | StoppedMemory | StoppedCPU
 	MemoryLimit     string        // "cgroup" | "rlimit" | "none"
-	Isolation       string        // "namespaces" | "none"
+	Isolation       string        // "namespaces" (for Isolate, NoNetwork or Hide) | "none"
+	Hidden          bool          // Spec.Hide was given and took effect
 	Notes           []string      // fallbacks and anything the caller should know
 	StdoutTail      []byte
 	StderrTail      []byte

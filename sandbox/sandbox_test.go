@@ -23,6 +23,9 @@ const executorEnv = "SANDBOX_TEST_EXECUTOR"
 
 func TestMain(m *testing.M) {
 	Init()
+	if v := os.Getenv(dumpEnv); v != "" {
+		victim(v == "0")
+	}
 	if script := os.Getenv(executorEnv); script != "" {
 		// A stand-in executor for TestExecutorCrash: run the worker, then
 		// block until killed.

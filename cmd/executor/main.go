@@ -37,6 +37,11 @@ const (
 
 func main() {
 	sandbox.Init() // the sandbox re-executes this binary to apply limits before exec
+	// Workers run as the same user: keep them out of this process's
+	// environment (credentials), memory and descriptors.
+	if err := sandbox.DisableDumping(); err != nil {
+		fmt.Fprintln(os.Stderr, "executor: warning: cannot make the process non-dumpable:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -117,6 +117,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))
 		telemetry.End(span, err)
 	}()
+	hide := secretsToHide(cfg, stderr) // warns now, before any wait for slots
 	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
@@ -161,6 +162,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		Command: cmd, Env: workerEnv(l, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, CaptureBytes: -1,
+		Hide: hide,
 	}, l.Done())
 	if err != nil {
 		return 1, fmt.Errorf("running %q: %w", cmd[0], err)

@@ -137,7 +137,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
-		Env: workerEnv, Logger: log,
+		Env: workerEnv, Logger: log, Hide: secretsToHide(cfg, stderr),
 	})
 	if err != nil {
 		return usageErr(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
@@ -48,4 +49,22 @@ func startEmbedded(cfg *config.Manager) (embeddedServer, error) {
 	cfg.NATSNKey = config.AuthFile(dir, config.RoleManager)
 	cfg.NATSInboxPrefix = config.RoleManager.InboxPrefix()
 	return srv, nil
+}
+
+// replyPrefixes are the inbox prefixes the manager answers besides
+// "_INBOX": NATS_REPLY_PREFIXES, this process's own NATS_INBOX_PREFIX
+// (leasemgr pools and resize run with the manager's settings get their
+// answers there), and behind an embedded server every role's prefix, so
+// the zero-configuration leasemgr pools (reader) and resize (manager)
+// are answered.
+func replyPrefixes(c *config.Common, listed []string, embedded bool) []string {
+	out := append(slices.Clone(listed), c.NATSInboxPrefix)
+	if embedded {
+		for _, p := range config.EmbeddedReplyPrefixes() {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

@@ -17,9 +17,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/slotlease/slotlease/sandbox"
 )
 
 func main() {
+	// Workers of executors run as the same user: keep them out of this
+	// process's environment (credentials), memory and descriptors.
+	if err := sandbox.DisableDumping(); err != nil {
+		fmt.Fprintln(os.Stderr, "leasemgr: warning: cannot make the process non-dumpable:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -36,9 +36,10 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
-	if cfg.NATSURL != "" {
+	embedded := cfg.NATSURL == ""
+	if !embedded {
 		// Another node's embedded server on this host: its manager role.
-		if _, err := cfg.UseEmbeddedCreds(config.RoleManager); err != nil {
+		if embedded, err = cfg.UseEmbeddedCreds(config.RoleManager); err != nil {
 			return usageError{fmt.Errorf("configuration:\n%w", err)}
 		}
 	}
@@ -122,7 +123,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
-		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
+		RecordRefused: metrics.RecordsRefused(cfg.NodeID),
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
@@ -163,22 +166,24 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	// serve runs one term as this node's active manager.
-	serve := func(ctx context.Context) error {
-		m, err := lease.NewManager(mcfg)
+	// serve runs one term as this node's active manager, fenced by it.
+	serve := func(ctx context.Context, fence lease.Fence) error {
+		mc := mcfg
+		mc.Fence = fence
+		m, err := lease.NewManager(mc)
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
-			return err
-		}
-		for _, p := range cfg.Pools {
-			log.Info("pool", "name", p.Name, "capacity", p.Capacity)
-		}
-		active.Store(m)
-		<-ctx.Done()
-		active.Store(nil)
-		return m.Close()
+		return m.Run(ctx, func(serving bool) {
+			if !serving {
+				active.Store(nil)
+				return
+			}
+			for _, p := range cfg.Pools {
+				log.Info("pool", "name", p.Name, "capacity", p.Capacity)
+			}
+			active.Store(m)
+		})
 	}
 	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	log.Info("shut down")

@@ -17,6 +17,10 @@
 //	lease.releases        lease_releases_total{node,pool}              leases released
 //	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
+//	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
+//	                                                                   lease.RefusalReasons), each reason from 0
+//	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
+//	                                                                   not an inbox (ReplyRefusals; 0 from the start)
 //	lease.queue_wait      lease_queue_wait_milliseconds{node,pool}     histogram: request arrival to grant, per grant
 //	lease.grant_latency   lease_grant_latency_milliseconds{node,pool}  histogram: what the manager reports through
 //	                                                                   ObserveGrantLatency (arrival to stored grant)
@@ -44,6 +48,8 @@ const (
 	KeyNode = attribute.Key("node")
 	KeyPool = attribute.Key("pool")
 	KeyCode = attribute.Key("code")
+	// KeyReason labels lease_records_refused_total.
+	KeyReason = attribute.Key("reason")
 )
 
 // Buckets of both histograms, in milliseconds: from the sub-millisecond cost
@@ -53,6 +59,8 @@ var Buckets = []float64{0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2
 // Metrics holds the instruments. It is safe for concurrent use.
 type Metrics struct {
 	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
+	recordsRefused                                                               metric.Int64Counter
+	repliesRefused                                                               metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
 
@@ -110,6 +118,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.releases = counter("lease.releases", "{lease}", "Leases released.")
 	m.expirations = counter("lease.expirations", "{lease}", "Leases freed because their TTL lapsed.")
 	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
+	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
+	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
 	histogram := func(name, desc string) metric.Float64Histogram {
 		if err != nil {
 			return nil
@@ -209,6 +219,25 @@ func (m *Metrics) ObserveGrantLatency(node, pool string, d time.Duration) {
 	a := m.poolLocked(node, pool).attrs
 	m.mu.Unlock()
 	m.grantLatency.Record(context.Background(), float64(d)/float64(time.Millisecond), a.record...)
+}
+
+// RecordsRefused returns the function for lease.ManagerConfig.RecordRefused
+// of node. It creates every reason's series at 0 at once, so a dashboard or
+// an alert sees the series before the first refusal.
+func (m *Metrics) RecordsRefused(node string) func(reason string) {
+	byReason := make(map[string]*attrs, len(lease.RefusalReasons))
+	for _, r := range lease.RefusalReasons {
+		a := newAttrs(KeyNode.String(node), KeyReason.String(r))
+		byReason[r] = a
+		m.recordsRefused.Add(context.Background(), 0, a.add...)
+	}
+	return func(reason string) {
+		a := byReason[reason]
+		if a == nil { // a reason not in RefusalReasons: still counted
+			a = newAttrs(KeyNode.String(node), KeyReason.String(reason))
+		}
+		m.recordsRefused.Add(context.Background(), 1, a.add...)
+	}
 }
 
 // Record updates the instruments from one event.

@@ -377,3 +377,25 @@ func TestMetricsFromARealManager(t *testing.T) {
 		t.Logf("families: %v", names)
 	}
 }
+
+// lease_records_refused_total has a series per reason from the start, at
+// 0, and counts what the manager reports.
+func TestRecordsRefusedSeries(t *testing.T) {
+	m := setup(t)
+	refused := m.RecordsRefused("n1")
+	fams := scrape(t)
+	for _, r := range lease.RefusalReasons {
+		if v := value(t, fams, "lease_records_refused_total", "node", "n1", "reason", r); v != 0 {
+			t.Fatalf("%s starts at %v, want 0", r, v)
+		}
+	}
+	refused(lease.RefusedNoTTL)
+	refused(lease.RefusedNoTTL)
+	refused(lease.RefusedForeign)
+	fams = scrape(t)
+	for r, want := range map[string]float64{lease.RefusedNoTTL: 2, lease.RefusedForeign: 1, lease.RefusedKey: 0} {
+		if v := value(t, fams, "lease_records_refused_total", "node", "n1", "reason", r); v != want {
+			t.Errorf("%s: %v, want %v", r, v, want)
+		}
+	}
+}

@@ -241,23 +241,27 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c := &Candidate{Node: cfg.Node, Instance: cfg.Instance, Proxy: p, nc: nc, cancel: cancel, done: make(chan struct{}), terms: cfg.Terms}
-	serve := func(ctx context.Context) error {
-		m, err := lease.NewManager(mcfg)
+	serve := func(ctx context.Context, fence lease.Fence) error {
+		mc := mcfg
+		mc.Fence = fence
+		m, err := lease.NewManager(mc)
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
-			return err
-		}
-		t := cfg.Terms.begin(cfg.Node, cfg.Instance)
-		c.term.Store(t)
-		stop := context.AfterFunc(ctx, func() { cfg.Terms.end(t, time.Now()) })
-		defer stop()
-		c.serving.Store(true)
-		<-ctx.Done()
-		c.serving.Store(false)
-		cfg.Terms.end(t, time.Now())
-		return m.Close()
+		var t *Term
+		stop := func() bool { return false }
+		defer func() { stop() }()
+		return m.Run(ctx, func(serving bool) {
+			if serving {
+				t = cfg.Terms.begin(cfg.Node, cfg.Instance)
+				c.term.Store(t)
+				stop = context.AfterFunc(ctx, func() { cfg.Terms.end(t, time.Now()) })
+				c.serving.Store(true)
+				return
+			}
+			c.serving.Store(false)
+			cfg.Terms.end(t, time.Now())
+		})
 	}
 	go func() {
 		defer close(c.done)

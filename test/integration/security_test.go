@@ -216,6 +216,7 @@ func TestSecurityLayout(t *testing.T) {
 	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]}, nats.ErrorHandler(mgrErrs.handler))
 	mgr := harness.StartManagerConn(t, mgrNC, lease.ManagerConfig{
 		Node: node, Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}, TTL: 5 * time.Second,
+		ReplyPrefixes: []string{"_INBOX_executor_a", "_INBOX_executor_b", "_INBOX_executor_c"},
 	})
 
 	aNC := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"), nats.ErrorHandler(aErrs.handler))
@@ -419,7 +420,8 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	common := []string{"NATS_URL=" + ss.url, "NODE_ID=node1"}
 	mgrEnv := append([]string{"NATS_USER=leasemgr", "NATS_PASSWORD=" + ss.passwords["leasemgr"],
-		"POOL_CAPACITIES=gpu=1", "HTTP_ADDR=" + httpAddr, "LOG_LEVEL=debug"}, common...)
+		"POOL_CAPACITIES=gpu=1", "HTTP_ADDR=" + httpAddr, "LOG_LEVEL=debug",
+		"NATS_REPLY_PREFIXES=_INBOX_executor_a,_INBOX_executor_b,_INBOX_executor_c"}, common...)
 	m := start(t, mgrEnv, "leasemgr")
 	eventually(t, 20*time.Second, "leasemgr to be ready", func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")

@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// refusedCount reads lease_records_refused_total{node,reason} from the
+// manager's /metrics; -1 if the series is not there.
+func refusedCount(t *testing.T, httpAddr, node, reason string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "lease_records_refused_total{") && strings.Contains(line, `node="`+node+`"`) && strings.Contains(line, `reason="`+reason+`"`) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+// A record put into the lease bucket by someone else, naming a manager
+// and holding the only gpu slot but stored without a TTL, is refused by
+// the real leasemgr while it serves and again when it restarts: the slot
+// stays free, an executor gets it, and /metrics counts the refusals.
+func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
+	const node = "forged"
+	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	m := startManager(t, env, httpAddr)
+	for _, r := range lease.RefusalReasons {
+		if v := refusedCount(t, httpAddr, node, r); v != 0 {
+			t.Fatalf("lease_records_refused_total reason %s before any refusal: %v, want a series at 0", r, v)
+		}
+	}
+
+	nc, err := nats.Connect(natsURL(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, lease.BucketName(lease.DefaultPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(lease.Record{ID: "forged", Node: node, Pool: "gpu", Slots: 1, Holder: "attacker", TTLMs: 15000, Manager: "anyone"})
+	if _, err := kv.Put(ctx, lease.RecordKey(node, "gpu", "forged"), rec); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the live refusal on /metrics", func() bool { return refusedCount(t, httpAddr, node, lease.RefusedNoTTL) == 1 })
+	if s := httpPools(t, httpAddr)["gpu"]; s.InUse != 0 {
+		t.Fatalf("gpu after the forged record: %+v, want nothing in use", s)
+	}
+
+	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := m.Wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("leasemgr exit %d after SIGTERM", code)
+	}
+	m = startManager(t, env, httpAddr)
+	if v := refusedCount(t, httpAddr, node, lease.RefusedNoTTL); v != 1 {
+		t.Fatalf("no_ttl refusals after the restart's rebuild: %v, want 1", v)
+	}
+	if s := httpPools(t, httpAddr)["gpu"]; s.InUse != 0 {
+		t.Fatalf("gpu after the restart: %+v, want nothing in use", s)
+	}
+	if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--wait", "10s", "--", "true"); code != 0 {
+		t.Fatalf("executor run on the free slot: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(m.Output(), "refusing a lease record") {
+		t.Fatalf("no log line for the refused record:\n%s", m.Output())
+	}
+}

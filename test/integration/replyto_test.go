@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// refusedReplies reads lease_replies_refused_total for node from /metrics,
+// or -1 if the series is not there.
+func refusedReplies(t *testing.T, httpAddr, node string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^lease_replies_refused_total\{[^}]*node="` + regexp.QuoteMeta(node) + `"[^}]*\} ([0-9]+)`)
+	m := re.FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Issue 13's first attack through the real binary: a request to the
+// node's acquire subject whose reply subject is the node's leadership key.
+// The manager used to write its error reply there and lose its leadership
+// for good. Now it answers nothing, counts the refusal, keeps its key and
+// keeps serving executors.
+func TestReplyToLeadershipKeyRefused(t *testing.T) {
+	const node = "victim"
+	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	m := startManager(t, env, httpAddr)
+	if got := refusedReplies(t, httpAddr, node); got != 0 {
+		t.Fatalf("lease_replies_refused_total before any refusal: %d, want the series at 0", got)
+	}
+
+	var url string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "NATS_LISTEN="); ok {
+			url = "nats://" + v
+		}
+	}
+	nc := harness.Connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaders, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rev, err := leaders.Get(ctx, node)
+	if err != nil {
+		t.Fatalf("the leadership key of a ready node: %v", err)
+	}
+
+	key := "$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node
+	bodies := []string{"x", `{"request_id":"r1","holder":"mallory","slots":1}`}
+	for _, verb := range []string{lease.VerbAcquire, lease.VerbRenew, lease.VerbRelease, lease.VerbCancel} {
+		for _, b := range bodies {
+			if err := nc.PublishRequest(lease.Subject(lease.DefaultPrefix, node, "gpu", verb), key, []byte(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, subj := range []string{lease.StatsSubject(lease.DefaultPrefix, node), lease.ResizeSubject(lease.DefaultPrefix, node), "$SRV.PING", "$SRV.INFO." + lease.ServiceName, "$SRV.STATS"} {
+		if err := nc.PublishRequest(subj, key, []byte(`{"set":{"gpu":5}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sent = 4*2 + 5
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the refusals to show in /metrics", func() bool { return refusedReplies(t, httpAddr, node) >= sent })
+	if got := refusedReplies(t, httpAddr, node); got != sent {
+		t.Fatalf("lease_replies_refused_total = %d, want %d", got, sent)
+	}
+
+	// Still the leader, still ready, still serving executors; the resize
+	// aimed at the key changed nothing.
+	after, rev2, err := leaders.Get(ctx, node)
+	if err != nil || rev2 != rev || string(after) != string(before) {
+		t.Fatalf("leadership key after the attack: revision %d (was %d), %q (was %q), %v", rev2, rev, after, before, err)
+	}
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz %d after the attack", resp.StatusCode)
+	}
+	if c := httpPools(t, httpAddr)["gpu"].Capacity; c != 1 {
+		t.Fatalf("gpu capacity %d after a resize with a refused reply subject, want 1", c)
+	}
+	run := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+	if code := run.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("executor run after the attack: exit %d\n%s", code, run.Output())
+	}
+	eventually(t, 15*time.Second, "the refusal in the log", func() bool {
+		return strings.Contains(m.Output(), "reply subject is not an inbox")
+	})
+}
+
+// NATS_REPLY_PREFIXES through the binaries: an executor whose inbox prefix
+// is listed is served, one whose prefix is not hears nothing,
+// and `leasemgr pools` run with the manager's own settings (its own
+// NATS_INBOX_PREFIX) is answered without listing it.
+func TestReplyPrefixesBinaries(t *testing.T) {
+	const node = "prefixed"
+	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	mgrEnv := append(append([]string(nil), env...), "NATS_INBOX_PREFIX=_INBOX_admin", "NATS_REPLY_PREFIXES=_INBOX_exec_a")
+	startManager(t, mgrEnv, httpAddr)
+
+	pools := start(t, mgrEnv, "leasemgr", "pools")
+	if code := pools.Wait(t, 30*time.Second); code != 0 || !strings.Contains(pools.Output(), "gpu") {
+		t.Fatalf("leasemgr pools with the manager's inbox prefix: exit %d\n%s", code, pools.Output())
+	}
+	listed := start(t, append(env, "NATS_INBOX_PREFIX=_INBOX_exec_a"), "executor", "run", "--pool", "gpu", "--", "true")
+	if code := listed.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("executor with a listed inbox prefix: exit %d\n%s", code, listed.Output())
+	}
+	eventually(t, 15*time.Second, "the listed executor's slot to be free", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 0 })
+	before := refusedReplies(t, httpAddr, node)
+	// It hears nothing, so it keeps re-sending its acquire (the test's
+	// cleanup stops it); each one is counted and dropped.
+	start(t, append(env, "NATS_INBOX_PREFIX=_INBOX_exec_b"), "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 30*time.Second, "the unlisted executor's acquire to be refused", func() bool {
+		return refusedReplies(t, httpAddr, node) > before
+	})
+	if in := httpPools(t, httpAddr)["gpu"].InUse; in != 0 {
+		t.Fatalf("gpu in use %d after the refused executor: its acquire was acted on", in)
+	}
+}
