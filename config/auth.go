@@ -61,24 +61,32 @@ func checkNKeySeed(path string) error {
 	if err := checkReadable(path, "an nkey seed file"); err != nil {
 		return err
 	}
+	_, err := UserSeedPublicKey(path)
+	return err
+}
+
+// UserSeedPublicKey reads the user nkey seed in path (the first seed in
+// the file, decorated or bare) and returns its public key (U...). Errors
+// never show the file's content.
+func UserSeedPublicKey(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("cannot read file: %w", err)
+		return "", fmt.Errorf("cannot read file: %w", err)
 	}
 	defer wipe(data)
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
-		return fmt.Errorf("no nkey seed in the file: %w", err)
+		return "", fmt.Errorf("no nkey seed in the file: %w", err)
 	}
 	defer kp.Wipe()
 	pub, err := kp.PublicKey()
 	if err != nil {
-		return fmt.Errorf("bad nkey seed: %w", err)
+		return "", fmt.Errorf("bad nkey seed: %w", err)
 	}
 	if !nkeys.IsValidPublicUserKey(pub) {
-		return reason(fmt.Sprintf("is not a user seed: want SU..., got S%s...", pub[:1]))
+		return "", reason(fmt.Sprintf("is not a user seed: want SU..., got S%s...", pub[:1]))
 	}
-	return nil
+	return pub, nil
 }
 
 func wipe(b []byte) {

@@ -99,6 +99,10 @@ type Common struct {
 	// reply subjects, so that a server's permissions can limit an executor
 	// to its own inboxes (see docs/security.md).
 	NATSInboxPrefix string `env:"NATS_INBOX_PREFIX" envDefault:"_INBOX"`
+	// NATSAuthDir (NATS_AUTH_DIR) is where the embedded server keeps the
+	// nkey seeds of its users (authdir.go). Default: DefaultAuthDir of
+	// NATS_LISTEN, or of a single-server NATS_URL's host:port.
+	NATSAuthDir string `env:"NATS_AUTH_DIR"`
 
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error; LogFormat
 	// (LOG_FORMAT) is text or json. Logger builds the logger from them.
@@ -113,6 +117,14 @@ func (c Common) NATSAddress() string {
 		return c.NATSURL
 	}
 	return "nats://" + c.NATSListen
+}
+
+// DefaultStoreDir is NATS_STORE_DIR's default for node: per node, so that
+// several nodes on one host do not share a store. leasemgr creates it and
+// its two parents below the temp dir with mode 0700 and refuses them if
+// others can enter them (config.MakePrivateDir): the store holds secrets.
+func DefaultStoreDir(node string) string {
+	return filepath.Join(os.TempDir(), "leasemgr", node, "jetstream")
 }
 
 // Manager is the lease manager's configuration.
@@ -236,6 +248,7 @@ func (c *Common) resolve() []error {
 		errs = append(errs, varErr(EnvSubjectPrefix, c.SubjectPrefix, err))
 	}
 	errs = append(errs, c.resolveAuth()...)
+	c.resolveAuthDir()
 	errs = append(errs, c.resolveLog()...)
 	return errs
 }
@@ -264,7 +277,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		}
 	}
 	if c.NATSStoreDir == "" {
-		c.NATSStoreDir = filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream")
+		c.NATSStoreDir = DefaultStoreDir(c.NodeID)
 	}
 	if v, ok := m[EnvHTTPAddr]; ok {
 		c.HTTPAddr = v
@@ -447,7 +460,7 @@ func parseReason(pe env.ParseError) string {
 // the variables, so output is stable whatever order checks run in.
 var varOrder = []string{
 	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
-	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSListen, EnvSubjectPrefix,
+	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvNATSListen, EnvSubjectPrefix,
 	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 	EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 }

@@ -5,10 +5,6 @@ import (
 	"path/filepath"
 )
 
-// envNATSAuthDir overrides where the embedded server's generated
-// credentials live (default: <UserConfigDir>/slotlease/embedded-<host>-<port>).
-const envNATSAuthDir = "NATS_AUTH_DIR"
-
 // SecretPaths returns every path on this host that holds secrets for this
 // configuration, for the executor to hide from the worker code it runs
 // (sandbox.Spec.Hide): the slotlease configuration directory
@@ -41,7 +37,7 @@ func (c *Common) secretPaths(getenv func(string) string, userConfigDir func() (s
 	if dir, err := userConfigDir(); err == nil {
 		add(filepath.Join(dir, "slotlease"))
 	}
-	add(getenv(envNATSAuthDir))
+	add(c.NATSAuthDir) // NATS_AUTH_DIR, or its default (authdir.go)
 	add(c.NATSCreds)
 	add(c.NATSNKey)
 	add(c.NATSTLSKey)

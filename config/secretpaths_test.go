@@ -14,8 +14,9 @@ func TestSecretPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Common{NATSCreds: "/etc/slotlease/exec.creds", NATSNKey: "exec.nk", NATSTLSKey: "/etc/slotlease/key.pem", NATSTLSCA: "/etc/ca.pem", NATSTLSCert: "/etc/cert.pem"}
-	env := map[string]string{envNATSAuthDir: "/var/lib/slotlease-auth", EnvNATSStoreDir: "/var/lib/leasemgr/js"}
+	c := &Common{NATSCreds: "/etc/slotlease/exec.creds", NATSNKey: "exec.nk", NATSTLSKey: "/etc/slotlease/key.pem", NATSTLSCA: "/etc/ca.pem", NATSTLSCert: "/etc/cert.pem",
+		NATSAuthDir: "/var/lib/slotlease-auth"}
+	env := map[string]string{EnvNATSStoreDir: "/var/lib/leasemgr/js"}
 	cfgDir := func() (string, error) { return "/home/u/.config", nil }
 	got := c.secretPaths(func(k string) string { return env[k] }, cfgDir, "/tmp")
 	want := []string{"/home/u/.config/slotlease", "/var/lib/slotlease-auth", "/etc/slotlease/exec.creds",

@@ -17,7 +17,7 @@ import (
 // lease bucket on it.
 func openTestStore(t *testing.T) *LeaseStore {
 	t.Helper()
-	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Anonymous: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,14 @@ type ServerConfig struct {
 	Name     string // server name, shown in monitoring; "leasemgr" if empty
 	// Debug logs the server's own messages to stderr.
 	Debug bool
+	// Users are the only clients the server admits (EmbeddedUsers), in
+	// the account EmbeddedAccount, with a system account. Without users
+	// the server refuses to start unless Anonymous is set.
+	Users []User
+	// Anonymous admits every client without credentials into the global
+	// account: anyone who reaches the port can read and write everything.
+	// Only for tests that need no authentication.
+	Anonymous bool
 }
 
 // StartServer starts an embedded nats-server with JetStream and waits until
@@ -54,17 +62,26 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	if cfg.MaxStore == 0 {
 		cfg.MaxStore = 10 << 30
 	}
-	return &server.Options{
-		ServerName:         cfg.Name,
-		Host:               host,
-		Port:               port,
-		JetStream:          true,
-		StoreDir:           cfg.StoreDir,
-		JetStreamMaxMemory: cfg.MaxMemory,
-		JetStreamMaxStore:  cfg.MaxStore,
-		NoSigs:             true,
-		NoLog:              !cfg.Debug,
-	}, nil
+	opts := &server.Options{}
+	switch {
+	case len(cfg.Users) > 0 && cfg.Anonymous:
+		return nil, errors.New("jetstream: embedded server: users and anonymous access exclude each other")
+	case len(cfg.Users) > 0:
+		conf, err := authConfig(cfg.Users)
+		if err != nil {
+			return nil, err
+		}
+		if err := opts.ProcessConfigString(conf); err != nil {
+			return nil, fmt.Errorf("jetstream: embedded server users: %w", err)
+		}
+	case !cfg.Anonymous:
+		return nil, errors.New("jetstream: embedded server needs users (or Anonymous, for tests)")
+	}
+	opts.ServerName, opts.Host, opts.Port = cfg.Name, host, port
+	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+	opts.NoSigs, opts.NoLog = true, !cfg.Debug
+	return opts, nil
 }
 
 // startServer starts a server and waits until it accepts connections.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -76,7 +77,11 @@ func resolveHide(hide []string, workdir, command string) ([]hiddenPath, error) {
 		}
 		out = append(out, hiddenPath{Path: real, Dir: fi.IsDir()})
 	}
-	return out, nil
+	// A path inside a hidden directory is hidden with it; mounting over it
+	// after the directory was covered would fail (it is no longer there).
+	return slices.DeleteFunc(out, func(h hiddenPath) bool {
+		return slices.ContainsFunc(out, func(d hiddenPath) bool { return d.Dir && d.Path != h.Path && within(h.Path, d.Path) })
+	}), nil
 }
 
 // within reports whether p is dir or below it.

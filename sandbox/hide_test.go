@@ -92,6 +92,28 @@ cat %[5]s/f
 	}
 }
 
+// A secret file inside a hidden directory (NATS_NKEY inside the embedded
+// server's credentials directory, say) is listed too: the worker still
+// runs, and reads neither.
+func TestHideNested(t *testing.T) {
+	const secret = "hide-nested-secret-2c9e"
+	dir := filepath.Join(t.TempDir(), "slotlease")
+	file := filepath.Join(dir, "embedded", "executor.nk")
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, out := runSh(t, Spec{Hide: []string{dir, file, filepath.Dir(file)}}, fmt.Sprintf(`cat %s 2>/dev/null; echo ran`, file))
+	if !strings.Contains(out, "ran") {
+		t.Fatalf("the worker did not run: %q, notes %q", out, res.Notes)
+	}
+	if HideSupported() == nil && strings.Contains(out, secret) {
+		t.Errorf("the worker read the nested secret:\n%s", out)
+	}
+}
+
 func TestHideBadPaths(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {

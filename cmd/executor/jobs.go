@@ -26,7 +26,7 @@ const ExitUnavailable = 69
 // connectQueue loads the configuration and binds the job queue; with
 // create false nothing is created (ErrNoQueue if there is no queue yet).
 func connectQueue(ctx context.Context, name string, create bool) (*config.Common, *nats.Conn, *jobs.Queue, error) {
-	cfg, err := config.LoadCommon()
+	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
 	}

@@ -96,7 +96,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		}
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
-	cfg, err := config.LoadCommon()
+	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
 		return ExitUsage, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
 	}

@@ -18,9 +18,10 @@ import (
 )
 
 // connect dials the NATS this node's manager uses: NATS_URL, or the embedded
-// server at NATS_LISTEN.
-func connect(name string) (*nats.Conn, *config.Common, error) {
-	cfg, err := config.LoadCommon()
+// server at NATS_LISTEN, as role when the embedded server's credentials are
+// found (config.LoadCommonAs).
+func connect(name string, role config.Role) (*nats.Conn, *config.Common, error) {
+	cfg, err := config.LoadCommonAs(role)
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
@@ -40,7 +41,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	nc, cfg, err := connect("leasemgr pools")
+	nc, cfg, err := connect("leasemgr pools", config.RoleReader)
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *since < 0 {
 		return usageError{fmt.Errorf("--since %v: must not be negative", *since)}
 	}
-	nc, cfg, err := connect("leasemgr watch")
+	nc, cfg, err := connect("leasemgr watch", config.RoleReader)
 	if err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(req.Set) == 0 && len(req.Remove) == 0 && !req.Reset {
 		return usageError{fmt.Errorf("nothing to change: give name=capacity arguments, --remove or --reset")}
 	}
-	nc, cfg, err := connect("leasemgr resize")
+	nc, cfg, err := connect("leasemgr resize", config.RoleManager)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +35,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
+	embedded := cfg.NATSURL == ""
+	if !embedded {
+		// Another node's embedded server on this host: its manager role.
+		if embedded, err = cfg.UseEmbeddedCreds(config.RoleManager); err != nil {
+			return usageError{fmt.Errorf("configuration:\n%w", err)}
+		}
+	}
 	log := cfg.Logger(stderr)
 
 	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
@@ -57,7 +63,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 
 	url := cfg.NATSURL
 	if url == "" {
-		srv, err := jetstream.StartServer(jetstream.ServerConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir, Name: "leasemgr-" + cfg.NodeID})
+		srv, err := startEmbedded(cfg)
 		if err != nil {
 			return err
 		}
@@ -66,7 +72,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 			srv.WaitForShutdown()
 		}()
 		url = srv.ClientURL()
-		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir)
+		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir, "credentials", cfg.NATSAuthDir)
 	}
 	ns, err := setUp(ctx, cfg, url, log)
 	if err != nil {
@@ -89,10 +95,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
-		GrantLatency: func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
-		// Also this process's own NATS_INBOX_PREFIX: `leasemgr pools` and
-		// `resize` run with the manager's settings get their answers there.
-		ReplyPrefixes: append(slices.Clone(cfg.ReplyPrefixes), cfg.NATSInboxPrefix), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
+		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
+		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 		RecordRefused: metrics.RecordsRefused(cfg.NodeID),
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -36,7 +37,8 @@ type natsSetup struct {
 }
 
 // setUp connects to NATS and opens the lease, leadership and pool buckets
-// (and the event stream when EVENT_RETENTION is set). While NATS is down or
+// (and the event stream when EVENT_RETENTION is set, and the job queue's
+// stream and buckets for the embedded server's executors). While NATS is down or
 // JetStream unavailable (a server restarting, a cluster without a meta
 // leader), it logs and tries again with backoff (250ms doubling to 5s)
 // instead of exiting, so a node never loses a candidate because NATS was
@@ -109,6 +111,14 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	}
 	if s.poolStore, err = open(lease.PoolBucketName(cfg.SubjectPrefix)); err != nil {
 		return nil, err
+	}
+	if cfg.NATSURL == "" {
+		// Executors of the embedded server may not create streams (one
+		// capturing lease.> would read every secret): the job queue's
+		// stream and buckets are made here, for them to bind to.
+		if _, err := jobs.Open(ctx, *nc, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
+			return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
+		}
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{

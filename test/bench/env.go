@@ -42,7 +42,7 @@ func startEnv() (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := sljs.StartServer(sljs.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream")})
+	srv, err := sljs.StartServer(sljs.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream"), Anonymous: true})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

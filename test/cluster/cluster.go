@@ -107,6 +107,7 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 				MaxMemory: 64 << 20,
 				MaxStore:  1 << 30,
 				Debug:     cfg.Debug,
+				Anonymous: true, // a test cluster; the product's is a real nats-server
 			},
 			Cluster:       cfg.Name,
 			ClusterListen: routes[i],

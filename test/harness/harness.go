@@ -36,7 +36,7 @@ func StartServer(tb testing.TB) *Server {
 // can stop it and start it again on the same address and store.
 func StartServerAt(tb testing.TB, listen, dir string) *Server {
 	tb.Helper()
-	s, err := jetstream.StartServer(jetstream.ServerConfig{Listen: listen, StoreDir: filepath.Join(dir, "jetstream")})
+	s, err := jetstream.StartServer(jetstream.ServerConfig{Listen: listen, StoreDir: filepath.Join(dir, "jetstream"), Anonymous: true})
 	if err != nil {
 		tb.Fatalf("start nats-server: %v", err)
 	}

@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 )
 
@@ -43,7 +42,7 @@ func natsURL(env []string) string {
 // jobQueue binds the job queue from the test, to watch records cheaply.
 func jobQueue(t *testing.T, env []string) *jobs.Queue {
 	t.Helper()
-	nc, err := nats.Connect(natsURL(env))
+	nc, err := connectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleExecutor)
 	if err != nil {
 		t.Fatal(err)
 	}

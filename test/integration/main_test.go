@@ -13,11 +13,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/sandbox"
 )
 
 var binDir string
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // jobs served in process run in the sandbox, which re-executes the test binary
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

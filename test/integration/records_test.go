@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -56,11 +56,10 @@ func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
 		}
 	}
 
-	nc, err := nats.Connect(natsURL(env))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	// Only the manager role may write the bucket of the embedded server:
+	// the forger uses its credentials, and the manager must still refuse a
+	// record without a TTL.
+	nc := mustConnectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleManager)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
@@ -59,7 +60,10 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 			url = "nats://" + v
 		}
 	}
-	nc := harness.Connect(t, url)
+	// With the manager role's credentials (leasemgr made them for its
+	// embedded server): every publish below passes the server, so only the
+	// manager's own reply rule stands between them and the key.
+	nc := mustConnectAs(t, envValue(env, "HOME"), url, config.RoleManager)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leaders, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
@@ -126,7 +130,13 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 // NATS_INBOX_PREFIX) is answered without listing it.
 func TestReplyPrefixesBinaries(t *testing.T) {
 	const node = "prefixed"
+	// Executors' own inbox prefixes belong to a real nats-server's layout:
+	// the embedded server's executor role may use only "_INBOX". So the
+	// programs join a separate server (anonymous: permissions are not the
+	// point here) with NATS_URL.
+	srv := harness.StartServer(t)
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	env = append(env, "NATS_URL="+srv.URL)
 	mgrEnv := append(append([]string(nil), env...), "NATS_INBOX_PREFIX=_INBOX_admin", "NATS_REPLY_PREFIXES=_INBOX_exec_a")
 	startManager(t, mgrEnv, httpAddr)
 

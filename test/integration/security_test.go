@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
@@ -509,6 +510,7 @@ func simpleManagerEnv(t *testing.T, extra ...string) (env []string, natsURL stri
 	return append([]string{
 		"NODE_ID=logs", "NATS_LISTEN=" + listen, "HTTP_ADDR=",
 		"NATS_STORE_DIR=" + filepath.Join(t.TempDir(), "js"),
+		"HOME=" + testHome(t),
 	}, extra...), "nats://" + listen
 }
 
@@ -516,7 +518,7 @@ func simpleManagerEnv(t *testing.T, extra ...string) (env []string, natsURL stri
 func waitServing(t *testing.T, url, node string) {
 	t.Helper()
 	eventually(t, 20*time.Second, "leasemgr to serve", func() bool {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		nc, err := connectAs(t, testHome(t), url, config.RoleReader, nats.Timeout(time.Second))
 		if err != nil {
 			return false
 		}

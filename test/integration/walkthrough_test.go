@@ -28,6 +28,7 @@ func managerEnv(t *testing.T, node, pools, ttl string) (env []string, httpAddr s
 		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", freePort(t)),
 		"NATS_STORE_DIR=" + filepath.Join(t.TempDir(), "js"),
 		"HTTP_ADDR=" + httpAddr,
+		"HOME=" + testHome(t),
 	}, httpAddr
 }
 

@@ -27,6 +27,10 @@ func newAttackSetup(t *testing.T) *attackSetup {
 		marker: fmt.Sprintf("slotlease-fake-secret-%016x", rand.Uint64()),
 		home:   t.TempDir(), tmp: t.TempDir(), authDir: t.TempDir(), workdir: t.TempDir(),
 	}
+	// A credentials directory must be private, or leasemgr refuses it.
+	if err := os.Chmod(s.authDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	s.hidden = []string{filepath.Join(s.home, ".config", "slotlease"), s.authDir, filepath.Join(s.tmp, "leasemgr")}
 	for _, f := range []string{
 		// Names the real credential files will not have: leasemgr and

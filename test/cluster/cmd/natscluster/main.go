@@ -111,6 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s, err := jetstream.StartClusterServer(jetstream.ClusterServerConfig{
 			ServerConfig: jetstream.ServerConfig{
 				Listen: "127.0.0.1:" + strconv.Itoa(cp[i]), StoreDir: filepath.Join(*dir, name), Name: name, Debug: *debug,
+				Anonymous: true, // a local test cluster
 			},
 			Cluster: "slotlease", ClusterListen: routeAddrs[i], Routes: routeAddrs,
 		})
