@@ -61,7 +61,8 @@ func WithHolder(holder string) ClientOption {
 
 // WithRequestTimeout bounds one request when the caller's context has no
 // deadline, and is how long an acquire waits for a first answer before it
-// sends again (5s otherwise).
+// sends again (5s otherwise). Renewals do not use it: an unanswered renewal
+// is sent again after min(TTL/10, 500ms), until the lease's deadline.
 func WithRequestTimeout(d time.Duration) ClientOption {
 	return func(c *Client) error {
 		if d <= 0 {
@@ -393,8 +394,12 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{}), tctx: context.WithoutCancel(ctx)}
 	base := firstSent
 	if confirm || time.Since(firstSent) > rec.TTL()/3 {
-		sent := time.Now()
-		if err := l.renew(ctx); err != nil {
+		// A confirmation later than the TTL less the margin would start
+		// a deadline that has already passed.
+		cctx, cancel := context.WithTimeout(ctx, rec.TTL()-margin(rec.TTL()))
+		sent, err := l.renew(cctx, nil)
+		cancel()
+		if err != nil {
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)
 			return nil, fmt.Errorf("lease: confirming the grant: %w", err)
 		}

@@ -127,21 +127,17 @@ func (l *Lease) sendRelease(ctx context.Context) (err error) {
 	return err
 }
 
-func (l *Lease) renew(ctx context.Context) (err error) {
-	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
-	defer func() { telemetry.End(span, err) }()
-	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew), RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
-	return err
-}
-
-// heartbeat renews every TTL/3 and retries failures quickly, until the
-// lease is released, refused, or its deadline passes.
+// heartbeat renews every TTL/3, counted from the send time its deadline is
+// measured from, until the lease is released, refused, or its deadline
+// passes. One renewal re-sends itself while unanswered (renewRetry); one that
+// was answered with a transient error is followed by a fresh one soon.
 func (l *Lease) heartbeat() {
 	defer close(l.hbDone)
 	ttl := l.rec.TTL()
 	interval := ttl / 3
 	retry := min(interval, 250*time.Millisecond)
-	next := time.NewTimer(interval)
+	base := l.Deadline().Add(-(ttl - margin(ttl)))
+	next := time.NewTimer(max(0, time.Until(base.Add(interval))))
 	defer next.Stop()
 	lost := time.NewTimer(time.Until(l.Deadline()))
 	defer lost.Stop()
@@ -154,10 +150,8 @@ func (l *Lease) heartbeat() {
 			return
 		case <-next.C:
 		}
-		sent := time.Now()
-		deadline := l.Deadline()
-		ctx, cancel := context.WithDeadline(l.tctx, minTime(deadline, sent.Add(l.c.requestTimeout)))
-		err := l.renew(ctx)
+		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
+		sent, err := l.renew(ctx, l.stop)
 		cancel()
 		switch {
 		case err == nil:
@@ -166,7 +160,9 @@ func (l *Lease) heartbeat() {
 			l.deadline = d
 			l.mu.Unlock()
 			lost.Reset(time.Until(d))
-			next.Reset(interval)
+			// A renewal that waited long for its answer dates from its
+			// first attempt: the next one is due that much sooner.
+			next.Reset(max(0, time.Until(sent.Add(interval))))
 		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool):
 			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return

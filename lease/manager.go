@@ -184,6 +184,7 @@ type held struct {
 	rev       uint64 // latest stored revision, for conditional renew and delete
 	pool      *pool  // nil if the record names a pool this node no longer has
 	releasing bool   // a delete is in flight; that path frees the slots
+	renewal   renewSeq
 }
 
 // NewManager validates cfg and builds a Manager. Call Start to serve.
@@ -983,18 +984,27 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	}
 	m.ops.Add(1)
 	m.mu.Unlock()
-	go m.renew(msg.Reply, h, span)
+	go m.renew(msg.Reply, h, time.Now(), span)
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we
-// know: a record that expired meanwhile is never brought back.
-func (m *Manager) renew(reply string, h *held, span trace.Span) {
+// know: a record that expired meanwhile is never brought back. received is
+// when the request arrived; renewals of one lease run one at a time
+// (renewSeq).
+func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Span) {
 	defer m.ops.Done()
 	defer span.End()
 	fail := func(e *Error) {
 		telemetry.Fail(span, string(e.Code), e.Message)
 		m.respond(reply, errReply(e))
 	}
+	h.renewal.lock()
+	defer h.renewal.unlock()
+	if rec, ok := h.renewal.since(received); ok {
+		m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})
+		return
+	}
+	started := time.Now()
 	for attempt := 0; ; attempt++ {
 		m.mu.Lock()
 		rec, rev := h.rec, h.rev
@@ -1012,13 +1022,14 @@ func (m *Manager) renew(reply string, h *held, span trace.Span) {
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
 			m.mu.Unlock()
+			h.renewal.stored(started, rec)
 			m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose
 			// acknowledgement was lost, or a concurrent one) or the record
 			// is gone: expired or released. Only the store can tell.
-			if attempt == 0 && m.stillStored(h) {
+			if attempt < maxRenewRereads && m.stillStored(h) {
 				continue
 			}
 			fail(errorf(CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID))

@@ -16,7 +16,6 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
-	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
@@ -75,43 +74,16 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		url = srv.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir, "credentials", cfg.NATSAuthDir)
 	}
-	nc, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
+	ns, err := setUp(ctx, cfg, url, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("shut down during NATS set-up")
+			return nil
+		}
 		return err
 	}
+	nc, store, leaders, poolStore := ns.nc, ns.store, ns.leaders, ns.poolStore
 	defer nc.Close()
-
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	store, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
-	if err != nil {
-		return err
-	}
-	leaders, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
-	if err != nil {
-		return err
-	}
-	poolStore, err := jetstream.OpenLeaseStore(setupCtx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.SubjectPrefix), Replicas: cfg.Replicas})
-	if err != nil {
-		return err
-	}
-	if cfg.NATSURL == "" {
-		// Executors of the embedded server may not create streams (one
-		// capturing lease.> would read every secret): the job queue's
-		// stream and buckets are made here, for them to bind to.
-		if _, err := jobs.Open(setupCtx, nc, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
-			return err
-		}
-	}
-	if cfg.EventRetention > 0 {
-		err := jetstream.EnsureAuditStream(setupCtx, nc, jetstream.AuditConfig{
-			Stream: lease.EventStreamName(cfg.SubjectPrefix), Subjects: cfg.SubjectPrefix + ".events.>",
-			MaxAge: cfg.EventRetention, Replicas: cfg.Replicas,
-		})
-		if err != nil {
-			return err
-		}
-	}
 	poolConfigs := make([]lease.PoolConfig, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
 		poolConfigs = append(poolConfigs, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{

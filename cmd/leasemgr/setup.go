@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	neturl "net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// Set-up retries: the first after setupMinBackoff, each next one twice as
+// late, at most setupMaxBackoff apart. One try may take setupTryTimeout.
+const (
+	setupMinBackoff = 250 * time.Millisecond
+	setupMaxBackoff = 5 * time.Second
+	setupTryTimeout = 10 * time.Second
+)
+
+// errAfterConnect marks a set-up failure on a working connection.
+var errAfterConnect = errors.New("JetStream set-up")
+
+// natsSetup is what a manager needs from NATS before it can stand by.
+type natsSetup struct {
+	nc                        *nats.Conn
+	store, leaders, poolStore *jetstream.LeaseStore
+}
+
+// setUp connects to NATS and opens the lease, leadership and pool buckets
+// (and the event stream when EVENT_RETENTION is set, and the job queue's
+// stream and buckets for the embedded server's executors). While NATS is down or
+// JetStream unavailable (a server restarting, a cluster without a meta
+// leader), it logs and tries again with backoff (250ms doubling to 5s)
+// instead of exiting, so a node never loses a candidate because NATS was
+// down the moment its manager started. It gives up only on an error that
+// waiting cannot cure (a malformed URL, bad credentials or settings), or
+// with ctx's error when ctx ends first (SIGTERM). The caller owns the
+// connection it returns.
+func setUp(ctx context.Context, cfg *config.Manager, url string, log *slog.Logger) (*natsSetup, error) {
+	var nc *nats.Conn
+	backoff := setupMinBackoff
+	for attempt := 1; ; attempt++ {
+		s, err := trySetUp(ctx, cfg, url, &nc)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("NATS set-up succeeded", "attempt", attempt)
+			}
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if !transient(err) {
+			if nc != nil {
+				nc.Close()
+			}
+			return nil, err
+		}
+		log.Warn("NATS set-up failed; retrying", "attempt", attempt, "retry_in", backoff, "err", redactUserInfo(err.Error(), url))
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, setupMaxBackoff)
+	}
+	if nc != nil {
+		nc.Close()
+	}
+	return nil, ctx.Err()
+}
+
+// trySetUp makes one try. A connection made by an earlier try is kept in
+// *nc: it reconnects by itself.
+func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn) (*natsSetup, error) {
+	if *nc == nil {
+		c, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		*nc = c
+	}
+	ctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
+	defer cancel()
+	open := func(bucket string) (*jetstream.LeaseStore, error) {
+		s, err := jetstream.OpenLeaseStore(ctx, *nc, jetstream.BucketConfig{Name: bucket, Replicas: cfg.Replicas})
+		if err != nil {
+			return nil, fmt.Errorf("%w: bucket %s: %w", errAfterConnect, bucket, err)
+		}
+		return s, nil
+	}
+	s := &natsSetup{nc: *nc}
+	var err error
+	if s.store, err = open(lease.BucketName(cfg.SubjectPrefix)); err != nil {
+		return nil, err
+	}
+	if s.leaders, err = open(lease.LeaderBucketName(cfg.SubjectPrefix)); err != nil {
+		return nil, err
+	}
+	if s.poolStore, err = open(lease.PoolBucketName(cfg.SubjectPrefix)); err != nil {
+		return nil, err
+	}
+	if cfg.NATSURL == "" {
+		// Executors of the embedded server may not create streams (one
+		// capturing lease.> would read every secret): the job queue's
+		// stream and buckets are made here, for them to bind to.
+		if _, err := jobs.Open(ctx, *nc, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
+			return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
+		}
+	}
+	if cfg.EventRetention > 0 {
+		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{
+			Stream: lease.EventStreamName(cfg.SubjectPrefix), Subjects: cfg.SubjectPrefix + ".events.>",
+			MaxAge: cfg.EventRetention, Replicas: cfg.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: event stream: %w", errAfterConnect, err)
+		}
+	}
+	return s, nil
+}
+
+// transient reports whether a set-up error may go away by itself: NATS not
+// reachable yet, or reachable with JetStream not (yet) answering. Refused
+// credentials and settings that cannot work are not.
+func transient(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrNkeysNotSupported), errors.Is(err, nats.ErrNoUserCB), errors.Is(err, nats.ErrSecureConnRequired):
+		return false
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.As(err, &netErr):
+		return true
+	}
+	// JetStream API errors (no responders, no meta leader, insufficient
+	// resources while peers are down) come in many shapes; a failure after
+	// the connection was made is taken for a cluster that is recovering.
+	return errors.Is(err, errAfterConnect)
+}
+
+// redactUserInfo hides the credentials of NATS_URL (nats://user:pass@host)
+// in msg: connect errors name the URL, and set-up logs one every few
+// seconds while NATS is down.
+func redactUserInfo(msg, urls string) string {
+	for _, u := range strings.Split(urls, ",") {
+		p, err := neturl.Parse(strings.TrimSpace(u))
+		if err != nil || p.User == nil {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, p.User.String()+"@", "REDACTED@")
+	}
+	return msg
+}

@@ -1,0 +1,99 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/slotlease/slotlease/telemetry"
+)
+
+// maxRenewRetry caps how long a renewal waits for an answer before it sends
+// the same request again.
+const maxRenewRetry = 500 * time.Millisecond
+
+// renewRetry is how long a renewal waits for an answer before it re-sends:
+// min(TTL/10, 500ms). A renewal sent to a manager that froze or lost its
+// leadership, or lost on the way, is not answered; the re-send reaches the
+// manager that serves next within this long of it serving, instead of after
+// a request timeout.
+func renewRetry(ttl time.Duration) time.Duration { return min(ttl/10, maxRenewRetry) }
+
+// renew asks the manager to renew the lease and re-sends the same request
+// every renewRetry(TTL) while no attempt has been answered, until ctx ends
+// or stop closes. Every attempt carries one reply subject, so the answer to
+// any attempt counts, a late one too.
+//
+// It returns the send time of the first attempt, and the holder measures its
+// new deadline from there. That is safe whichever attempt was answered: the
+// manager wrote the record after it received that attempt, so after the
+// first attempt was sent, and the record lives at least TTL from its write.
+// The send time of the answered attempt would be safe as well, but an answer
+// does not say which attempt it answers; the last attempt's send time would
+// not be, because the answer may be to an earlier attempt whose write came
+// before the last one was sent.
+func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Time, err error) {
+	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
+	defer func() { telemetry.End(span, err) }()
+	first = time.Now()
+	body, err := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+	if err != nil {
+		return first, err
+	}
+	ch := make(chan *nats.Msg, 4)
+	id, err := l.c.registerFresh(ch)
+	if err != nil {
+		return first, err
+	}
+	defer l.c.unregister(id)
+	subject := Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew)
+	reply := l.c.inbox + "." + id
+	if err := l.c.publish(ctx, subject, reply, body); err != nil {
+		return first, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	resend := time.NewTicker(renewRetry(l.rec.TTL()))
+	defer resend.Stop()
+	for {
+		select {
+		case <-stop:
+			return first, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
+		case <-ctx.Done():
+			return first, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
+		case <-resend.C:
+			if err := l.c.publish(ctx, subject, reply, body); err != nil {
+				return first, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+		case msg := <-ch:
+			if isNoResponders(msg) {
+				// Nobody serves the node at this moment (a takeover in
+				// progress): the next attempt may reach the new manager.
+				continue
+			}
+			var r Reply
+			if err := json.Unmarshal(msg.Data, &r); err != nil {
+				return first, errorf(CodeInternal, "malformed reply from the lease manager: %v", err)
+			}
+			if r.Status == StatusError {
+				return first, replyError(&r)
+			}
+			return first, nil
+		}
+	}
+}
+
+// registerFresh registers ch under a fresh reply id. A caller's request id
+// that happens to be the same is not taken over: another id is drawn.
+func (c *Client) registerFresh(ch chan *nats.Msg) (string, error) {
+	for {
+		id := nuid.Next()
+		err := c.register(id, ch)
+		if e, ok := err.(*Error); ok && e.Code == CodeConflict {
+			continue
+		}
+		return id, err
+	}
+}
