@@ -25,9 +25,11 @@ import (
 // newer API's ordered consumer is pull-based and would change them.
 //
 // ctx bounds the setup and the watch: it runs until Stop, until ctx ends or
-// until the connection closes, and then closes Changes. (The consumer
-// itself is not given ctx: an ordered consumer reuses its setup context
-// whenever it recreates itself; ending ctx calls Stop instead.)
+// until the connection closes, and then closes Changes. ctx bounds the
+// consumer's creation (a connection reset during set-up must not hold a
+// manager's take-over for the JetStream API timeout); the resets of the
+// ordered consumer later use the JetStream context's own settings, and the
+// end of ctx calls Stop.
 func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
@@ -42,7 +44,7 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sub, err := js.Subscribe(s.subject+filter, w.deliver,
-		nats.BindStream("KV_"+s.kv.Bucket()), nats.OrderedConsumer(), nats.DeliverLastPerSubject())
+		nats.BindStream("KV_"+s.kv.Bucket()), nats.OrderedConsumer(), nats.DeliverLastPerSubject(), nats.Context(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
 	}
