@@ -3,6 +3,8 @@ package jetstream
 import (
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,7 +102,23 @@ func Connect(url string, auth Auth, name string, extra ...nats.Option) (*nats.Co
 	opts = append(opts, authOpts...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURL hides the credentials a NATS URL list may carry
+// (nats://user:pass@host or nats://token@host), so that an error or a log
+// line can name the servers without giving away the password.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		p, err := neturl.Parse(strings.TrimSpace(u))
+		if err != nil || p.User == nil {
+			continue
+		}
+		p.User = neturl.User("REDACTED")
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
 }

@@ -311,3 +311,15 @@ func newTestPKI(t *testing.T) testPKI {
 	_, _, p.strangerCert, p.strangerKey = issue("stranger", caTmpl(), nil, nil)
 	return p
 }
+
+func TestConnectErrorHidesURLPassword(t *testing.T) {
+	// Nothing listens on port 1: the connect fails and its error names
+	// the URL, which must not carry the password.
+	_, err := Connect("nats://alice:hunter2@127.0.0.1:1,nats://tok3n@127.0.0.1:2", Auth{}, "t")
+	if err == nil {
+		t.Fatal("connect to a closed port succeeded")
+	}
+	if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "tok3n") || !strings.Contains(msg, "REDACTED@127.0.0.1:1") {
+		t.Errorf("error %q: want the URLs named with their credentials redacted", msg)
+	}
+}

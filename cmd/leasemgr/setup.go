@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	neturl "net/url"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,7 +64,7 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, log *slog.Logge
 			}
 			return nil, err
 		}
-		log.Warn("NATS set-up failed; retrying", "attempt", attempt, "retry_in", backoff, "err", redactUserInfo(err.Error(), url))
+		log.Warn("NATS set-up failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -149,18 +147,4 @@ func transient(err error) bool {
 	// resources while peers are down) come in many shapes; a failure after
 	// the connection was made is taken for a cluster that is recovering.
 	return errors.Is(err, errAfterConnect)
-}
-
-// redactUserInfo hides the credentials of NATS_URL (nats://user:pass@host)
-// in msg: connect errors name the URL, and set-up logs one every few
-// seconds while NATS is down.
-func redactUserInfo(msg, urls string) string {
-	for _, u := range strings.Split(urls, ",") {
-		p, err := neturl.Parse(strings.TrimSpace(u))
-		if err != nil || p.User == nil {
-			continue
-		}
-		msg = strings.ReplaceAll(msg, p.User.String()+"@", "REDACTED@")
-	}
-	return msg
 }
