@@ -69,6 +69,12 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// LossGrace is how long work may take to stop once Done has closed: half
+// the margin between the holder's deadline and the earliest moment the
+// manager can give the slots to someone else (the record's expiry).
+// Anything still running after it risks running beside the next holder.
+func (l *Lease) LossGrace() time.Duration { return margin(l.TTL()) / 2 }
+
 // Done is closed when the lease ends: lost (expired, refused on renewal, or
 // renewals failing until the deadline) or released.
 func (l *Lease) Done() <-chan struct{} { return l.done }

@@ -496,6 +496,8 @@ loop:
 	switch {
 	case execFailed:
 		r.terminate(waitDone, 0)
+	case reason == StoppedLeaseLost:
+		r.terminate(waitDone, min(r.grace, max(r.spec.LostGrace, 0)))
 	case reason != "":
 		r.terminate(waitDone, r.grace)
 	default:

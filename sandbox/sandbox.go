@@ -58,6 +58,13 @@ type Spec struct {
 	CaptureBytes int
 	// KillGrace is the delay between SIGTERM and SIGKILL (0 = DefaultKillGrace).
 	KillGrace time.Duration
+	// LostGrace is that delay when lost closes, if shorter than KillGrace.
+	// The lease is gone then, and its slots go to the next holder as soon
+	// as its record expires, so the work must be dead before that: pass at
+	// most lease.Lease.LossGrace. 0 means SIGKILL at once. (A worker that is
+	// PID 1 of its namespace gets SIGTERM only if it handles it, so a
+	// plain command would otherwise run on for the whole KillGrace.)
+	LostGrace time.Duration
 }
 
 // Result describes how a run ended.

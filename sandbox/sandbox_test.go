@@ -342,6 +342,9 @@ func TestStopKillsEverything(t *testing.T) {
 				}()
 			}
 			spec := Spec{Command: []string{"sh", "-c", script}, KillGrace: grace, Isolate: tc.isolate}
+			if tc.trigger == StoppedLeaseLost {
+				spec.LostGrace = grace
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			lost := make(chan struct{})
@@ -743,5 +746,40 @@ func TestExecutorCrash(t *testing.T) {
 				t.Fatalf("stale cgroups still present after a sweep: %v", stale)
 			}
 		}
+	}
+}
+
+// TestLeaseLossDoesNotWaitForKillGrace: once the lease is lost its slots go
+// to the next holder when the record expires, so the work is stopped within
+// LostGrace, however long KillGrace is, also when it ignores SIGTERM (as a
+// PID 1 without a handler does).
+func TestLeaseLossDoesNotWaitForKillGrace(t *testing.T) {
+	const killGrace = 30 * time.Second
+	for _, lostGrace := range []time.Duration{0, 100 * time.Millisecond} {
+		t.Run(fmt.Sprint("LostGrace=", lostGrace), func(t *testing.T) {
+			a := marker()
+			spec := Spec{Command: []string{"sh", "-c", `trap "" TERM; sleep ` + a + ` & wait`}, KillGrace: killGrace, LostGrace: lostGrace}
+			lost := make(chan struct{})
+			done := runAsync(context.Background(), spec, lost)
+			if !waitFor(10*time.Second, func() bool { return len(findProcs(a)) == 1 }) {
+				t.Fatal("worker never started")
+			}
+			close(lost)
+			var o outcome
+			select {
+			case o = <-done:
+			case <-time.After(killGrace / 2):
+				t.Fatalf("Run still waits %v after the lease was lost: it waits for KillGrace, not LostGrace", killGrace/2)
+			}
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if left := findProcs(a); len(left) != 0 {
+				t.Errorf("processes survived Run: %v", left)
+			}
+			if o.res.StoppedBy != StoppedLeaseLost || o.res.Signal != "killed" {
+				t.Errorf("StoppedBy=%q signal=%q, want %q and killed", o.res.StoppedBy, o.res.Signal, StoppedLeaseLost)
+			}
+		})
 	}
 }
