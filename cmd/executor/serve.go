@@ -63,7 +63,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.backoff, "backoff", jobs.DefaultBackoff, "delay before the first retry of a failed job, doubling per attempt")
 	fs.DurationVar(&f.maxBackoff, "max-backoff", jobs.DefaultMaxBackoff, "cap on the retry delay")
 	fs.DurationVar(&f.acquireWait, "acquire-wait", jobs.DefaultAcquireWait, "give a taken job back if its lease is not granted within this time")
-	fs.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a job")
+	fs.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a job (on lease loss at most TTL/20)")
 	fs.DurationVar(&f.poll, "poll", jobs.DefaultPollInterval, "how often to look for retries coming due")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
