@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
@@ -39,6 +41,42 @@ func refusedReplies(t *testing.T, httpAddr, node string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// attackBodies are what the reply-subject attack sends to subj: garbage,
+// and a request that would be granted or acted on.
+func attackBodies(subj string) []string {
+	if strings.HasSuffix(subj, ".resize") {
+		return []string{"x", `{"set":{"gpu":5}}`}
+	}
+	return []string{"x", `{"request_id":"r1","holder":"mallory","slots":1}`}
+}
+
+// verbSubjects are the four lease verbs' subjects of node's pool.
+func verbSubjects(node, pool string) []string {
+	var out []string
+	for _, verb := range []string{lease.VerbAcquire, lease.VerbRenew, lease.VerbRelease, lease.VerbCancel} {
+		out = append(out, lease.Subject(lease.DefaultPrefix, node, pool, verb))
+	}
+	return out
+}
+
+// replyToLeadershipKey sends every attack body to every subject with the
+// node's leadership key as the reply subject (issue 13's first attack):
+// two requests per subject.
+func replyToLeadershipKey(t *testing.T, nc *nats.Conn, node string, subjs []string) {
+	t.Helper()
+	key := "$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node
+	for _, subj := range subjs {
+		for _, b := range attackBodies(subj) {
+			if err := nc.PublishRequest(subj, key, []byte(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Issue 13's first attack through the real binary: a request to the
@@ -75,24 +113,9 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 		t.Fatalf("the leadership key of a ready node: %v", err)
 	}
 
-	key := "$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node
-	bodies := []string{"x", `{"request_id":"r1","holder":"mallory","slots":1}`}
-	for _, verb := range []string{lease.VerbAcquire, lease.VerbRenew, lease.VerbRelease, lease.VerbCancel} {
-		for _, b := range bodies {
-			if err := nc.PublishRequest(lease.Subject(lease.DefaultPrefix, node, "gpu", verb), key, []byte(b)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, subj := range []string{lease.StatsSubject(lease.DefaultPrefix, node), lease.ResizeSubject(lease.DefaultPrefix, node), "$SRV.PING", "$SRV.INFO." + lease.ServiceName, "$SRV.STATS"} {
-		if err := nc.PublishRequest(subj, key, []byte(`{"set":{"gpu":5}}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const sent = 4*2 + 5
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	subjs := append(verbSubjects(node, "gpu"), lease.StatsSubject(lease.DefaultPrefix, node), lease.ResizeSubject(lease.DefaultPrefix, node), "$SRV.PING", "$SRV.INFO."+lease.ServiceName, "$SRV.STATS")
+	replyToLeadershipKey(t, nc, node, subjs)
+	sent := 2 * len(subjs)
 	eventually(t, 30*time.Second, "the refusals to show in /metrics", func() bool { return refusedReplies(t, httpAddr, node) >= sent })
 	if got := refusedReplies(t, httpAddr, node); got != sent {
 		t.Fatalf("lease_replies_refused_total = %d, want %d", got, sent)

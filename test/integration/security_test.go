@@ -488,6 +488,37 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		return strings.Count(sse.String(), "granted") >= 2
 	})
 
+	// Issue 13's first attack under the hardened layout: executor a may
+	// publish the lease verbs, stats and the discovery ping, so it aims
+	// their replies at the node's leadership key, which its own rights
+	// do not let it write but the manager's do. The manager answers none
+	// of them: the key is untouched and the node keeps serving.
+	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]})
+	kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer kcancel()
+	leaders, err := jetstream.OpenLeaseStore(kctx, mgrNC, jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyBefore, revBefore, err := leaders.Get(kctx, "node1")
+	if err != nil {
+		t.Fatalf("the leadership key of a ready node: %v", err)
+	}
+	attacker := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"))
+	subjs := append(verbSubjects("node1", "gpu"), lease.StatsSubject(lease.DefaultPrefix, "node1"), "$SRV.PING."+lease.ServiceName)
+	replyToLeadershipKey(t, attacker, "node1", subjs)
+	eventually(t, 30*time.Second, "the refusals to show in /metrics", func() bool { return refusedReplies(t, httpAddr, "node1") >= 2*len(subjs) })
+	if got := refusedReplies(t, httpAddr, "node1"); got != 2*len(subjs) {
+		t.Fatalf("lease_replies_refused_total = %d, want %d", got, 2*len(subjs))
+	}
+	if keyAfter, revAfter, err := leaders.Get(kctx, "node1"); err != nil || revAfter != revBefore || string(keyAfter) != string(keyBefore) {
+		t.Fatalf("leadership key after the attack: revision %d (was %d), %q (was %q), %v", revAfter, revBefore, keyAfter, keyBefore, err)
+	}
+	again := start(t, append([]string{"NATS_USER=executor-a", "NATS_PASSWORD=" + ss.passwords["executor-a"], "NATS_INBOX_PREFIX=_INBOX_executor_a"}, common...), "executor", "run", "--pool", "gpu", "--", "true")
+	if code := again.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("executor run after the attack: exit %d\n%s", code, again.Output())
+	}
+
 	// Administrative commands run with the manager's credentials.
 	pools := start(t, mgrEnv, "leasemgr", "pools", "--all")
 	if code := pools.Wait(t, 20*time.Second); code != 0 || !regexp.MustCompile(`node1\s+gpu\s+1\s`).MatchString(pools.Output()) {
