@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -32,24 +31,6 @@ func (r *refusals) get(reason string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n[reason]
-}
-
-// lockedBuffer is a log destination the manager's goroutines share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // forge writes, with an attacker's connection that has full rights on the
@@ -112,7 +93,7 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 	srv := harness.StartServer(t)
 	const inst = "instance-1"
 	live := &refusals{n: map[string]int{}}
-	var logged lockedBuffer
+	var logged harness.SyncBuffer
 	cfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Instance: inst, Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}, RecordRefused: live.add,
 		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
 	first := harness.StartManager(t, srv.URL, cfg)

@@ -3,9 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,25 +18,7 @@ import (
 // manager's /metrics; -1 if the series is not there.
 func refusedCount(t *testing.T, httpAddr, node, reason string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "lease_records_refused_total{") && strings.Contains(line, `node="`+node+`"`) && strings.Contains(line, `reason="`+reason+`"`) {
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err != nil {
-				t.Fatalf("%q: %v", line, err)
-			}
-			return v
-		}
-	}
-	return -1
+	return metricValue(t, httpAddr, "lease_records_refused_total", "node", node, "reason", reason)
 }
 
 // A record put into the lease bucket by someone else, naming a manager

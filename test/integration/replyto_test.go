@@ -2,10 +2,7 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,25 +19,7 @@ import (
 // or -1 if the series is not there.
 func refusedReplies(t *testing.T, httpAddr, node string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`(?m)^lease_replies_refused_total\{[^}]*node="` + regexp.QuoteMeta(node) + `"[^}]*\} ([0-9]+)`)
-	m := re.FindSubmatch(body)
-	if m == nil {
-		return -1
-	}
-	n, err := strconv.Atoi(string(m[1]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return int(metricValue(t, httpAddr, "lease_replies_refused_total", "node", node))
 }
 
 // attackBodies are what the reply-subject attack sends to subj: garbage,

@@ -1,0 +1,42 @@
+package integration
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// metricValue reads one series of a manager's /metrics: the first line of
+// metric name whose labels include every label given as name="value"
+// pairs; -1 if there is none.
+func metricValue(t *testing.T, httpAddr, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+next:
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			if !strings.Contains(line, labels[i]+`="`+labels[i+1]+`"`) {
+				continue next
+			}
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		return v
+	}
+	return -1
+}
