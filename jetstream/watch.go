@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,7 +61,8 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 		w.caughtUp = true
 		w.out <- lease.Change{Op: lease.ChangeCaughtUp} // out is empty: cannot block
 	}
-	w.stopCtx = context.AfterFunc(ctx, func() { _ = w.Stop() })
+	stopCtx := context.AfterFunc(ctx, func() { _ = w.Stop() })
+	w.stopCtx.Store(&stopCtx)
 	return w, nil
 }
 
@@ -72,8 +74,8 @@ type watcher struct {
 	out      chan lease.Change
 	stop     chan struct{}
 	stopOnce sync.Once
-	stopCtx  func() bool // unregisters the Stop that ctx's end would call
-	prefix   int         // length of "$KV.<bucket>."
+	stopCtx  atomic.Pointer[func() bool] // unregisters the Stop that ctx's end would call
+	prefix   int                         // length of "$KV.<bucket>."
 
 	mu       sync.Mutex // serializes deliveries with the end of the setup
 	seen     int
@@ -85,8 +87,8 @@ func (w *watcher) Changes() <-chan lease.Change { return w.out }
 func (w *watcher) Stop() error {
 	var err error
 	w.stopOnce.Do(func() {
-		if w.stopCtx != nil {
-			w.stopCtx()
+		if stop := w.stopCtx.Load(); stop != nil {
+			(*stop)()
 		}
 		close(w.stop)
 		err = w.sub.Unsubscribe()
