@@ -155,6 +155,13 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	// subscription) meets a live lease and tries its write.
 	time.Sleep(quiet / 2)
 	send("p", lease.VerbRelease, lease.ReleaseRequest{LeaseID: "held", Token: held.Lease.Token, Secret: "s"})
+	// Discovery and a resize error (answered with micro's error headers)
+	// go through the same fence.
+	for _, subj := range []string{"$SRV.PING", "$SRV.INFO." + lease.ServiceName, lease.ResizeSubject(lease.DefaultPrefix, node)} {
+		if err := nc.PublishRequest(subj, nc.NewInbox(), []byte(`{"set":{"nope":0}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(quiet)
 
 	mu.Lock()
@@ -162,7 +169,7 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	requests := 0
 	for _, m := range seen {
 		switch s := m.Subject; {
-		case strings.HasPrefix(s, lease.DefaultPrefix+"."+node+"."):
+		case strings.HasPrefix(s, lease.DefaultPrefix+"."+node+"."), strings.HasPrefix(s, "$SRV."):
 			requests++ // what the test sent
 		case strings.HasPrefix(s, "$JS.API."), s == "$JS.EVENT.ADVISORY.API":
 			// reads (a renewal's revision check, the stream info below)
@@ -171,8 +178,8 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 			t.Errorf("fenced manager caused a message on %s: header %v, data %q", s, m.Header, m.Data)
 		}
 	}
-	if requests != 6 {
-		t.Errorf("the spy saw %d requests, want 6", requests)
+	if requests != 9 {
+		t.Errorf("the spy saw %d requests, want 9", requests)
 	}
 	if after := lastSeq(t, nc); after != before {
 		t.Errorf("lease bucket moved from sequence %d to %d with the fence invalid", before, after)

@@ -1366,9 +1366,14 @@ func (m *Manager) respond(reply string, r Reply) {
 }
 
 // publishReply sends data (with hdr, if any) to reply, a reply subject, if
-// the reply rule allows it. Requests were checked on arrival (guard); this
-// check also covers reply subjects restored from stored queue entries.
+// the reply rule allows it and the fence is valid: every answer, discovery
+// and resize errors included, goes through here. Requests were checked on
+// arrival (guard); this check also covers reply subjects restored from
+// stored queue entries.
 func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
+	if !m.serving() {
+		return // fenced: a deposed manager answers nothing
+	}
 	if !m.replies.allowed(reply) {
 		m.replies.refuse(m.log, "", reply)
 		return
