@@ -237,7 +237,8 @@ func newCgroup(memoryBytes int64, maxProcs int) (*cgroup, []string) {
 		}
 	}
 	if maxProcs > 0 && ctrl["pids"] {
-		if err := writeFile(filepath.Join(path, "pids.max"), strconv.Itoa(maxProcs)); err != nil {
+		// +1: the supervisor lives in the cgroup too, for the worker's whole life.
+		if err := writeFile(filepath.Join(path, "pids.max"), strconv.Itoa(maxProcs+1)); err != nil {
 			notes = append(notes, fmt.Sprintf("cannot write pids.max: %v", err))
 		} else {
 			cg.pids = true

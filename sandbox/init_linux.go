@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,8 @@ const (
 	initEnvValue = "1"
 	// initProbeValue makes the helper HideSupported's probe instead.
 	initProbeValue = "probe"
+	// initExecValue makes the helper the exec stage the supervisor starts.
+	initExecValue = "exec"
 	initArgv0      = "slotlease-sandbox-init"
 	cfgFD          = 3
 	statusFD       = 4
@@ -81,7 +84,9 @@ func Init() {
 	initHookCalled.Store(true)
 	switch os.Getenv(initEnvVar) {
 	case initEnvValue:
-		runInitHelper()
+		runSupervisor()
+	case initExecValue:
+		runExecStage()
 	case initProbeValue:
 		probeHelper()
 	}
@@ -104,6 +109,9 @@ type initConfig struct {
 	LoopbackUp    bool            `json:"loopback_up"`
 	Hiding        bool            `json:"hiding"` // Spec.Hide was given: fresh /proc and Hide, or fail
 	Hide          []hiddenPath    `json:"hide"`   // the paths of Spec.Hide that exist
+	// KillGrace is how long processes the worker leaves behind get between
+	// SIGTERM and SIGKILL (read by the supervisor).
+	KillGrace time.Duration `json:"kill_grace"`
 }
 
 func helperStatus(kind, msg string) {
@@ -123,12 +131,9 @@ func helperFail(format string, args ...any) {
 	unix.Exit(127)
 }
 
-func runInitHelper() {
-	// Capabilities, no_new_privs and the bounding set belong to a thread:
-	// the thread that drops them must be the one that calls execve.
-	runtime.LockOSThread()
-	// fd 4 must not reach the worker: EOF on it tells Run the exec happened.
-	unix.CloseOnExec(statusFD)
+// readInitConfig reads the configuration Run (or the supervisor) wrote to
+// fd 3.
+func readInitConfig() initConfig {
 	cfgFile := os.NewFile(cfgFD, "sandbox-config")
 	data, err := io.ReadAll(cfgFile)
 	cfgFile.Close()
@@ -142,7 +147,13 @@ func runInitHelper() {
 	if len(cfg.Argv) == 0 || cfg.Path == "" {
 		helperFail("init helper: empty command")
 	}
+	return cfg
+}
 
+// setupNamespaces prepares the new mount and network namespaces (fresh
+// /proc, hidden paths, lo up). It runs in the supervisor; its children
+// inherit the result.
+func setupNamespaces(cfg initConfig) {
 	if cfg.Hiding {
 		// Hiding is a promise: fail rather than run the worker with
 		// the paths (or the host's /proc, a way around them) exposed.
@@ -170,6 +181,17 @@ func runInitHelper() {
 			helperStatus("note", fmt.Sprintf("network: could not bring lo up in the new network namespace (%v)", err))
 		}
 	}
+}
+
+// runExecStage is the second stage, started by the supervisor: it drops
+// privileges, applies the limits and execs the worker.
+func runExecStage() {
+	// Capabilities, no_new_privs and the bounding set belong to a thread:
+	// the thread that drops them must be the one that calls execve.
+	runtime.LockOSThread()
+	// fd 4 (shared with the supervisor) must not reach the worker.
+	unix.CloseOnExec(statusFD)
+	cfg := readInitConfig()
 
 	// Everything execve needs is prepared now, before the limits.
 	argv0p, err := unix.BytePtrFromString(cfg.Path)
