@@ -671,7 +671,9 @@ func TestInitRequired(t *testing.T) {
 }
 
 // TestExecutorCrash: when the executor dies without cleaning up (SIGKILL),
-// the worker dies with it (Pdeathsig); in a PID namespace its whole tree does.
+// the worker and its children die with it (the supervisor's parent-death
+// signal), with or without a PID namespace; see also
+// TestExecutorCrashKillsWholeTree.
 //
 // Not parallel: it checks that the crashed executor's cgroup exists until
 // the next Run sweeps it, and parallel Runs would sweep it at any time.
@@ -712,10 +714,6 @@ func TestExecutorCrash(t *testing.T) {
 				for _, pid := range findProcs(m) {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
-			}
-			if isolate && !namespacesAvailable(0) {
-				t.Log("no PID namespace: grandchildren outlive a crashed executor (documented)")
-				continue
 			}
 			t.Fatalf("isolate=%t: worker survived the executor's death", isolate)
 		}

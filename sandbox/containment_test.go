@@ -1,0 +1,102 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// containmentLimit is the promise: this long after the executor's SIGKILL,
+// nothing of its worker tree runs any more.
+const containmentLimit = 500 * time.Millisecond
+
+// containmentScripts are worker trees that try every way out of the
+// process group: background children, setsid, a double fork, SIGTERM
+// ignored, and a bounded fork bomb still forking (some of it setsid) when
+// the executor dies. @A@... are markers.
+var containmentScripts = map[string]string{
+	"escapes": `sleep @A@ & setsid sleep @B@ & (sleep @C@ &); trap "" TERM; sleep @D@`,
+	// A tree of 2^6-1 shells, each with a sleep and a setsid sleep, and a
+	// loop that keeps starting double-forked setsid sleeps until it has
+	// made 200: still forking when the executor dies, and bounded, so
+	// that a broken supervisor cannot leave an ever-growing tree behind.
+	"forkbomb": `g() { if [ "$1" -gt 0 ]; then g $(($1-1)) & (setsid sleep @B@ &); g $(($1-1)) & fi; sleep @A@; }
+i=0; while [ $i -lt 200 ]; do (setsid sleep @C@ &); i=$((i+1)); done &
+g 5 & sleep @D@`,
+}
+
+// TestExecutorCrashKillsWholeTree: the executor is SIGKILLed; within
+// containmentLimit no process of the worker tree is left, with namespaces
+// and cgroup as available, without Isolate, and with neither (forced).
+func TestExecutorCrashKillsWholeTree(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := []struct {
+		name string
+		env  []string
+	}{
+		{"default", nil},
+		{"isolate", []string{executorEnv + "_ISOLATE=1"}},
+		{"plain", []string{plainEnvVar + "=1", executorEnv + "_ISOLATE=1"}},
+	}
+	for _, mode := range modes {
+		for _, name := range []string{"escapes", "forkbomb"} {
+			t.Run(mode.name+"/"+name, func(t *testing.T) {
+				marks := []string{marker(), marker(), marker(), marker()}
+				script := strings.NewReplacer("@A@", marks[0], "@B@", marks[1], "@C@", marks[2], "@D@", marks[3]).Replace(containmentScripts[name])
+				left := func() []int {
+					var pids []int
+					for _, m := range marks {
+						pids = append(pids, findProcs(m)...)
+					}
+					return pids
+				}
+				t.Cleanup(func() {
+					for _, pid := range left() {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+				cmd := exec.Command(exe, "-test.run=^$")
+				cmd.Env = append(append(os.Environ(), executorEnv+"="+script, "TMPDIR="+t.TempDir()), mode.env...)
+				var stderr syncBuffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				// Every way out is taken before the kill: the four
+				// markers run (the fork bomb: with many processes).
+				started := func() bool {
+					for _, m := range marks {
+						if len(findProcs(m)) == 0 {
+							return false
+						}
+					}
+					return name != "forkbomb" || len(left()) >= 60
+				}
+				if !waitFor(30*time.Second, started) {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Fatalf("worker tree never started (%d processes): %s", len(left()), stderr.String())
+				}
+				n := len(left())
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				killed := time.Now()
+				_ = cmd.Wait()
+				time.Sleep(time.Until(killed.Add(containmentLimit)))
+				if pids := left(); len(pids) != 0 {
+					t.Fatalf("%d processes of the worker tree (%d seen before the kill) survived the executor's SIGKILL by %v: %v", len(pids), n, containmentLimit, pids[:min(len(pids), 10)])
+				}
+				t.Logf("%d processes of the worker tree, none left %v after the executor's SIGKILL", n, containmentLimit)
+			})
+		}
+	}
+}
