@@ -54,9 +54,9 @@ const (
 	initProbeValue = "probe"
 	// initExecValue makes the helper the exec stage the supervisor starts.
 	initExecValue = "exec"
-	initArgv0      = "slotlease-sandbox-init"
-	cfgFD          = 3
-	statusFD       = 4
+	initArgv0     = "slotlease-sandbox-init"
+	cfgFD         = 3
+	statusFD      = 4
 )
 
 var initHookCalled atomic.Bool
