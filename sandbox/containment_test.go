@@ -100,3 +100,24 @@ func TestExecutorCrashKillsWholeTree(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerCannotForgeItsStatus: the supervisor holds the status pipe the
+// worker's exit status travels on; the worker cannot reach it through
+// /proc (the supervisor is non-dumpable), with or without a PID namespace.
+func TestWorkerCannotForgeItsStatus(t *testing.T) {
+	t.Parallel()
+	for _, isolate := range []bool{false, true} {
+		var out syncBuffer
+		res := mustRun(t, Spec{
+			Command: []string{"sh", "-c", `for fd in /proc/$PPID/fd/*; do echo "exit:0" > "$fd" && echo "wrote $fd"; done 2>/dev/null; exit 9`},
+			Isolate: isolate,
+			Stdout:  &out,
+		})
+		if res.ExitCode != 9 || res.Signal != "" {
+			t.Errorf("isolate=%t: exit=%d signal=%q, want 9 (status forged?)", isolate, res.ExitCode, res.Signal)
+		}
+		if strings.Contains(out.String(), "wrote") {
+			t.Errorf("isolate=%t: the worker wrote to its supervisor's descriptors: %s", isolate, out.String())
+		}
+	}
+}

@@ -252,10 +252,9 @@ func freezeAndKill() {
 			break
 		}
 	}
+	// Only pids of a fresh scan: a stopped process is still below us (we
+	// are its subreaper), and one that died may have been reaped already.
 	for pid := range descendantStates() {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
-	for pid := range stopped {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 }
