@@ -24,7 +24,7 @@ import (
 // Run therefore re-executes the current binary (/proc/self/exe, so it works
 // even if the file was replaced or deleted) with only initEnvVar in its
 // environment. Init, called first thing in main, recognises that marker and
-// turns the process into a tiny helper which:
+// turns the process into the supervisor (supervise_linux.go), which:
 //
 //  1. reads its configuration (target path, argv, env, limits) from fd 3
 //     (a memfd written by Run, so the worker env never appears in the
@@ -32,20 +32,22 @@ import (
 //  2. in a new PID+mount namespace, makes mounts private and mounts a
 //     fresh /proc, then hides Spec.Hide (see hide_linux.go); in a new
 //     network namespace, brings lo up;
-//  3. sets no_new_privs and drops every capability;
-//  4. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//  3. becomes a child subreaper and starts the exec stage: this binary
+//     once more, with the config in a new memfd on fd 3, which
+//  4. sets no_new_privs and drops every capability;
+//  5. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
-//  5. execve()s the worker with the raw syscall (no allocation after
+//  6. execve()s the worker with the raw syscall (no allocation after
 //     RLIMIT_AS is in place).
 //
-// The helper is the process Run started, so after exec the worker IS the
-// child of the executor: it keeps the process group, the cgroup (it was
-// cloned into it with CLONE_INTO_CGROUP) and the namespaces, and the exit
-// status Run waits for is the worker's. This is race-free: no worker
-// instruction runs before every limit is in place. Problems before exec are
-// reported on fd 4 (close-on-exec, so EOF means the exec succeeded) as
-// "note:" (non-fatal) or "error:"/"execerr:" lines; on error the helper exits
-// with status 127 and Run returns an error.
+// The worker keeps the supervisor's process group, cgroup (Run cloned the
+// supervisor into it with CLONE_INTO_CGROUP) and namespaces. This is
+// race-free: no worker instruction runs before every limit is in place.
+// Problems are reported on fd 4 (close-on-exec in both stages; EOF means
+// the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"
+// lines, the worker's wait status as "exit:<status>"; on error the exec
+// stage exits with status 127, the supervisor reports it and exits, and Run
+// returns an error.
 
 const (
 	initEnvVar   = "_SLOTLEASE_SANDBOX_INIT"
