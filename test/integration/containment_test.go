@@ -89,12 +89,14 @@ func killAndCheckTree(t *testing.T, executor *proc, m [4]string, minProcs int) {
 	}
 	killed := time.Now()
 	executor.Wait(t, 10*time.Second)
-	time.Sleep(time.Until(killed.Add(treeDeathLimit)))
+	for len(treeProcs(m)) != 0 && time.Since(killed) < treeDeathLimit {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if left := treeProcs(m); len(left) != 0 {
 		t.Fatalf("%d processes of the worker tree (%d before the kill) outlived the executor's SIGKILL by %v: %v",
 			len(left), n, treeDeathLimit, left[:min(len(left), 10)])
 	}
-	t.Logf("%d processes in the worker tree, none left %v after the executor's SIGKILL", n, treeDeathLimit)
+	t.Logf("%d processes in the worker tree, all gone %v after the executor's SIGKILL", n, time.Since(killed).Round(time.Millisecond))
 }
 
 // plainSandbox forces the sandbox's no-namespace, no-cgroup path (a test
