@@ -3,8 +3,10 @@
 package sandbox
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,5 +123,34 @@ func TestWorkerCannotForgeItsStatus(t *testing.T) {
 		if strings.Contains(out.String(), "wrote") {
 			t.Errorf("isolate=%t: the worker wrote to its supervisor's descriptors: %s", isolate, out.String())
 		}
+	}
+}
+
+// TestSIGTERMReachesProcessesThatLeftTheGroup: on a stop, a descendant that
+// called setsid gets SIGTERM too (from the supervisor), so it can clean up
+// before the SIGKILL, also without cgroup and namespaces.
+func TestSIGTERMReachesProcessesThatLeftTheGroup(t *testing.T) {
+	t.Setenv(plainEnvVar, "1")
+	a := marker()
+	flag := filepath.Join(t.TempDir(), "got-term")
+	// The worker itself ignores SIGTERM, so it does not exit and leave the
+	// setsid shell to the leftover cleanup.
+	script := `setsid sh -c 'trap "echo got-term > ` + flag + `; exit 0" TERM; sleep ` + a + ` & wait' & trap "" TERM; wait`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runAsync(ctx, Spec{Command: []string{"sh", "-c", script}, KillGrace: 5 * time.Second}, nil)
+	if !waitFor(10*time.Second, func() bool { return len(findProcs(a)) == 1 }) {
+		t.Fatal("worker never started")
+	}
+	cancel()
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if data, err := os.ReadFile(flag); err != nil || string(data) != "got-term\n" {
+		t.Fatalf("the setsid shell got no SIGTERM (%q, %v); notes %q", data, err, o.res.Notes)
+	}
+	if left := findProcs(a); len(left) != 0 {
+		t.Fatalf("processes survived Run: %v", left)
 	}
 }

@@ -69,9 +69,10 @@
 // On timeout, ctx cancellation or lease loss, every process of the worker
 // gets SIGTERM — by process group and, with a cgroup, each pid of the
 // cgroup — then SIGKILL after KillGrace (cgroup.kill when present),
-// repeated until the group and cgroup are empty; before the SIGKILL the
-// supervisor is asked (SIGUSR1) to kill the whole tree, also what left the
-// process group. Processes the worker leaves behind after exiting normally
+// repeated until the group and cgroup are empty. The supervisor passes the
+// SIGTERM on to descendants that left the process group, and before the
+// SIGKILL it is asked (SIGUSR1) to kill the whole tree, those included.
+// Processes the worker leaves behind after exiting normally
 // are stopped by the supervisor: SIGTERM, KillGrace, then the same kill.
 // Run returns only when nothing trackable is left. The worker's exit status
 // is reported by the supervisor on the status pipe ("exit:<wait status>");

@@ -24,11 +24,12 @@ import (
 //
 // It is a child subreaper, so everything the worker forks — also what
 // double-forks or calls setsid() — stays below it. The executor's death
-// reaches it as superviseSignal (PR_SET_PDEATHSIG, catchable, unlike the
-// SIGKILL of the worker itself): it then kills the whole tree and exits.
-// The executor sends the same signal when it wants the tree killed at once.
-// The worker is no longer PID 1 of its namespace, so SIGTERM (sent by the
-// executor to the process group) works without a handler.
+// reaches it as superviseSignal (PR_SET_PDEATHSIG with a catchable signal
+// in place of the SIGKILL Run sets): it then kills the whole tree and
+// exits. The executor sends the same signal when it wants the tree killed
+// at once. The worker is no longer PID 1 of its namespace, so SIGTERM (sent
+// by the executor to the process group) works without a handler; the
+// supervisor passes SIGTERM on to the descendants that left the group.
 //
 // The exec stage is a second run of the helper binary (fork and exec from
 // Go, then the raw execve of the worker), so that the rlimits, the dropped
@@ -98,13 +99,26 @@ func runSupervisor() {
 				finishSupervisor(status)
 			}
 		case sig := <-superviseSigs:
-			if sig == superviseSignal {
+			switch sig {
+			case superviseSignal:
 				killTree(reap, &status, worker)
 				finishSupervisor(status)
+			case syscall.SIGTERM:
+				forwardTerm()
 			}
-			// SIGTERM/SIGINT/SIGHUP: the worker got its own copy (the
-			// executor signals the whole process group); the supervisor
-			// stays to report the worker's status.
+			// The supervisor stays to report the worker's status.
+		}
+	}
+}
+
+// forwardTerm passes a SIGTERM on to the descendants that left the process
+// group (setsid, setpgid): the executor signals the group, which reaches
+// the worker and everything still in it, but not them.
+func forwardTerm() {
+	self := unix.Getpgrp()
+	for pid := range descendantStates() {
+		if pgid, err := unix.Getpgid(pid); err == nil && pgid != self {
+			_ = unix.Kill(pid, unix.SIGTERM)
 		}
 	}
 }
