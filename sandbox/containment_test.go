@@ -53,13 +53,7 @@ func TestExecutorCrashKillsWholeTree(t *testing.T) {
 			t.Run(mode.name+"/"+name, func(t *testing.T) {
 				marks := []string{marker(), marker(), marker(), marker()}
 				script := strings.NewReplacer("@A@", marks[0], "@B@", marks[1], "@C@", marks[2], "@D@", marks[3]).Replace(containmentScripts[name])
-				left := func() []int {
-					var pids []int
-					for _, m := range marks {
-						pids = append(pids, findProcs(m)...)
-					}
-					return pids
-				}
+				left := func() []int { return findProcs(marks...) }
 				t.Cleanup(func() {
 					for _, pid := range left() {
 						_ = syscall.Kill(pid, syscall.SIGKILL)

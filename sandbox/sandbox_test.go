@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,9 +62,9 @@ func marker() string {
 	return fmt.Sprintf("300.%09d", rand.Int64N(1e9))
 }
 
-// findProcs returns the live (non-zombie) processes having arg as one of
-// their argv elements.
-func findProcs(arg string) []int {
+// findProcs returns the live (non-zombie) processes having one of args as
+// one of their argv elements, from one scan of /proc.
+func findProcs(args ...string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {
@@ -76,7 +77,7 @@ func findProcs(arg string) []int {
 			continue
 		}
 		for _, a := range strings.Split(string(data), "\x00") {
-			if a == arg {
+			if slices.Contains(args, a) {
 				if st, ok := readProcStat(pid); ok && st.state != 'Z' {
 					pids = append(pids, pid)
 				}

@@ -71,14 +71,16 @@ func runSupervisor() {
 	// The exec stage's parent-death signal is tied to the thread that
 	// forks it: keep this goroutine on it for good.
 	runtime.LockOSThread()
+	// Non-dumpable before the worker exists: it must not reach the status
+	// pipe through /proc/<pid>/fd (to forge its exit status), nor our
+	// memory or capabilities through ptrace.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.CloseOnExec(statusFD)
 	cfg := readInitConfig()
 	setupNamespaces(cfg)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		helperStatus("note", fmt.Sprintf("supervisor: PR_SET_CHILD_SUBREAPER failed (%v): a double-forked process can outlive the executor", err))
 	}
-	// The worker's memory is of no use to anyone reading ours.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 	worker := startExecStage(cfg)
 	reap := make(chan reaped, 16)
@@ -245,30 +247,32 @@ func killTree(reap chan reaped, status **unix.WaitStatus, worker int) {
 	}
 }
 
-// freezeAndKill stops every descendant with SIGSTOP, rescanning until no new
-// one appears and all are stopped (so a fork bomb cannot outrun the walk),
-// then SIGKILLs them.
+// freezeAndKill stops every descendant with SIGSTOP, rescanning until a scan
+// finds no new one (so a fork bomb cannot outrun the walk), then SIGKILLs
+// them. A process that forked after its SIGSTOP was sent but before it took
+// effect leaves a child the caller's next round finds (it is reparented to
+// us if its parent is gone).
 func freezeAndKill() {
 	stopped := map[int]bool{}
-	for round := 0; round < 200; round++ {
-		tree := descendantStates()
-		settled := true
-		for pid, state := range tree {
+	var tree map[int]byte
+	for round := 0; round < 100; round++ {
+		tree = descendantStates()
+		found := false
+		for pid := range tree {
 			if !stopped[pid] {
 				_ = unix.Kill(pid, unix.SIGSTOP)
 				stopped[pid] = true
-				settled = false
-			} else if state != 'T' && state != 't' && state != 'D' {
-				settled = false // signal sent, not stopped yet
+				found = true
 			}
 		}
-		if settled {
+		if !found {
 			break
 		}
 	}
-	// Only pids of a fresh scan: a stopped process is still below us (we
-	// are its subreaper), and one that died may have been reaped already.
-	for pid := range descendantStates() {
+	// Only pids of the last scan, which found nothing new: a stopped
+	// process is still below us (we are its subreaper), and one that died
+	// may have been reaped already and its pid reused.
+	for pid := range tree {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 }
