@@ -530,7 +530,8 @@ loop:
 	case <-readersDone:
 	case <-time.After(time.Second):
 		// Only possible when a process escaped all tracking (setsid
-		// without cgroup or PID namespace) and still holds the pipes.
+		// without cgroup or PID namespace, after the worker killed its
+		// supervisor) and still holds the pipes.
 		r.note("worker output pipes are still held open by an untracked process; output capture stopped")
 		_ = r.outR.SetReadDeadline(time.Now())
 		_ = r.errR.SetReadDeadline(time.Now())
