@@ -148,3 +148,21 @@ func TestSIGTERMReachesProcessesThatLeftTheGroup(t *testing.T) {
 		t.Fatalf("processes survived Run: %v", left)
 	}
 }
+
+// TestWorkerKillingItsSupervisorDies: outside a PID namespace the worker
+// can SIGKILL its supervisor (same uid); it then dies too.
+func TestWorkerKillingItsSupervisorDies(t *testing.T) {
+	t.Setenv(plainEnvVar, "1")
+	a := marker()
+	var out syncBuffer
+	res := mustRun(t, Spec{
+		Command: []string{"sh", "-c", `kill -9 $PPID; sleep ` + a + `; echo survived`},
+		Stdout:  &out,
+	})
+	if left := findProcs(a); len(left) != 0 {
+		t.Fatalf("the worker outlived its supervisor: %v", left)
+	}
+	if strings.Contains(out.String(), "survived") || res.Signal != "killed" {
+		t.Fatalf("exit=%d signal=%q output %q, want killed", res.ExitCode, res.Signal, out.String())
+	}
+}
