@@ -173,7 +173,7 @@ func newCgroup(memoryBytes int64, maxProcs int) (*cgroup, []string) {
 	var notes []string
 	parent, err := cgroup2Self()
 	if err != nil {
-		return nil, []string{fmt.Sprintf("cgroup v2 unavailable (%v): the worker is tracked by process group only; a descendant that calls setsid() can escape the kill unless Isolate puts it in a PID namespace", err)}
+		return nil, []string{fmt.Sprintf("cgroup v2 unavailable (%v): the worker's tree is tracked by process group and by its supervisor; a descendant that calls setsid() escapes only if the worker kills its supervisor (possible outside a PID namespace)", err)}
 	}
 	var want []string
 	if memoryBytes > 0 {
@@ -209,7 +209,7 @@ func newCgroup(memoryBytes int64, maxProcs int) (*cgroup, []string) {
 	name := fmt.Sprintf("%s%s-%d-%d", cgroupPrefix, nsID, os.Getpid(), cgroupSeq.Add(1))
 	path := filepath.Join(parent, name)
 	if err := os.Mkdir(path, 0o755); err != nil {
-		return nil, append(notes, fmt.Sprintf("cannot create a cgroup under %s (%v): the worker is tracked by process group only; a descendant that calls setsid() can escape the kill unless Isolate puts it in a PID namespace", parent, err))
+		return nil, append(notes, fmt.Sprintf("cannot create a cgroup under %s (%v): the worker's tree is tracked by process group and by its supervisor; a descendant that calls setsid() escapes only if the worker kills its supervisor (possible outside a PID namespace)", parent, err))
 	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -237,7 +237,8 @@ func newCgroup(memoryBytes int64, maxProcs int) (*cgroup, []string) {
 		}
 	}
 	if maxProcs > 0 && ctrl["pids"] {
-		if err := writeFile(filepath.Join(path, "pids.max"), strconv.Itoa(maxProcs)); err != nil {
+		// +1: the supervisor lives in the cgroup too, for the worker's whole life.
+		if err := writeFile(filepath.Join(path, "pids.max"), strconv.Itoa(maxProcs+1)); err != nil {
 			notes = append(notes, fmt.Sprintf("cannot write pids.max: %v", err))
 		} else {
 			cg.pids = true

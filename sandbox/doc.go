@@ -7,7 +7,8 @@
 // # Init hook (required)
 //
 // Limits are applied by re-executing the current binary as a small init
-// helper (see Init). Every binary that calls Run must call sandbox.Init()
+// helper (see Init), which stays as the worker's supervisor (see
+// supervise_linux.go). Every binary that calls Run must call sandbox.Init()
 // as the first statement of main, and test binaries as the first statement
 // of TestMain:
 //
@@ -22,8 +23,8 @@
 //
 //   - Environment: the worker gets exactly Spec.Env (plus PATH and HOME
 //     defaults). Nothing of the executor's environment (NATS_CREDS...)
-//     reaches it; the helper itself runs with a single marker variable and
-//     receives the worker environment through a memfd.
+//     reaches it; the helper (supervisor and exec stage) runs with a single
+//     marker variable and receives the worker environment through a memfd.
 //   - File descriptors: only stdin (/dev/null), stdout and stderr (pipes);
 //     every other descriptor is made close-on-exec before the exec.
 //   - Privileges: the worker starts with no capability (bounding,
@@ -35,17 +36,26 @@
 //     keeps /proc/<pid>/root of outside processes from being a way around.
 //     DisableDumping keeps the worker out of the caller's own
 //     /proc/<pid>/environ and memory.
-//   - Processes: the worker leads its own process group and, where cgroup v2
-//     is usable, lives in its own cgroup below the executor's
+//   - Processes: the worker is the child of its supervisor, which leads
+//     the worker's process group and, where cgroup v2 is usable, lives with
+//     it in its own cgroup below the executor's
 //     (slotlease-sandbox-<pidns>-<pid>-<n>; a later Run removes those left by
-//     a crashed executor and kills what still runs in them). With Isolate it
-//     also gets its own PID namespace (it is PID 1 there, and its death
-//     kills everything in the namespace) and mount namespace with a fresh
-//     /proc. A user namespace (same uid/gid mapped) is added when the plain
-//     namespaces are not permitted.
+//     a crashed executor and kills what still runs in them). With Isolate
+//     they also get their own PID namespace (the supervisor is PID 1 there,
+//     the worker is not, so SIGTERM works without a handler) and mount
+//     namespace with a fresh /proc. A user namespace (same uid/gid mapped)
+//     is added when the plain namespaces are not permitted.
 //   - Network: with NoNetwork, a new network namespace with only lo (up).
-//   - Executor death: the worker gets SIGKILL when the executor dies
-//     (PR_SET_PDEATHSIG); with a PID namespace that takes its whole tree.
+//   - Executor death: the supervisor is a child subreaper (whatever the
+//     worker forks, double-forks or setsid()s stays below it) and learns of
+//     the executor's death through PR_SET_PDEATHSIG with a catchable signal
+//     (SIGUSR1). It then kills the whole tree — kill(-1) as PID 1 of its
+//     namespace, else a walk of /proc that stops every descendant with
+//     SIGSTOP (so a fork bomb cannot outrun it) and then SIGKILLs them —
+//     reaps, and exits: within 500 ms, with or without namespaces and
+//     cgroups. The worker gets SIGKILL if the supervisor itself dies.
+//     Setting _SLOTLEASE_SANDBOX_TEST_PLAIN=1 in the executor's environment
+//     forces the path without namespaces and cgroup; only tests do.
 //
 // Apart from /proc and the hidden paths the worker sees and can write the
 // same filesystem as the executor (no chroot, no read-only root, same uid):
@@ -59,11 +69,15 @@
 // On timeout, ctx cancellation or lease loss, every process of the worker
 // gets SIGTERM — by process group and, with a cgroup, each pid of the
 // cgroup — then SIGKILL after KillGrace (cgroup.kill when present),
-// repeated until the group and cgroup are empty. Processes the worker leaves
-// behind after exiting normally are stopped the same way. Run returns only
-// when nothing trackable is left. Note that as PID 1 of its namespace the
-// worker receives SIGTERM only if it installed a handler; without one it is
-// killed after KillGrace (its children do get SIGTERM).
+// repeated until the group and cgroup are empty. The supervisor passes the
+// SIGTERM on to descendants that left the process group, and before the
+// SIGKILL it is asked (SIGUSR1) to kill the whole tree, those included.
+// Processes the worker leaves behind after exiting normally
+// are stopped by the supervisor: SIGTERM, KillGrace, then the same kill.
+// Run returns only when nothing trackable is left. The worker's exit status
+// is reported by the supervisor on the status pipe ("exit:<wait status>");
+// Result.Duration runs until the supervisor exits, so it includes stopping
+// leftovers.
 //
 // # Limits and their fallbacks
 //
@@ -92,23 +106,31 @@
 //
 // # Limitations
 //
-//   - Without a usable cgroup v2 directory (not mounted, not writable), a
-//     descendant that calls setsid()/setpgid() leaves the process group and
-//     survives the kill unless Isolate put it in a PID namespace; Run then
-//     stops reading its output after 1s and says so in Notes. When the
-//     executor crashes, grandchildren outside a PID namespace survive it
-//     until a later Run sweeps the dead executor's cgroup (if any).
+//   - Without a PID namespace a worker can SIGKILL its own supervisor (same
+//     uid): the worker then dies too (parent-death signal), but a descendant
+//     that left the process group is no longer anyone's to kill unless a
+//     cgroup holds it; Run then stops reading its output after 1s and says
+//     so in Notes. Inside a PID namespace the kernel ignores SIGKILL sent to
+//     PID 1 from within.
+//   - The supervisor's Go runtime (a few MiB) stays in the worker's cgroup
+//     for the worker's whole life and counts against MemoryBytes; pids.max
+//     is MaxProcs+1 for it.
 //   - cgroup limits need controllers the executor may enable: run it in a
 //     delegated cgroup (e.g. a systemd unit with Delegate=yes) that holds no
 //     other processes than the executor, or the memory/pids controllers
 //     cannot be enabled for children. The helper's own brief Go runtime is
 //     accounted to the worker's cgroup, so very small memory limits (a few
 //     MiB) can kill it before the worker starts.
+//   - The /proc walk without a PID namespace signals pids found in a scan
+//     a moment earlier; a pid reused in between (pid_max wrapping within
+//     milliseconds) would be signalled wrongly.
 //   - PeakMemoryBytes from rusage (no cgroup memory.peak) is the maximum RSS
-//     of the worker process (including the helper before exec, and reaped
-//     children), not of the whole tree.
+//     of the largest of the supervisor, the worker and the children they
+//     reaped, not of the whole tree.
 //   - Spec.Stdout/Stderr are written from Run's goroutines; a writer that
 //     blocks forever blocks the worker (pipe back-pressure) and Run.
-//   - Pdeathsig is tied to the OS thread that started the worker: Run keeps
-//     that thread locked until the worker has exited.
+//   - Pdeathsig is tied to the OS thread that forked: Run keeps that thread
+//     locked until the supervisor has exited, the supervisor keeps its
+//     forking thread for good, and it switches its own parent-death signal
+//     in package init, on the main thread (the one Run's fork created).
 package sandbox

@@ -85,10 +85,10 @@ cat %[5]s/f
 	}
 
 	// Nothing to hide on disk yet: the worker is placed the same way
-	// (PID 1 of its own namespace, its own /proc).
-	res, out = runSh(t, Spec{Hide: []string{filepath.Join(base, "missing")}}, `echo "pid=$$ procs=$(ls -d /proc/[0-9]* | wc -l)"`)
-	if !res.Hidden || res.Isolation != IsolationNamespaces || !strings.Contains(out, "pid=1 ") {
-		t.Errorf("Hide with only missing paths: Hidden=%v Isolation=%q, output %q, want pid 1 in its own namespace", res.Hidden, res.Isolation, out)
+	// (child of the supervisor, which is PID 1 of its own namespace).
+	res, out = runSh(t, Spec{Hide: []string{filepath.Join(base, "missing")}}, `echo "ppid=$PPID procs=$(ls -d /proc/[0-9]* | wc -l)"`)
+	if !res.Hidden || res.Isolation != IsolationNamespaces || !strings.Contains(out, "ppid=1 ") {
+		t.Errorf("Hide with only missing paths: Hidden=%v Isolation=%q, output %q, want ppid 1 (the supervisor) in its own namespace", res.Hidden, res.Isolation, out)
 	}
 }
 

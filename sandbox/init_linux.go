@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ import (
 // Run therefore re-executes the current binary (/proc/self/exe, so it works
 // even if the file was replaced or deleted) with only initEnvVar in its
 // environment. Init, called first thing in main, recognises that marker and
-// turns the process into a tiny helper which:
+// turns the process into the supervisor (supervise_linux.go), which:
 //
 //  1. reads its configuration (target path, argv, env, limits) from fd 3
 //     (a memfd written by Run, so the worker env never appears in the
@@ -31,29 +32,33 @@ import (
 //  2. in a new PID+mount namespace, makes mounts private and mounts a
 //     fresh /proc, then hides Spec.Hide (see hide_linux.go); in a new
 //     network namespace, brings lo up;
-//  3. sets no_new_privs and drops every capability;
-//  4. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//  3. becomes a child subreaper and starts the exec stage: this binary
+//     once more, with the config in a new memfd on fd 3, which
+//  4. sets no_new_privs and drops every capability;
+//  5. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
-//  5. execve()s the worker with the raw syscall (no allocation after
+//  6. execve()s the worker with the raw syscall (no allocation after
 //     RLIMIT_AS is in place).
 //
-// The helper is the process Run started, so after exec the worker IS the
-// child of the executor: it keeps the process group, the cgroup (it was
-// cloned into it with CLONE_INTO_CGROUP) and the namespaces, and the exit
-// status Run waits for is the worker's. This is race-free: no worker
-// instruction runs before every limit is in place. Problems before exec are
-// reported on fd 4 (close-on-exec, so EOF means the exec succeeded) as
-// "note:" (non-fatal) or "error:"/"execerr:" lines; on error the helper exits
-// with status 127 and Run returns an error.
+// The worker keeps the supervisor's process group, cgroup (Run cloned the
+// supervisor into it with CLONE_INTO_CGROUP) and namespaces. This is
+// race-free: no worker instruction runs before every limit is in place.
+// Problems are reported on fd 4 (close-on-exec in both stages; EOF means
+// the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"
+// lines, the worker's wait status as "exit:<status>"; on error the exec
+// stage exits with status 127, the supervisor reports it and exits, and Run
+// returns an error.
 
 const (
 	initEnvVar   = "_SLOTLEASE_SANDBOX_INIT"
 	initEnvValue = "1"
 	// initProbeValue makes the helper HideSupported's probe instead.
 	initProbeValue = "probe"
-	initArgv0      = "slotlease-sandbox-init"
-	cfgFD          = 3
-	statusFD       = 4
+	// initExecValue makes the helper the exec stage the supervisor starts.
+	initExecValue = "exec"
+	initArgv0     = "slotlease-sandbox-init"
+	cfgFD         = 3
+	statusFD      = 4
 )
 
 var initHookCalled atomic.Bool
@@ -81,7 +86,9 @@ func Init() {
 	initHookCalled.Store(true)
 	switch os.Getenv(initEnvVar) {
 	case initEnvValue:
-		runInitHelper()
+		runSupervisor()
+	case initExecValue:
+		runExecStage()
 	case initProbeValue:
 		probeHelper()
 	}
@@ -104,6 +111,9 @@ type initConfig struct {
 	LoopbackUp    bool            `json:"loopback_up"`
 	Hiding        bool            `json:"hiding"` // Spec.Hide was given: fresh /proc and Hide, or fail
 	Hide          []hiddenPath    `json:"hide"`   // the paths of Spec.Hide that exist
+	// KillGrace is how long processes the worker leaves behind get between
+	// SIGTERM and SIGKILL (read by the supervisor).
+	KillGrace time.Duration `json:"kill_grace"`
 }
 
 func helperStatus(kind, msg string) {
@@ -123,12 +133,9 @@ func helperFail(format string, args ...any) {
 	unix.Exit(127)
 }
 
-func runInitHelper() {
-	// Capabilities, no_new_privs and the bounding set belong to a thread:
-	// the thread that drops them must be the one that calls execve.
-	runtime.LockOSThread()
-	// fd 4 must not reach the worker: EOF on it tells Run the exec happened.
-	unix.CloseOnExec(statusFD)
+// readInitConfig reads the configuration Run (or the supervisor) wrote to
+// fd 3.
+func readInitConfig() initConfig {
 	cfgFile := os.NewFile(cfgFD, "sandbox-config")
 	data, err := io.ReadAll(cfgFile)
 	cfgFile.Close()
@@ -142,7 +149,13 @@ func runInitHelper() {
 	if len(cfg.Argv) == 0 || cfg.Path == "" {
 		helperFail("init helper: empty command")
 	}
+	return cfg
+}
 
+// setupNamespaces prepares the new mount and network namespaces (fresh
+// /proc, hidden paths, lo up). It runs in the supervisor; its children
+// inherit the result.
+func setupNamespaces(cfg initConfig) {
 	if cfg.Hiding {
 		// Hiding is a promise: fail rather than run the worker with
 		// the paths (or the host's /proc, a way around them) exposed.
@@ -170,6 +183,17 @@ func runInitHelper() {
 			helperStatus("note", fmt.Sprintf("network: could not bring lo up in the new network namespace (%v)", err))
 		}
 	}
+}
+
+// runExecStage is the second stage, started by the supervisor: it drops
+// privileges, applies the limits and execs the worker.
+func runExecStage() {
+	// Capabilities, no_new_privs and the bounding set belong to a thread:
+	// the thread that drops them must be the one that calls execve.
+	runtime.LockOSThread()
+	// fd 4 (shared with the supervisor) must not reach the worker.
+	unix.CloseOnExec(statusFD)
+	cfg := readInitConfig()
 
 	// Everything execve needs is prepared now, before the limits.
 	argv0p, err := unix.BytePtrFromString(cfg.Path)

@@ -16,6 +16,7 @@ import (
 // procStat holds the fields of /proc/<pid>/stat we need.
 type procStat struct {
 	state byte
+	ppid  int
 	pgrp  int
 }
 
@@ -33,11 +34,12 @@ func readProcStat(pid int) (procStat, bool) {
 	if len(f) < 3 || len(f[0]) != 1 {
 		return procStat{}, false
 	}
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
 		return procStat{}, false
 	}
-	return procStat{state: f[0][0], pgrp: pgrp}, true
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
 }
 
 // pgroupAlive reports whether any non-zombie process is in process group pgid.

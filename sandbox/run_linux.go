@@ -212,7 +212,17 @@ func (r *runner) prepare() error {
 	return err
 }
 
+// plainEnvVar=1 in the executor's environment makes Run use neither
+// namespaces nor a cgroup, as on a host that has none: set only by tests, to
+// show that the supervisor's containment does not depend on them.
+const plainEnvVar = "_SLOTLEASE_SANDBOX_TEST_PLAIN"
+
+func plainForced() bool { return os.Getenv(plainEnvVar) == "1" }
+
 func (r *runner) nsVariants() []nsVariant {
+	if plainForced() {
+		return []nsVariant{{}}
+	}
 	var base uintptr
 	// Hiding paths needs a mount namespace, and a PID namespace with a
 	// fresh /proc so that /proc/<pid>/root of outside processes is no way
@@ -240,10 +250,12 @@ func (r *runner) nsVariants() []nsVariant {
 func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
 		Setpgid: true,
-		// If the executor dies, the worker (and with a PID namespace,
-		// everything in it) dies too. The fork happens on a locked OS
-		// thread that stays locked until the worker has exited, so the
-		// signal cannot fire early (go.dev/issue/27505).
+		// If the executor dies before the supervisor has set up its own
+		// parent-death signal (superviseSignal, to kill the whole tree),
+		// the supervisor dies at once, before starting anything. The fork
+		// happens on a locked OS thread that stays locked until the
+		// supervisor has exited, so the signal cannot fire early
+		// (go.dev/issue/27505).
 		Pdeathsig:  syscall.SIGKILL,
 		Cloneflags: v.flags,
 	}
@@ -275,6 +287,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		RestoreNofile: s.MaxOpenFiles == 0,
 		MountProc:     v.flags&unix.CLONE_NEWPID != 0 && v.flags&unix.CLONE_NEWNS != 0,
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
+		KillGrace:     r.grace,
 	}
 	if v.flags&unix.CLONE_NEWNS != 0 {
 		cfg.Hiding, cfg.Hide = len(r.spec.Hide) > 0, r.hide
@@ -403,9 +416,13 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 	}
 	defer r.errR.Close()
 
-	cg, notes := newCgroup(r.spec.MemoryBytes, r.spec.MaxProcs)
-	r.cg = cg
-	r.note(notes...)
+	if plainForced() {
+		r.note(plainEnvVar + "=1: no namespaces and no cgroup (test setting)")
+	} else {
+		cg, notes := newCgroup(r.spec.MemoryBytes, r.spec.MaxProcs)
+		r.cg = cg
+		r.note(notes...)
+	}
 	defer func() {
 		if r.cg != nil {
 			if rmErr := r.cg.remove(); rmErr != nil {
@@ -513,7 +530,8 @@ loop:
 	case <-readersDone:
 	case <-time.After(time.Second):
 		// Only possible when a process escaped all tracking (setsid
-		// without cgroup or PID namespace) and still holds the pipes.
+		// without cgroup or PID namespace, after the worker killed its
+		// supervisor) and still holds the pipes.
 		r.note("worker output pipes are still held open by an untracked process; output capture stopped")
 		_ = r.outR.SetReadDeadline(time.Now())
 		_ = r.errR.SetReadDeadline(time.Now())
@@ -529,8 +547,22 @@ loop:
 	if err := statusError(status, r.path); err != nil {
 		return err
 	}
-	r.collect(res, reason)
+	r.collect(res, reason, status)
 	return nil
+}
+
+// workerStatus extracts the worker's wait status reported by the supervisor.
+func workerStatus(status []string) (syscall.WaitStatus, bool) {
+	for _, line := range status {
+		if v, ok := strings.CutPrefix(line, "exit:"); ok {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return 0, false
+			}
+			return syscall.WaitStatus(n), true
+		}
+	}
+	return 0, false
 }
 
 // statusError extracts a fatal error reported by the init helper.
@@ -659,6 +691,13 @@ func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
 			return
 		}
 	}
+	// The supervisor kills the whole tree, also what left the process
+	// group or session, and reports the worker's status: give it the
+	// first go, the signals below are the backstop.
+	_ = r.cmd.Process.Signal(superviseSignal)
+	if r.waitGone(waitDone, 2*time.Second) {
+		return
+	}
 	start := time.Now()
 	for {
 		// Repeated: a process that forked between two rounds is caught by
@@ -684,11 +723,21 @@ func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
 }
 
 // collect fills the result from the exit status, rusage and cgroup stats.
-func (r *runner) collect(res *Result, reason string) {
+// The worker's own wait status comes from the supervisor ("exit:" on the
+// status pipe); the supervisor's is used only when it died before telling
+// (SIGKILLed with the process group, OOM kill of the cgroup). The rusage is
+// the supervisor's, which includes the worker it reaped.
+func (r *runner) collect(res *Result, reason string, status []string) {
 	ps := r.cmd.ProcessState
 	ws, _ := ps.Sys().(syscall.WaitStatus)
+	if w, ok := workerStatus(status); ok {
+		ws = w
+	}
 	ru, _ := ps.SysUsage().(*syscall.Rusage)
-	res.ExitCode = ps.ExitCode()
+	res.ExitCode = -1
+	if ws.Exited() {
+		res.ExitCode = ws.ExitStatus()
+	}
 	if ws.Signaled() {
 		res.ExitCode = -1
 		res.Signal = ws.Signal().String()

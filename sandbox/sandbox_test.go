@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,9 +62,9 @@ func marker() string {
 	return fmt.Sprintf("300.%09d", rand.Int64N(1e9))
 }
 
-// findProcs returns the live (non-zombie) processes having arg as one of
-// their argv elements.
-func findProcs(arg string) []int {
+// findProcs returns the live (non-zombie) processes having one of args as
+// one of their argv elements, from one scan of /proc.
+func findProcs(args ...string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {
@@ -76,7 +77,7 @@ func findProcs(arg string) []int {
 			continue
 		}
 		for _, a := range strings.Split(string(data), "\x00") {
-			if a == arg {
+			if slices.Contains(args, a) {
 				if st, ok := readProcStat(pid); ok && st.state != 'Z' {
 					pids = append(pids, pid)
 				}
@@ -304,7 +305,6 @@ func TestEnvironmentIsExactlySpecEnv(t *testing.T) {
 // grandchild that escapes the process group with setsid.
 func TestStopKillsEverything(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	haveCgroup, _, _ := cgroupCaps(t)
 	haveNS := namespacesAvailable(0)
 	scripts := map[string]string{
 		"forks":       `sleep @A@ & sleep @B@ & wait`,
@@ -333,14 +333,6 @@ func TestStopKillsEverything(t *testing.T) {
 			t.Parallel()
 			a, b := marker(), marker()
 			script := strings.NewReplacer("@A@", a, "@B@", b).Replace(scripts[tc.script])
-			escapes := tc.script == "setsid" && !haveCgroup && !(tc.isolate && haveNS)
-			if escapes {
-				defer func() {
-					for _, pid := range findProcs(a) {
-						syscall.Kill(pid, syscall.SIGKILL)
-					}
-				}()
-			}
 			spec := Spec{Command: []string{"sh", "-c", script}, KillGrace: grace, Isolate: tc.isolate}
 			if tc.trigger == StoppedLeaseLost {
 				spec.LostGrace = grace
@@ -382,9 +374,9 @@ func TestStopKillsEverything(t *testing.T) {
 			if len(leftB) != 0 {
 				t.Errorf("processes survived Run: %v", leftB)
 			}
-			if escapes {
-				t.Logf("no cgroup and no PID namespace: the setsid grandchild escapes (documented); left=%v notes=%q", leftA, o.res.Notes)
-			} else if len(leftA) != 0 {
+			// Also the setsid grandchild without cgroup or PID namespace:
+			// the supervisor finds it below itself (child subreaper).
+			if len(leftA) != 0 {
 				t.Errorf("processes survived Run: %v (notes %q)", leftA, o.res.Notes)
 			}
 			res := o.res
@@ -392,7 +384,6 @@ func TestStopKillsEverything(t *testing.T) {
 				t.Errorf("StoppedBy=%q, want %q", res.StoppedBy, tc.trigger)
 			}
 			elapsed := time.Since(triggered)
-			isolated := tc.isolate && res.Isolation == IsolationNamespaces
 			switch {
 			case tc.script == "ignore-term":
 				// Only SIGKILL after the grace stops it.
@@ -402,14 +393,9 @@ func TestStopKillsEverything(t *testing.T) {
 				if elapsed < grace {
 					t.Errorf("Run returned %v after the stop, before KillGrace %v", elapsed, grace)
 				}
-			case isolated:
-				// The shell is PID 1 of its namespace, which only receives
-				// signals it handles: its children die of SIGTERM, then its
-				// wait returns and it exits, or it is SIGKILLed after the grace.
-				if res.ExitCode != 0 && res.Signal != "killed" {
-					t.Errorf("exit=%d signal=%q", res.ExitCode, res.Signal)
-				}
 			default:
+				// Also under a PID namespace: the supervisor is PID 1 there,
+				// not the shell.
 				if res.ExitCode != -1 || res.Signal != "terminated" {
 					t.Errorf("exit=%d signal=%q, want terminated (SIGTERM suffices)", res.ExitCode, res.Signal)
 				}
@@ -590,7 +576,7 @@ func TestIsolate(t *testing.T) {
 	t.Parallel()
 	var out syncBuffer
 	res := mustRun(t, Spec{
-		Command: []string{"sh", "-c", `echo $$; for p in /proc/[0-9]*; do echo $p; done`},
+		Command: []string{"sh", "-c", `echo $PPID; echo $$; for p in /proc/[0-9]*; do echo $p; done`},
 		Isolate: true,
 		Stdout:  &out,
 	})
@@ -600,12 +586,12 @@ func TestIsolate(t *testing.T) {
 			t.Fatalf("namespaces are available but Isolation=%q notes=%q", res.Isolation, res.Notes)
 		}
 		if lines[0] != "1" {
-			t.Fatalf("worker pid %q, want 1 in its own PID namespace", lines[0])
+			t.Fatalf("worker's parent pid %q, want 1 (the supervisor) in its own PID namespace", lines[0])
 		}
 		if !hasNote(res, "/proc") {
-			// Fresh /proc: only the worker itself is visible.
-			if len(lines) != 2 || lines[1] != "/proc/1" {
-				t.Fatalf("worker sees processes %q, want only /proc/1", lines[1:])
+			// Fresh /proc: only the supervisor and the worker are visible.
+			if want := []string{"/proc/1", "/proc/" + lines[1]}; len(lines) != 4 || lines[2] != want[0] || lines[3] != want[1] {
+				t.Fatalf("worker sees processes %q, want only %q", lines[2:], want)
 			}
 		}
 	} else {
@@ -686,7 +672,9 @@ func TestInitRequired(t *testing.T) {
 }
 
 // TestExecutorCrash: when the executor dies without cleaning up (SIGKILL),
-// the worker dies with it (Pdeathsig); in a PID namespace its whole tree does.
+// the worker and its children die with it (the supervisor's parent-death
+// signal), with or without a PID namespace; see also
+// TestExecutorCrashKillsWholeTree.
 //
 // Not parallel: it checks that the crashed executor's cgroup exists until
 // the next Run sweeps it, and parallel Runs would sweep it at any time.
@@ -727,10 +715,6 @@ func TestExecutorCrash(t *testing.T) {
 				for _, pid := range findProcs(m) {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
-			}
-			if isolate && !namespacesAvailable(0) {
-				t.Log("no PID namespace: grandchildren outlive a crashed executor (documented)")
-				continue
 			}
 			t.Fatalf("isolate=%t: worker survived the executor's death", isolate)
 		}

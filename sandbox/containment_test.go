@@ -1,0 +1,168 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// containmentLimit is the promise: this long after the executor's SIGKILL,
+// nothing of its worker tree runs any more.
+const containmentLimit = 500 * time.Millisecond
+
+// containmentScripts are worker trees that try every way out of the
+// process group: background children, setsid, a double fork, SIGTERM
+// ignored, and a bounded fork bomb still forking (some of it setsid) when
+// the executor dies. @A@... are markers.
+var containmentScripts = map[string]string{
+	"escapes": `sleep @A@ & setsid sleep @B@ & (sleep @C@ &); trap "" TERM; sleep @D@`,
+	// A tree of 2^6-1 shells, each with a sleep and a setsid sleep, and a
+	// loop that keeps starting double-forked setsid sleeps until it has
+	// made 200: still forking when the executor dies, and bounded, so
+	// that a broken supervisor cannot leave an ever-growing tree behind.
+	"forkbomb": `g() { if [ "$1" -gt 0 ]; then g $(($1-1)) & (setsid sleep @B@ &); g $(($1-1)) & fi; sleep @A@; }
+i=0; while [ $i -lt 200 ]; do (setsid sleep @C@ &); i=$((i+1)); done &
+g 5 & sleep @D@`,
+}
+
+// TestExecutorCrashKillsWholeTree: the executor is SIGKILLed; within
+// containmentLimit no process of the worker tree is left, with namespaces
+// and cgroup as available, without Isolate, and with neither (forced).
+func TestExecutorCrashKillsWholeTree(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := []struct {
+		name string
+		env  []string
+	}{
+		{"default", nil},
+		{"isolate", []string{executorEnv + "_ISOLATE=1"}},
+		{"plain", []string{plainEnvVar + "=1", executorEnv + "_ISOLATE=1"}},
+	}
+	for _, mode := range modes {
+		for _, name := range []string{"escapes", "forkbomb"} {
+			t.Run(mode.name+"/"+name, func(t *testing.T) {
+				marks := []string{marker(), marker(), marker(), marker()}
+				script := strings.NewReplacer("@A@", marks[0], "@B@", marks[1], "@C@", marks[2], "@D@", marks[3]).Replace(containmentScripts[name])
+				left := func() []int { return findProcs(marks...) }
+				t.Cleanup(func() {
+					for _, pid := range left() {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+				cmd := exec.Command(exe, "-test.run=^$")
+				cmd.Env = append(append(os.Environ(), executorEnv+"="+script, "TMPDIR="+t.TempDir()), mode.env...)
+				var stderr syncBuffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				// Every way out is taken before the kill: the four
+				// markers run (the fork bomb: with many processes).
+				started := func() bool {
+					for _, m := range marks {
+						if len(findProcs(m)) == 0 {
+							return false
+						}
+					}
+					return name != "forkbomb" || len(left()) >= 60
+				}
+				if !waitFor(30*time.Second, started) {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Fatalf("worker tree never started (%d processes): %s", len(left()), stderr.String())
+				}
+				n := len(left())
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				killed := time.Now()
+				_ = cmd.Wait()
+				for len(left()) != 0 && time.Since(killed) < containmentLimit {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if pids := left(); len(pids) != 0 {
+					t.Fatalf("%d processes of the worker tree (%d seen before the kill) survived the executor's SIGKILL by %v: %v", len(pids), n, containmentLimit, pids[:min(len(pids), 10)])
+				}
+				t.Logf("%d processes of the worker tree, all gone %v after the executor's SIGKILL", n, time.Since(killed).Round(time.Millisecond))
+			})
+		}
+	}
+}
+
+// TestWorkerCannotForgeItsStatus: the supervisor holds the status pipe the
+// worker's exit status travels on; the worker cannot reach it through
+// /proc (the supervisor is non-dumpable), with or without a PID namespace.
+func TestWorkerCannotForgeItsStatus(t *testing.T) {
+	t.Parallel()
+	for _, isolate := range []bool{false, true} {
+		var out syncBuffer
+		res := mustRun(t, Spec{
+			Command: []string{"sh", "-c", `for fd in /proc/$PPID/fd/*; do echo "exit:0" > "$fd" && echo "wrote $fd"; done 2>/dev/null; exit 9`},
+			Isolate: isolate,
+			Stdout:  &out,
+		})
+		if res.ExitCode != 9 || res.Signal != "" {
+			t.Errorf("isolate=%t: exit=%d signal=%q, want 9 (status forged?)", isolate, res.ExitCode, res.Signal)
+		}
+		if strings.Contains(out.String(), "wrote") {
+			t.Errorf("isolate=%t: the worker wrote to its supervisor's descriptors: %s", isolate, out.String())
+		}
+	}
+}
+
+// TestSIGTERMReachesProcessesThatLeftTheGroup: on a stop, a descendant that
+// called setsid gets SIGTERM too (from the supervisor), so it can clean up
+// before the SIGKILL, also without cgroup and namespaces.
+func TestSIGTERMReachesProcessesThatLeftTheGroup(t *testing.T) {
+	t.Setenv(plainEnvVar, "1")
+	a := marker()
+	flag := filepath.Join(t.TempDir(), "got-term")
+	// The worker itself ignores SIGTERM, so it does not exit and leave the
+	// setsid shell to the leftover cleanup.
+	script := `setsid sh -c 'trap "echo got-term > ` + flag + `; exit 0" TERM; sleep ` + a + ` & wait' & trap "" TERM; wait`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runAsync(ctx, Spec{Command: []string{"sh", "-c", script}, KillGrace: 5 * time.Second}, nil)
+	if !waitFor(10*time.Second, func() bool { return len(findProcs(a)) == 1 }) {
+		t.Fatal("worker never started")
+	}
+	cancel()
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if data, err := os.ReadFile(flag); err != nil || string(data) != "got-term\n" {
+		t.Fatalf("the setsid shell got no SIGTERM (%q, %v); notes %q", data, err, o.res.Notes)
+	}
+	if left := findProcs(a); len(left) != 0 {
+		t.Fatalf("processes survived Run: %v", left)
+	}
+}
+
+// TestWorkerKillingItsSupervisorDies: outside a PID namespace the worker
+// can SIGKILL its supervisor (same uid); it then dies too.
+func TestWorkerKillingItsSupervisorDies(t *testing.T) {
+	t.Setenv(plainEnvVar, "1")
+	a := marker()
+	var out syncBuffer
+	res := mustRun(t, Spec{
+		Command: []string{"sh", "-c", `kill -9 $PPID; sleep ` + a + `; echo survived`},
+		Stdout:  &out,
+	})
+	if left := findProcs(a); len(left) != 0 {
+		t.Fatalf("the worker outlived its supervisor: %v", left)
+	}
+	if strings.Contains(out.String(), "survived") || res.Signal != "killed" {
+		t.Fatalf("exit=%d signal=%q output %q, want killed", res.ExitCode, res.Signal, out.String())
+	}
+}

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A killed executor's worker tree is dead within this long, whatever it did
+// to leave the process group (issue 15, containment).
+const treeDeathLimit = 500 * time.Millisecond
+
+// escapingTree is a worker that takes every way out of the process group
+// and ignores SIGTERM; its four sleeps carry the markers.
+func escapingTree(m [4]string) string {
+	return fmt.Sprintf(`sleep %s & setsid sleep %s & (sleep %s &); trap "" TERM; sleep %s`, m[0], m[1], m[2], m[3])
+}
+
+// forkBomb is a bounded fork bomb still forking (setsid, double-forked)
+// when the executor dies: a tree of 31 shells with a sleep each, and a loop
+// starting 200 setsid sleeps.
+func forkBomb(m [4]string) string {
+	return fmt.Sprintf(`g() { if [ "$1" -gt 0 ]; then g $(($1-1)) & (setsid sleep %s &); g $(($1-1)) & fi; sleep %s; }
+i=0; while [ $i -lt 200 ]; do (setsid sleep %s &); i=$((i+1)); done &
+g 4 & sleep %s`, m[0], m[1], m[2], m[3])
+}
+
+func treeMarkers() [4]string {
+	var m [4]string
+	for i := range m {
+		m[i] = fmt.Sprintf("400.%09d", rand.Int64N(1e9))
+	}
+	return m
+}
+
+// treeProcs lists the live processes whose argv holds one of the markers.
+func treeProcs(m [4]string) []int {
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(d + "/cmdline")
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(d + "/stat")
+		if err != nil || strings.Contains(string(stat[strings.LastIndexByte(string(stat), ')')+1:]), " Z ") {
+			continue // gone or a zombie
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		for _, mk := range m {
+			if len(args) > 1 && args[0] == "sleep" && args[1] == mk {
+				var pid int
+				fmt.Sscan(filepath.Base(d), &pid)
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// killAndCheckTree SIGKILLs the executor once every marker runs (and at
+// least minProcs processes), then checks that nothing of the tree is left
+// treeDeathLimit later.
+func killAndCheckTree(t *testing.T, executor *proc, m [4]string, minProcs int) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, pid := range treeProcs(m) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	eventually(t, 60*time.Second, "the worker tree to start", func() bool {
+		pids := treeProcs(m)
+		for _, mk := range m {
+			if len(treeProcs([4]string{mk, mk, mk, mk})) == 0 {
+				return false
+			}
+		}
+		return len(pids) >= minProcs
+	})
+	n := len(treeProcs(m))
+	if err := executor.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	executor.Wait(t, 10*time.Second)
+	for len(treeProcs(m)) != 0 && time.Since(killed) < treeDeathLimit {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := treeProcs(m); len(left) != 0 {
+		t.Fatalf("%d processes of the worker tree (%d before the kill) outlived the executor's SIGKILL by %v: %v",
+			len(left), n, treeDeathLimit, left[:min(len(left), 10)])
+	}
+	t.Logf("%d processes in the worker tree, all gone %v after the executor's SIGKILL", n, time.Since(killed).Round(time.Millisecond))
+}
+
+// plainSandbox forces the sandbox's no-namespace, no-cgroup path (a test
+// setting, see sandbox).
+const plainSandbox = "_SLOTLEASE_SANDBOX_TEST_PLAIN=1"
+
+func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
+	env, httpAddr := managerEnv(t, "contain", "gpu=4", "15s")
+	startManager(t, env, httpAddr)
+	cases := []struct {
+		name     string
+		env      []string
+		script   func([4]string) string
+		minProcs int
+	}{
+		{"default", nil, escapingTree, 4},
+		{"plain", []string{plainSandbox}, escapingTree, 4},
+		{"default/forkbomb", nil, forkBomb, 40},
+		{"plain/forkbomb", []string{plainSandbox}, forkBomb, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := treeMarkers()
+			run := start(t, append(append([]string{}, env...), tc.env...), "executor", "run", "--pool", "gpu", "--", "sh", "-c", tc.script(m))
+			killAndCheckTree(t, run, m, tc.minProcs)
+		})
+	}
+}
+
+func TestKilledExecutorServeLeavesNoJob(t *testing.T) {
+	env, httpAddr := managerEnv(t, "containserve", "p=2", "15s")
+	startManager(t, env, httpAddr)
+	for _, mode := range []struct {
+		name string
+		env  []string
+	}{{"default", nil}, {"plain", []string{plainSandbox}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			m := treeMarkers()
+			if code, out := runExecutor(t, env, "submit", "--pool", "p", "--max-attempts", "1", "--", "sh", "-c", escapingTree(m)); code != 0 {
+				t.Fatalf("submit: exit %d\n%s", code, out)
+			}
+			serve := start(t, append(append([]string{}, env...), mode.env...), "executor", "serve", "--pools", "p")
+			killAndCheckTree(t, serve, m, 4)
+		})
+	}
+}
