@@ -13,17 +13,9 @@ import (
 // pairs; -1 if there is none.
 func metricValue(t *testing.T, httpAddr, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrapeMetrics(t, httpAddr)
 next:
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
@@ -39,4 +31,22 @@ next:
 		return v
 	}
 	return -1
+}
+
+// scrapeMetrics returns the text of a manager's /metrics.
+func scrapeMetrics(t *testing.T, httpAddr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s\n%s", resp.Status, body)
+	}
+	return string(body)
 }
