@@ -2,9 +2,7 @@ package leasemetrics_test
 
 import (
 	"context"
-	"io"
 	"math"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sort"
@@ -49,20 +47,9 @@ func scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	srv := httptest.NewServer(telemetry.MetricsHandler())
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
+	body := harness.GetOK(t, srv.URL+"/metrics")
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("parsing /metrics: %v\n%s", err, body)
 	}

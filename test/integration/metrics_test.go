@@ -1,11 +1,11 @@
 package integration
 
 import (
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // metricValue reads one series of a manager's /metrics: the first line of
@@ -36,17 +36,5 @@ next:
 // scrapeMetrics returns the text of a manager's /metrics.
 func scrapeMetrics(t *testing.T, httpAddr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %s\n%s", resp.Status, body)
-	}
-	return string(body)
+	return harness.GetOK(t, "http://"+httpAddr+"/metrics")
 }
