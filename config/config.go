@@ -16,7 +16,10 @@ import (
 )
 
 // ReservedNodeID cannot name a node: its request subjects would fall inside
-// the event subjects <prefix>.events.>.
+// the event subjects <prefix>.events.>. It is refused in any case: NATS
+// subjects are case-sensitive, but "EVENTS" beside "events" in subjects,
+// logs and (on case-insensitive file systems) the store directory would
+// only mislead.
 const ReservedNodeID = "events"
 
 // Environment variable names.
@@ -184,9 +187,10 @@ func LoadCommon() (*Common, error) {
 // LoadCommonFrom reads Common from m only, never from the process
 // environment. A nil m is an empty environment.
 func LoadCommonFrom(m map[string]string) (*Common, error) {
-	m = nonNil(m)
+	m, errs := strictVars(nonNil(m), commonVars)
 	var c Common
-	errs, _ := parseEnv(&c, m)
+	perrs, _ := parseEnv(&c, m)
+	errs = append(errs, perrs...)
 	errs = append(errs, c.resolve()...)
 	if err := joinErrs(sortByVar(errs)); err != nil {
 		return nil, err
@@ -202,9 +206,10 @@ func LoadManager() (*Manager, error) {
 // LoadManagerFrom reads Manager from m only, never from the process
 // environment. A nil m is an empty environment.
 func LoadManagerFrom(m map[string]string) (*Manager, error) {
-	m = nonNil(m)
+	m, errs := strictVars(nonNil(m), varOrder)
 	var c Manager
-	errs, bad := parseEnv(&c, m)
+	perrs, bad := parseEnv(&c, m)
+	errs = append(errs, perrs...)
 	errs = append(errs, c.Common.resolve()...)
 	errs = append(errs, c.resolve(m, bad)...)
 	if err := joinErrs(sortByVar(errs)); err != nil {
@@ -233,8 +238,8 @@ func (c *Common) resolve() []error {
 	}
 	if err := ValidToken(c.NodeID); err != nil {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, err))
-	} else if c.NodeID == ReservedNodeID {
-		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved: "<prefix>.events.>" is the event subject space`)))
+	} else if strings.EqualFold(c.NodeID, ReservedNodeID) {
+		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved, in any case: "<prefix>.events.>" is the event subject space`)))
 	}
 	if c.NATSCreds != "" {
 		if err := checkReadable(c.NATSCreds, "a .creds file"); err != nil {
@@ -257,16 +262,24 @@ func (c *Common) resolve() []error {
 // Variables in bad already failed to parse and are not checked again.
 func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	var errs []error
-	if !bad[EnvExecutorMaxConcurrency] && c.DefaultCapacity <= 0 {
-		errs = append(errs, varErr(EnvExecutorMaxConcurrency, m[EnvExecutorMaxConcurrency], reason("must be a positive integer")))
+	if !bad[EnvExecutorMaxConcurrency] {
+		if c.DefaultCapacity <= 0 {
+			errs = append(errs, varErr(EnvExecutorMaxConcurrency, m[EnvExecutorMaxConcurrency], reason("must be a positive integer")))
+		} else if c.DefaultCapacity > MaxCapacity {
+			errs = append(errs, varErr(EnvExecutorMaxConcurrency, m[EnvExecutorMaxConcurrency], reason(fmt.Sprintf("must be at most %d", MaxCapacity))))
+		}
 	}
 	if !bad[EnvLeaseTTL] {
 		if err := checkTTL(c.LeaseTTL); err != nil {
 			errs = append(errs, varErr(EnvLeaseTTL, m[EnvLeaseTTL], err))
 		}
 	}
-	if !bad[EnvEventRetention] && c.EventRetention < 0 {
-		errs = append(errs, varErr(EnvEventRetention, m[EnvEventRetention], reason("must not be negative (0 keeps no events)")))
+	if !bad[EnvEventRetention] {
+		if c.EventRetention < 0 {
+			errs = append(errs, varErr(EnvEventRetention, m[EnvEventRetention], reason("must not be negative (0 keeps no events)")))
+		} else if c.EventRetention > MaxEventRetention {
+			errs = append(errs, varErr(EnvEventRetention, m[EnvEventRetention], reason("must be at most 8760h (a year)")))
+		}
 	}
 	if !bad[EnvReplicas] && (c.Replicas < 1 || c.Replicas > 5) {
 		errs = append(errs, varErr(EnvReplicas, m[EnvReplicas], reason("must be 1 to 5 (JetStream's range)")))
@@ -285,7 +298,11 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		c.HTTPAddr = DefaultHTTPAddr
 	}
 	if c.HTTPAddr != "" {
-		if err := checkHostPort(c.HTTPAddr); err != nil {
+		err := checkHostPort(c.HTTPAddr)
+		if err == nil {
+			err = checkResolvable(c.HTTPAddr)
+		}
+		if err != nil {
 			errs = append(errs, varErr(EnvHTTPAddr, c.HTTPAddr, err))
 		}
 	}
@@ -388,6 +405,9 @@ func checkTTL(d time.Duration) error {
 	if d%time.Second != 0 {
 		return reason("must be whole seconds (JetStream TTLs have one-second resolution)")
 	}
+	if d > MaxTTL {
+		return reason("must be at most 24h")
+	}
 	return nil
 }
 
@@ -454,15 +474,6 @@ func parseReason(pe env.ParseError) string {
 	default:
 		return fmt.Sprintf("cannot parse as %s: %v", pe.Type, pe.Err)
 	}
-}
-
-// varOrder is the order errors are reported in: the documented order of
-// the variables, so output is stable whatever order checks run in.
-var varOrder = []string{
-	EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
-	EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvNATSListen, EnvSubjectPrefix,
-	EnvLogLevel, EnvLogFormat, EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
-	EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 }
 
 func sortByVar(errs []error) []error {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,18 +18,24 @@ func TestParsePoolCapacitiesErrors(t *testing.T) {
 		name, in, want string
 	}{
 		{"trailing comma", "gpu=1,", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
-		{"doubled comma", "gpu=1, ,io=2", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
+		{"doubled comma", "gpu=1,,io=2", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
+		{"blank entry", "gpu=1, ,io=2", `POOL_CAPACITIES: entry " ": must not contain spaces`},
+		{"all blank", "  \t ", `POOL_CAPACITIES: entry "  \t ": must not contain spaces`},
+		{"spaces around entries", " gpu=1,io=2", `POOL_CAPACITIES: entry " gpu=1": must not contain spaces`},
+		{"spaces around the sign", "gpu = 1", `POOL_CAPACITIES: entry "gpu = 1": must not contain spaces`},
+		{"plus sign", "gpu=+5", `POOL_CAPACITIES: entry "gpu=+5": capacity must not have a '+' sign`},
+		{"leading zeros", "gpu=007", `POOL_CAPACITIES: entry "gpu=007": capacity must not have leading zeros`},
+		{"over the maximum", "gpu=1099511627777", `POOL_CAPACITIES: entry "gpu=1099511627777": capacity must be at most 1099511627776`},
+		{"int64 max", "gpu=9223372036854775807", `POOL_CAPACITIES: entry "gpu=9223372036854775807": capacity must be at most 1099511627776`},
 		{"leading comma", ",gpu=1", `POOL_CAPACITIES: entry "": empty entry (stray comma?)`},
 		{"missing equals", "gpu", `POOL_CAPACITIES: entry "gpu": missing '=' (want name=capacity)`},
-		{"missing equals with number", " gpu 4 ", `POOL_CAPACITIES: entry "gpu 4": missing '=' (want name=capacity)`},
+		{"missing equals with number", "gpu4", `POOL_CAPACITIES: entry "gpu4": missing '=' (want name=capacity)`},
 		{"empty name", "=4", `POOL_CAPACITIES: entry "=4": empty pool name`},
-		{"blank name", "  = 4", `POOL_CAPACITIES: entry "= 4": empty pool name`},
 		{"dot in name", "gp.u=1", `POOL_CAPACITIES: entry "gp.u=1": invalid pool name "gp.u": must contain only letters, digits, '-' and '_'`},
 		{"wildcard in name", "gp*=1", `POOL_CAPACITIES: entry "gp*=1": invalid pool name "gp*": must contain only letters, digits, '-' and '_'`},
-		{"space in name", "g pu=1", `POOL_CAPACITIES: entry "g pu=1": invalid pool name "g pu": must contain only letters, digits, '-' and '_'`},
+		{"space in name", "g pu=1", `POOL_CAPACITIES: entry "g pu=1": must not contain spaces`},
 		{"name too long", long + "=1", `POOL_CAPACITIES: entry "` + long + `=1": invalid pool name "` + long + `": must be at most 64 characters, got 65`},
 		{"duplicate", "gpu=1,gpu=2", `POOL_CAPACITIES: entry "gpu=2": duplicate pool "gpu"`},
-		{"duplicate with spaces", "gpu=1, gpu = 2 ", `POOL_CAPACITIES: entry "gpu = 2": duplicate pool "gpu"`},
 		{"non-numeric", "gpu=abc", `POOL_CAPACITIES: entry "gpu=abc": capacity is not a number`},
 		{"sign only", "gpu=-", `POOL_CAPACITIES: entry "gpu=-": capacity is not a number`},
 		{"missing capacity", "gpu=", `POOL_CAPACITIES: entry "gpu=": missing capacity`},
@@ -38,8 +45,8 @@ func TestParsePoolCapacitiesErrors(t *testing.T) {
 		{"trailing garbage", "gpu=1x", `POOL_CAPACITIES: entry "gpu=1x": unexpected "x" after capacity`},
 		{"second equals", "gpu=1=2", `POOL_CAPACITIES: entry "gpu=1=2": unexpected "=2" after capacity`},
 		{"decimal", "gpu=1.5", `POOL_CAPACITIES: entry "gpu=1.5": unexpected ".5" after capacity`},
-		{"inner space", "gpu=1 2", `POOL_CAPACITIES: entry "gpu=1 2": unexpected " 2" after capacity`},
-		{"overflow", "gpu=9223372036854775808", `POOL_CAPACITIES: entry "gpu=9223372036854775808": capacity overflows int64 (max 9223372036854775807)`},
+		{"inner space", "gpu=1 2", `POOL_CAPACITIES: entry "gpu=1 2": must not contain spaces`},
+		{"overflow", "gpu=9223372036854775808", `POOL_CAPACITIES: entry "gpu=9223372036854775808": capacity must be at most 1099511627776`},
 		{"bad after good", "io=16,gpu=0", `POOL_CAPACITIES: entry "gpu=0": capacity must be a positive integer`},
 	}
 	for _, tt := range tests {
@@ -88,15 +95,13 @@ func TestParsePoolCapacities(t *testing.T) {
 		want []Pool
 	}{
 		{"", nil},
-		{"  \t ", nil},
 		{"gpu=1,io=16", []Pool{{Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}}},
 		{"io=16,gpu=1", []Pool{{Name: "io", Capacity: 16}, {Name: "gpu", Capacity: 1}}}, // input order kept
-		{" gpu = 1 ,\tio=16 ", []Pool{{Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}}},
-		{"default=8", []Pool{{Name: "default", Capacity: 8}}}, // no default pool added or removed
+		{"default=8", []Pool{{Name: "default", Capacity: 8}}},                           // no default pool added or removed
 		{"GPU=1,gpu=2", []Pool{{Name: "GPU", Capacity: 1}, {Name: "gpu", Capacity: 2}}},
-		{"a-b_C9=+5", []Pool{{Name: "a-b_C9", Capacity: 5}}},
-		{"big=9223372036854775807", []Pool{{Name: "big", Capacity: 9223372036854775807}}},
-		{"gpu=007", []Pool{{Name: "gpu", Capacity: 7}}},
+		{"a-b_C9=5", []Pool{{Name: "a-b_C9", Capacity: 5}}},
+		{"big=1099511627776", []Pool{{Name: "big", Capacity: MaxCapacity}}},
+		{"zero=10", []Pool{{Name: "zero", Capacity: 10}}},
 	}
 	for _, tt := range tests {
 		got, err := ParsePoolCapacities(tt.in)
@@ -258,10 +263,15 @@ func TestLoadManagerFrom(t *testing.T) {
 		{"max concurrency alone", map[string]string{EnvExecutorMaxConcurrency: "6"}, func(t *testing.T, c *Manager) {
 			wantPools(t, c, []Pool{{Name: "default", Capacity: 6}})
 		}},
-		{"whitespace trimmed", map[string]string{EnvPoolCapacities: "  gpu = 1 ,  io=16  "}, func(t *testing.T, c *Manager) {
-			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}, {Name: "io", Capacity: 16}})
-			if c.PoolCapacities != "  gpu = 1 ,  io=16  " {
-				t.Errorf("PoolCapacities = %q, want the raw value", c.PoolCapacities)
+		{"largest values", map[string]string{EnvPoolCapacities: "gpu=1099511627776", EnvLeaseTTL: "24h", EnvLeaderTTL: "24h", EnvEventRetention: "8760h", EnvPriorityAging: "24h", EnvPoolMaxQueue: "gpu=4194304"}, func(t *testing.T, c *Manager) {
+			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: MaxCapacity, MaxQueue: MaxQueueLimit}})
+			if c.LeaseTTL != MaxTTL || c.LeaderTTL != MaxTTL || c.EventRetention != MaxEventRetention || c.PriorityAging != MaxPriorityAging {
+				t.Errorf("TTLs %v %v, retention %v, aging %v: want the maxima", c.LeaseTTL, c.LeaderTTL, c.EventRetention, c.PriorityAging)
+			}
+		}},
+		{"password taken as is", map[string]string{EnvNATSUser: "u", EnvNATSPassword: " p w "}, func(t *testing.T, c *Manager) {
+			if c.NATSPassword != " p w " {
+				t.Errorf("NATSPassword = %q, want it byte for byte", c.NATSPassword)
 			}
 		}},
 		{"ttl 1s", map[string]string{EnvLeaseTTL: "1s"}, func(t *testing.T, c *Manager) {
@@ -387,6 +397,33 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		{"http port too big", map[string]string{EnvHTTPAddr: "127.0.0.1:99999"}, EnvHTTPAddr, "0 to 65535"},
 		{"pools trailing comma", map[string]string{EnvPoolCapacities: "gpu=1,"}, EnvPoolCapacities, "empty entry"},
 		{"pools zero", map[string]string{EnvPoolCapacities: "gpu=0"}, EnvPoolCapacities, "capacity must be a positive integer"},
+
+		// Issue 14's leniencies: one rule for every variable (strict.go).
+		{"node id reserved upper case", map[string]string{EnvNodeID: "EVENTS"}, EnvNodeID, "reserved, in any case"},
+		{"node id reserved mixed case", map[string]string{EnvNodeID: "Events"}, EnvNodeID, "reserved, in any case"},
+		{"node id spaces around", map[string]string{EnvNodeID: " n1"}, EnvNodeID, "must not have spaces around it"},
+		{"listen spaces around", map[string]string{EnvNATSListen: "127.0.0.1:4222 "}, EnvNATSListen, "must not have spaces around it"},
+		{"log level spaces around", map[string]string{EnvLogLevel: " info"}, EnvLogLevel, "must not have spaces around it"},
+		{"store dir spaces around", map[string]string{EnvNATSStoreDir: "/tmp/x "}, EnvNATSStoreDir, "must not have spaces around it"},
+		{"ttl spaces around", map[string]string{EnvLeaseTTL: " 15s"}, EnvLeaseTTL, "must not have spaces around it"},
+		{"ttl plus sign", map[string]string{EnvLeaseTTL: "+15s"}, EnvLeaseTTL, "must not have a '+' sign"},
+		{"ttl huge", map[string]string{EnvLeaseTTL: "2562047h"}, EnvLeaseTTL, "at most 24h"},
+		{"ttl just over a day", map[string]string{EnvLeaseTTL: "24h1s"}, EnvLeaseTTL, "at most 24h"},
+		{"leader ttl over a day", map[string]string{EnvLeaderTTL: "25h"}, EnvLeaderTTL, "at most 24h"},
+		{"retention over a year", map[string]string{EnvEventRetention: "8761h"}, EnvEventRetention, "at most 8760h"},
+		{"max concurrency plus sign", map[string]string{EnvExecutorMaxConcurrency: "+4"}, EnvExecutorMaxConcurrency, "must not have a '+' sign"},
+		{"max concurrency leading zero", map[string]string{EnvExecutorMaxConcurrency: "04"}, EnvExecutorMaxConcurrency, "must not have leading zeros"},
+		{"max concurrency spaces around", map[string]string{EnvExecutorMaxConcurrency: "4 "}, EnvExecutorMaxConcurrency, "must not have spaces around it"},
+		{"max concurrency over the maximum", map[string]string{EnvExecutorMaxConcurrency: "1099511627777"}, EnvExecutorMaxConcurrency, "at most 1099511627776"},
+		{"max concurrency int64 max", map[string]string{EnvExecutorMaxConcurrency: "9223372036854775807"}, EnvExecutorMaxConcurrency, "at most 1099511627776"},
+		{"replicas plus sign", map[string]string{EnvReplicas: "+3"}, EnvReplicas, "must not have a '+' sign"},
+		{"replicas leading zero", map[string]string{EnvReplicas: "03"}, EnvReplicas, "must not have leading zeros"},
+		{"http spaces around", map[string]string{EnvHTTPAddr: " 127.0.0.1:8080"}, EnvHTTPAddr, "must not have spaces around it"},
+		{"http unresolvable host", map[string]string{EnvHTTPAddr: "no-such-host.invalid:8080"}, EnvHTTPAddr, "host no-such-host.invalid does not resolve"},
+		{"pools plus sign", map[string]string{EnvPoolCapacities: "gpu=+1"}, EnvPoolCapacities, "must not have a '+' sign"},
+		{"pools leading zero", map[string]string{EnvPoolCapacities: "gpu=01"}, EnvPoolCapacities, "must not have leading zeros"},
+		{"pools spaces", map[string]string{EnvPoolCapacities: "gpu=1, io=2"}, EnvPoolCapacities, "must not contain spaces"},
+		{"pools int64 max", map[string]string{EnvPoolCapacities: "gpu=9223372036854775807"}, EnvPoolCapacities, "at most 1099511627776"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -398,6 +435,9 @@ func TestLoadManagerFromErrors(t *testing.T) {
 				t.Errorf("LoadManagerFrom returned a config with an error")
 			}
 			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("one bad variable, several errors:\n%s", msg)
+			}
 			if !strings.HasPrefix(msg, tt.varName+": ") {
 				t.Errorf("message %q does not start with %q", msg, tt.varName+": ")
 			}
@@ -610,7 +650,7 @@ func checkVarError(t *testing.T, err error, varName string) {
 
 func TestQueuePolicies(t *testing.T) {
 	c, err := LoadManagerFrom(map[string]string{
-		EnvPoolCapacities: "gpu=2,io=8", EnvPoolPolicies: "gpu=fair, io=priority", EnvPoolMaxQueue: "gpu=10",
+		EnvPoolCapacities: "gpu=2,io=8", EnvPoolPolicies: "gpu=fair,io=priority", EnvPoolMaxQueue: "gpu=10",
 		EnvTenantCaps: "gpu=1", EnvTenantWeights: "a:3,b:1", EnvTenantDefaultWeight: "2", EnvPriorityAging: "30s",
 	})
 	if err != nil {
@@ -636,7 +676,7 @@ func TestQueuePolicies(t *testing.T) {
 }
 
 func TestQueuePolicyErrors(t *testing.T) {
-	base := map[string]string{EnvPoolCapacities: "gpu=2"}
+	base := map[string]string{EnvPoolCapacities: "gpu=2,fair=2", EnvPoolPolicies: "fair=fair"}
 	cases := []struct {
 		name, variable, value, want string
 	}{
@@ -644,23 +684,46 @@ func TestQueuePolicyErrors(t *testing.T) {
 		{"unknown pool", EnvPoolPolicies, "tpu=fair", `POOL_POLICIES: entry "tpu=fair": no pool "tpu"`},
 		{"missing =", EnvPoolPolicies, "gpu", `POOL_POLICIES: entry "gpu": missing "="`},
 		{"duplicate", EnvPoolPolicies, "gpu=fair,gpu=fifo", `duplicate name "gpu"`},
-		{"negative max queue", EnvPoolMaxQueue, "gpu=-1", `POOL_MAX_QUEUE: entry "gpu=-1": max queue must be a non-negative integer`},
+		{"negative max queue", EnvPoolMaxQueue, "gpu=-1", `POOL_MAX_QUEUE: entry "gpu=-1": max queue must not be negative`},
+		{"max queue over the limit", EnvPoolMaxQueue, "gpu=4194305", `POOL_MAX_QUEUE: entry "gpu=4194305": max queue must be at most 4194304`},
+		{"max queue with a sign", EnvPoolMaxQueue, "gpu=+1", `POOL_MAX_QUEUE: entry "gpu=+1": max queue must not have a '+' sign`},
+		{"policy with a space", EnvPoolPolicies, "gpu=fair, fair=fifo", `POOL_POLICIES: entry " fair=fifo": must not contain spaces`},
+		{"cap with leading zero", EnvTenantCaps, "fair=01", `TENANT_CAPS: entry "fair=01": cap must not have leading zeros`},
+		{"cap over the maximum", EnvTenantCaps, "fair=1099511627777", `TENANT_CAPS: entry "fair=1099511627777": cap must be at most 1099511627776`},
+		{"weight over the maximum", EnvTenantWeights, "a:1000001", `TENANT_WEIGHTS: entry "a:1000001": weight must be at most 1000000`},
+		{"default weight with a sign", EnvTenantDefaultWeight, "+2", `TENANT_DEFAULT_WEIGHT: "+2": value must not have a '+' sign`},
+		{"default weight spaces", EnvTenantDefaultWeight, " 2", `TENANT_DEFAULT_WEIGHT: " 2": must not have spaces around it`},
+		{"aging over the maximum", EnvPriorityAging, "25h", `PRIORITY_AGING: "25h": must be a positive duration of at most 24h`},
+		{"aging with a sign", EnvPriorityAging, "+10s", `PRIORITY_AGING: "+10s": must not have a '+' sign`},
 		{"cap on fifo", EnvTenantCaps, "gpu=1", `TENANT_CAPS: entry "gpu=1": pool "gpu" is not fair`},
-		{"zero weight", EnvTenantWeights, "a:0", `TENANT_WEIGHTS: entry "a:0": weight must be an integer from 1 to 1000000`},
+		{"zero weight", EnvTenantWeights, "a:0", `TENANT_WEIGHTS: entry "a:0": weight must be a positive integer`},
 		{"weight sep", EnvTenantWeights, "a=3", `TENANT_WEIGHTS: entry "a=3": missing ":"`},
 		{"default weight", EnvTenantDefaultWeight, "x", `TENANT_DEFAULT_WEIGHT`},
 		{"aging", EnvPriorityAging, "-1s", `PRIORITY_AGING`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := map[string]string{tc.variable: tc.value}
-			for k, v := range base {
-				m[k] = v
-			}
+			m := maps.Clone(base)
+			m[tc.variable] = tc.value
 			_, err := LoadManagerFrom(m)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Executors load Common only: the form rules apply to its variables, and a
+// lease manager's variable, however written, is none of their business.
+func TestLoadCommonFromForm(t *testing.T) {
+	_, err := LoadCommonFrom(map[string]string{EnvNodeID: "n1 ", EnvLeaseTTL: " 1s", EnvPoolCapacities: "a = 1"})
+	if want := `NODE_ID: "n1 ": must not have spaces around it`; err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want only %s", err, want)
+	}
+	if _, err := LoadCommonFrom(map[string]string{EnvNodeID: "n1", EnvLeaseTTL: " 1s"}); err != nil {
+		t.Fatalf("a manager variable failed an executor's config: %v", err)
+	}
+	if _, err := LoadCommonFrom(map[string]string{EnvNodeID: "EVENTS"}); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("NODE_ID=EVENTS: %v, want reserved", err)
 	}
 }

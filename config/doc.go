@@ -44,12 +44,20 @@
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
 //	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream
-//	LEASE_TTL                 lease time-to-live, whole seconds, at least 1s; default 15s
+//	LEASE_TTL                 lease time-to-live, whole seconds, 1s to 24h; default 15s
 //	HTTP_ADDR                 host:port of the HTTP endpoint; default
 //	                          127.0.0.1:8080; set but empty disables it
 //
 // For every variable except HTTP_ADDR, a variable set to the empty string is
 // treated as unset and gets its default.
+//
+// # Form
+//
+// Every variable has one form (strict.go): no spaces around a value and
+// none in a list entry (NATS_PASSWORD alone is taken as is), numbers
+// without a '+' sign or leading zeros, durations without a '+' sign, and
+// bounds where a value would overflow (capacities at most [MaxCapacity],
+// TTLs at most [MaxTTL]). HTTP_ADDR's host must resolve at load time.
 //
 // # Tokens
 //

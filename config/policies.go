@@ -2,9 +2,10 @@ package config
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slotlease/slotlease/pools"
 )
 
 // Queue policy variables. Each is a comma-separated list like
@@ -26,22 +27,20 @@ var policies = []string{"fifo", "priority", "fair"}
 // reporting every bad entry as a *VarError naming the variable. Names must
 // be tokens and unique; value parses the value.
 func parseEntries(variable, s string, sep string, value func(name, v string) error) []error {
-	if strings.TrimSpace(s) == "" {
+	if s == "" {
 		return nil
 	}
 	var errs []error
 	seen := map[string]bool{}
-	for _, raw := range strings.Split(s, ",") {
-		entry := strings.TrimSpace(raw)
+	for _, entry := range strings.Split(s, ",") {
 		err := func() error {
-			if entry == "" {
-				return reason("empty entry (stray comma?)")
+			if err := checkEntry(entry); err != nil {
+				return err
 			}
 			name, v, ok := strings.Cut(entry, sep)
 			if !ok {
 				return reason(fmt.Sprintf("missing %q (want name%svalue)", sep, sep))
 			}
-			name = strings.TrimSpace(name)
 			if err := ValidToken(name); err != nil {
 				return fmt.Errorf("invalid name %q: %w", name, err)
 			}
@@ -49,21 +48,13 @@ func parseEntries(variable, s string, sep string, value func(name, v string) err
 				return reason(fmt.Sprintf("duplicate name %q", name))
 			}
 			seen[name] = true
-			return value(name, strings.TrimSpace(v))
+			return value(name, v)
 		}()
 		if err != nil {
 			errs = append(errs, &VarError{Var: variable, Value: entry, Entry: true, Reason: err.Error(), Err: err})
 		}
 	}
 	return errs
-}
-
-func positiveInt(v string, what string) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, reason(what + " must be a positive integer")
-	}
-	return n, nil
 }
 
 // resolvePolicies reads the queue policy variables from m into the pools
@@ -99,11 +90,11 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 		if err != nil {
 			return err
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return reason("max queue must be a non-negative integer (0: unbounded)")
+		n, err := parseBounded(v, "max queue", 0, MaxQueueLimit) // 0: unbounded
+		if err != nil {
+			return err
 		}
-		p.MaxQueue = n
+		p.MaxQueue = int(n)
 		return nil
 	})...)
 	// Caps after policies: a cap needs the fair policy.
@@ -115,7 +106,7 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 		if p.Policy != "fair" {
 			return reason(fmt.Sprintf("pool %q is not fair: a tenant cap needs POOL_POLICIES=%s=fair", name, name))
 		}
-		n, err := positiveInt(v, "cap")
+		n, err := parseBounded(v, "cap", 1, MaxCapacity)
 		if err != nil {
 			return err
 		}
@@ -124,17 +115,17 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 	})...)
 	c.TenantWeights = map[string]int{}
 	errs = append(errs, parseEntries(EnvTenantWeights, m[EnvTenantWeights], ":", func(name, v string) error {
-		n, err := positiveInt(v, "weight")
-		if err != nil || n > 1_000_000 {
-			return reason("weight must be an integer from 1 to 1000000")
+		n, err := parseBounded(v, "weight", 1, pools.MaxWeight)
+		if err != nil {
+			return err
 		}
 		c.TenantWeights[name] = int(n)
 		return nil
 	})...)
 	if v, ok := m[EnvTenantDefaultWeight]; ok && v != "" {
-		n, err := positiveInt(v, "weight")
-		if err != nil || n > 1_000_000 {
-			errs = append(errs, varErr(EnvTenantDefaultWeight, v, reason("must be an integer from 1 to 1000000")))
+		n, err := parseBounded(v, "weight", 1, pools.MaxWeight)
+		if err != nil {
+			errs = append(errs, varErr(EnvTenantDefaultWeight, v, err))
 		} else {
 			c.TenantDefaultWeight = int(n)
 		}
@@ -144,8 +135,8 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 	c.PriorityAging = 10 * time.Second
 	if v, ok := m[EnvPriorityAging]; ok && v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			errs = append(errs, varErr(EnvPriorityAging, v, reason(`must be a positive duration, e.g. "10s"`)))
+		if err != nil || d <= 0 || d > MaxPriorityAging {
+			errs = append(errs, varErr(EnvPriorityAging, v, reason(`must be a positive duration of at most 24h, e.g. "10s"`)))
 		} else {
 			c.PriorityAging = d
 		}

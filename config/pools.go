@@ -1,10 +1,7 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 )
 
@@ -54,10 +51,10 @@ func tokenByte(c byte) bool {
 }
 
 // ParsePoolCapacities parses POOL_CAPACITIES: comma-separated name=capacity
-// entries, e.g. "gpu=1, io=16". Whitespace around entries, names and
-// capacities is ignored, and an empty or all-blank string means no pools.
-// Names must be tokens (ValidToken) and unique; capacities must be positive
-// integers that fit in an int64. The pools are returned in input order and
+// entries, e.g. "gpu=1,io=16", with no spaces (LoadManager refuses a value
+// with spaces before it gets here); an empty string means no pools. Names
+// must be tokens (ValidToken) and unique; capacities are plain decimal
+// numbers (no sign, no leading zeros) from 1 to MaxCapacity. The pools are returned in input order and
 // the default pool is not added (Manager.Pools has it).
 //
 // Every bad entry is reported, each as a *VarError of the form
@@ -75,7 +72,7 @@ func ParsePoolCapacities(s string) ([]Pool, error) {
 // separately, so LoadManagerFrom can report the errors alongside those of
 // other variables without nesting.
 func parsePools(s string) ([]Pool, []error) {
-	if strings.TrimSpace(s) == "" {
+	if s == "" {
 		return nil, nil
 	}
 	var (
@@ -83,8 +80,7 @@ func parsePools(s string) ([]Pool, []error) {
 		errs  []error
 		seen  = make(map[string]bool)
 	)
-	for _, raw := range strings.Split(s, ",") {
-		entry := strings.TrimSpace(raw)
+	for _, entry := range strings.Split(s, ",") {
 		p, err := parsePoolEntry(entry)
 		if err == nil && seen[p.Name] {
 			err = reason(fmt.Sprintf("duplicate pool %q", p.Name))
@@ -99,66 +95,30 @@ func parsePools(s string) ([]Pool, []error) {
 	return pools, errs
 }
 
-// parsePoolEntry parses one trimmed name=capacity entry. Its errors are
+// parsePoolEntry parses one name=capacity entry. Its errors are
 // reasons only; the caller adds the variable and entry.
 func parsePoolEntry(entry string) (Pool, error) {
-	if entry == "" {
-		// Most likely a trailing or doubled comma. Rejected rather than
-		// skipped because it often means an entry was lost in templating.
-		return Pool{}, reason("empty entry (stray comma?)")
+	if err := checkEntry(entry); err != nil {
+		return Pool{}, err
 	}
 	name, num, ok := strings.Cut(entry, "=")
 	if !ok {
 		return Pool{}, reason("missing '=' (want name=capacity)")
 	}
-	name = strings.TrimSpace(name)
 	if name == "" {
 		return Pool{}, reason("empty pool name")
 	}
 	if err := ValidToken(name); err != nil {
 		return Pool{}, fmt.Errorf("invalid pool name %q: %w", name, err)
 	}
-	n, err := parseCapacity(strings.TrimSpace(num))
+	n, err := parseCapacity(num)
 	if err != nil {
 		return Pool{}, err
 	}
 	return Pool{Name: name, Capacity: n}, nil
 }
 
-// parseCapacity parses a positive int64. It scans the number by hand rather
-// than handing the whole string to strconv so that it can tell a missing
-// number from trailing garbage ("1x", "1=2") and say which.
+// parseCapacity parses a capacity: a plain decimal from 1 to MaxCapacity.
 func parseCapacity(s string) (int64, error) {
-	if s == "" {
-		return 0, reason("missing capacity")
-	}
-	i := 0
-	if s[0] == '+' || s[0] == '-' {
-		i++
-	}
-	start := i
-	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
-		i++
-	}
-	if i == start {
-		return 0, reason("capacity is not a number")
-	}
-	if i < len(s) {
-		return 0, reason(fmt.Sprintf("unexpected %q after capacity", s[i:]))
-	}
-	if s[0] == '-' {
-		return 0, reason("capacity must be a positive integer")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		return 0, reason(fmt.Sprintf("capacity overflows int64 (max %d)", int64(math.MaxInt64)))
-	}
-	if err != nil {
-		// Unreachable: s is an optional '+' and digits.
-		return 0, fmt.Errorf("capacity: %w", err)
-	}
-	if n <= 0 {
-		return 0, reason("capacity must be a positive integer")
-	}
-	return n, nil
+	return parseBounded(s, "capacity", 1, MaxCapacity)
 }

@@ -20,15 +20,14 @@ const EnvNATSReplyPrefixes = "NATS_REPLY_PREFIXES"
 // requests.
 func (c *Manager) resolveReplyPrefixes(m map[string]string) []error {
 	raw := m[EnvNATSReplyPrefixes]
-	if strings.TrimSpace(raw) == "" {
+	if raw == "" {
 		return nil
 	}
 	var errs []error
-	for _, e := range strings.Split(raw, ",") {
-		entry := strings.TrimSpace(e)
+	for _, entry := range strings.Split(raw, ",") {
 		err := func() error {
-			if entry == "" {
-				return reason("empty entry (stray comma?)")
+			if err := checkEntry(entry); err != nil {
+				return err
 			}
 			if err := checkInboxPrefix(entry); err != nil {
 				return err

@@ -7,7 +7,7 @@ import (
 )
 
 func TestReplyPrefixes(t *testing.T) {
-	c, err := LoadManagerFrom(map[string]string{EnvNATSReplyPrefixes: " _INBOX_executor_a, _INBOX.team-b,x_1 "})
+	c, err := LoadManagerFrom(map[string]string{EnvNATSReplyPrefixes: "_INBOX_executor_a,_INBOX.team-b,x_1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +25,7 @@ func TestReplyPrefixes(t *testing.T) {
 		{map[string]string{EnvNATSReplyPrefixes: "_INBOX_a,>"}, `entry ">": token 1 ">"`},
 		{map[string]string{EnvNATSReplyPrefixes: "_INBOX.*"}, `token 2 "*"`},
 		{map[string]string{EnvNATSReplyPrefixes: "_INBOX_a,,_INBOX_b"}, "empty entry"},
+		{map[string]string{EnvNATSReplyPrefixes: "_INBOX_a, _INBOX_b"}, `entry " _INBOX_b": must not contain spaces`},
 		{map[string]string{EnvNATSReplyPrefixes: "a..b"}, "must not be empty"},
 		{map[string]string{EnvNATSReplyPrefixes: "$KV.lease_leaders"}, "must contain only"},
 		{map[string]string{EnvNATSReplyPrefixes: "lease"}, "overlaps the lease subjects"},

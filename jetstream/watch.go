@@ -92,8 +92,11 @@ func (w *watcher) Stop() error {
 		}
 		close(w.stop)
 		err = w.sub.Unsubscribe()
-		if errors.Is(err, nats.ErrBadSubscription) {
-			err = nil // already ended with the connection
+		if errors.Is(err, nats.ErrBadSubscription) || errors.Is(err, nats.ErrConsumerNotFound) {
+			// Already ended with the connection, or the server had
+			// already dropped the ordered consumer Unsubscribe deletes
+			// (seen at shutdown): either way nothing is left to stop.
+			err = nil
 		}
 	})
 	return err

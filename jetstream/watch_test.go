@@ -129,3 +129,31 @@ func TestWatchStopEndsBlockedDelivery(t *testing.T) {
 		}
 	}
 }
+
+// Stop succeeds when the server already dropped the watch's consumer:
+// Unsubscribe deletes it and gets "consumer not found", which made a
+// leasemgr stopped by SIGTERM exit 1 now and then.
+func TestWatchStopAfterConsumerGone(t *testing.T) {
+	s := openTestStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := s.Watch(ctx, "n.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ww := w.(*watcher)
+	info, err := ww.sub.ConsumerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := s.nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(info.Stream, info.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatalf("Stop after the consumer was deleted: %v", err)
+	}
+}

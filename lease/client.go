@@ -252,6 +252,9 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if err := validID(o.requestID); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
+	if o.wait > MaxWaitMs*time.Millisecond {
+		return nil, errorf(CodeBadRequest, "wait %v is longer than the protocol's 30 days (wait_ms %d)", o.wait, int64(MaxWaitMs))
+	}
 	waitMs := o.wait.Milliseconds()
 	if o.wait > 0 && waitMs == 0 {
 		waitMs = 1 // a wait under 1ms is a very short wait, not no limit

@@ -195,7 +195,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Node == "" {
 		return nil, errors.New("lease: manager needs a node id")
 	}
-	if cfg.Node == ReservedNode {
+	if strings.EqualFold(cfg.Node, ReservedNode) {
 		return nil, fmt.Errorf("lease: node id %q is reserved: its request subjects would fall inside the event subjects", ReservedNode)
 	}
 	if cfg.Prefix == "" {
@@ -244,8 +244,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 	}
 	for _, pc := range cfg.Pools {
-		if pc.Capacity < 0 {
-			return nil, fmt.Errorf("lease: pool %q: capacity %d is negative", pc.Name, pc.Capacity)
+		if pc.Capacity < 0 || pc.Capacity > pools.MaxCapacity {
+			return nil, fmt.Errorf("lease: pool %q: capacity %d is not between 0 and %d", pc.Name, pc.Capacity, int64(pools.MaxCapacity))
 		}
 		if _, dup := m.pools[pc.Name]; dup {
 			return nil, fmt.Errorf("lease: pool %q configured twice", pc.Name)
@@ -626,8 +626,8 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if req.PollMs < 0 || req.PollMs > MaxPollMs {
 		return errorf(CodeBadRequest, "poll_ms must be between 0 and %d (24h), got %d", MaxPollMs, req.PollMs)
 	}
-	if req.WaitMs < 0 {
-		return errorf(CodeBadRequest, "wait_ms must not be negative, got %d", req.WaitMs)
+	if req.WaitMs < 0 || req.WaitMs > MaxWaitMs {
+		return errorf(CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", MaxWaitMs, req.WaitMs)
 	}
 	return nil
 }

@@ -32,7 +32,8 @@ func StatsSubject(prefix, node string) string {
 }
 
 // ReservedNode cannot be a node id: <prefix>.events.<pool>.<verb> would
-// match subscriptions to <prefix>.events.>.
+// match subscriptions to <prefix>.events.>. It is refused in any case,
+// as config refuses NODE_ID=EVENTS.
 const ReservedNode = "events"
 
 // EventSubject is where events of one kind for one pool go:
@@ -100,6 +101,9 @@ const (
 	MaxTenantLen    = 128
 	// MaxPollMs bounds AcquireRequest.PollMs: 24 hours.
 	MaxPollMs = 24 * 60 * 60 * 1000
+	// MaxWaitMs bounds AcquireRequest.WaitMs: 30 days. Far longer waits
+	// overflowed the deadline, which then lay in the past.
+	MaxWaitMs = 30 * 24 * 60 * 60 * 1000
 )
 
 // AcquireRequest asks for slots. Retrying with the same RequestID and Holder

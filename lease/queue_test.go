@@ -456,3 +456,45 @@ func TestClientPollIntervalBeyondBound(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A wait past MaxWaitMs is bad_request naming wait_ms. Before, a wait from
+// 7.5e12 ms on overflowed the deadline into the past: the request was
+// queued and expired at once ("waited 0s").
+func TestWaitMsPastTheBoundIsRefused(t *testing.T) {
+	srv, _ := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	holder := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
+	if holder.Status != lease.StatusGranted {
+		t.Fatalf("holder: %+v", holder)
+	}
+	for _, bad := range []int64{-1, lease.MaxWaitMs + 1, 7_500_000_000_000, 1<<63 - 1} {
+		if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "wait-bad", Holder: "h", Slots: 1, WaitMs: bad}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "wait_ms") {
+			t.Fatalf("wait_ms %d: %+v, want bad_request naming wait_ms", bad, r)
+		}
+	}
+	// The longest wait is queued behind the holder, and waits.
+	if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "wait-max", Holder: "h", Slots: 1, WaitMs: lease.MaxWaitMs}); r.Status != lease.StatusQueued {
+		t.Fatalf("wait_ms %d: %+v, want queued", int64(lease.MaxWaitMs), r)
+	}
+}
+
+// The client refuses a wait past MaxWaitMs itself, naming it, rather than
+// sending a request the manager would refuse.
+func TestClientRefusesWaitPastTheBound(t *testing.T) {
+	srv, _ := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	client := harness.Client(t, srv.URL, node)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := client.Acquire(ctx, "p", 1, lease.WithWait(31*24*time.Hour))
+	if !errors.Is(err, lease.ErrBadRequest) || !strings.Contains(err.Error(), "30 days") {
+		t.Fatalf("Acquire with a 31-day wait: %v, want bad_request naming the bound", err)
+	}
+	l, err := client.Acquire(ctx, "p", 1, lease.WithWait(lease.MaxWaitMs*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Acquire with the longest wait: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

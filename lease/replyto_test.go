@@ -13,6 +13,7 @@ import (
 
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -225,5 +226,26 @@ func TestReplyPrefixes(t *testing.T) {
 		if err == nil {
 			t.Errorf("NewManager accepted reply prefixes %q", bad)
 		}
+	}
+}
+
+// NewManager refuses the reserved node id in any case and capacities past
+// pools.MaxCapacity, as config does.
+func TestNewManagerRefusesReservedNodeAndHugeCapacity(t *testing.T) {
+	srv := harness.StartServer(t)
+	nc := harness.Connect(t, srv.URL)
+	for _, c := range []struct {
+		node     string
+		capacity int64
+	}{{"events", 1}, {"EVENTS", 1}, {"Events", 1}, {node, pools.MaxCapacity + 1}, {node, 1<<63 - 1}} {
+		_, err := lease.NewManager(lease.ManagerConfig{Node: c.node, Conn: nc, Store: harness.StartManagerStore(t, srv.URL), TTL: 5 * time.Second,
+			Pools: []lease.PoolConfig{{Name: "default", Capacity: c.capacity}}})
+		if err == nil {
+			t.Errorf("NewManager accepted node %q with capacity %d", c.node, c.capacity)
+		}
+	}
+	if _, err := lease.NewManager(lease.ManagerConfig{Node: node, Conn: nc, Store: harness.StartManagerStore(t, srv.URL), TTL: 5 * time.Second,
+		Pools: []lease.PoolConfig{{Name: "default", Capacity: pools.MaxCapacity}}}); err != nil {
+		t.Errorf("NewManager refused the largest capacity: %v", err)
 	}
 }

@@ -175,8 +175,8 @@ func validateResize(req *ResizeRequest) *Error {
 		if err := config.ValidToken(name); err != nil {
 			return errorf(CodeBadRequest, "set: pool %q: %v", name, err)
 		}
-		if c <= 0 {
-			return errorf(CodeBadRequest, "set: pool %q: capacity must be a positive integer, got %d", name, c)
+		if c <= 0 || c > pools.MaxCapacity {
+			return errorf(CodeBadRequest, "set: pool %q: capacity must be between 1 and %d, got %d", name, int64(pools.MaxCapacity), c)
 		}
 	}
 	for _, name := range req.Remove {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -151,6 +152,8 @@ func TestResizeBadRequests(t *testing.T) {
 		{"malformed", "{", lease.CodeBadRequest},
 		{"nothing", lease.ResizeRequest{}, lease.CodeBadRequest},
 		{"zero capacity", lease.ResizeRequest{Set: map[string]int64{"p": 0}}, lease.CodeBadRequest},
+		{"capacity over the maximum", lease.ResizeRequest{Set: map[string]int64{"p": pools.MaxCapacity + 1}}, lease.CodeBadRequest},
+		{"int64 max capacity", lease.ResizeRequest{Set: map[string]int64{"q": 1<<63 - 1}}, lease.CodeBadRequest},
 		{"bad name", lease.ResizeRequest{Set: map[string]int64{"a.b": 1}}, lease.CodeBadRequest},
 		{"set and remove", lease.ResizeRequest{Set: map[string]int64{"p": 2}, Remove: []string{"p"}}, lease.CodeBadRequest},
 		{"remove unknown", lease.ResizeRequest{Remove: []string{"nope"}}, lease.CodeUnknownPool},

@@ -26,6 +26,11 @@ const (
 	// MaxWeight bounds a fair weight: weights are ratios, and bounding them
 	// keeps the deficit arithmetic far from overflow.
 	MaxWeight = 1_000_000
+	// MaxCapacity is the largest capacity callers should give a pool
+	// (2^40 slots): the lease manager and its configuration refuse more, so
+	// that sums of slots (queued_slots over millions of waiters) cannot
+	// overflow an int64.
+	MaxCapacity = 1 << 40
 )
 
 var (

@@ -60,6 +60,6 @@
 // MetricsHandler serves the Prometheus registry fed by the global meter
 // provider, with Go runtime (go_*) and process (process_*) figures. The
 // per-pool series (lease_capacity, lease_in_use, lease_queued,
-// lease_grants_total, lease_rejections_total{code}, lease_queue_wait_milliseconds,
-// lease_grant_latency_milliseconds, ...) are listed in package leasemetrics.
+// lease_grants_total, lease_rejections_total{code}, lease_queue_wait_seconds,
+// lease_grant_latency_seconds, ...) are listed in package leasemetrics.
 package telemetry

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // clearOTelEnv empties every OTEL_* variable Setup or the exporters read,
@@ -38,19 +39,7 @@ func scrape(t *testing.T, h http.Handler) string {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s: %s", resp.Status, body)
-	}
-	return string(body)
+	return harness.GetOK(t, srv.URL)
 }
 
 // With no OTEL_* variables, Setup leaves tracing off (the no-op tracer

@@ -21,13 +21,18 @@
 //	                                                                   lease.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
 //	                                                                   not an inbox (ReplyRefusals; 0 from the start)
-//	lease.queue_wait      lease_queue_wait_milliseconds{node,pool}     histogram: request arrival to grant, per grant
-//	lease.grant_latency   lease_grant_latency_milliseconds{node,pool}  histogram: what the manager reports through
+//	lease.queue_wait      lease_queue_wait_seconds{node,pool}          histogram: request arrival to grant, per grant
+//	lease.grant_latency   lease_grant_latency_seconds{node,pool}       histogram: what the manager reports through
 //	                                                                   ObserveGrantLatency (arrival to stored grant)
 //
 // The gauges show each pool's figures as its manager reports them at
 // collection time (SetPoolSource), or else as carried by the last event seen
-// for the pool; the counters count events of their kind.
+// for the pool; the counters count events of their kind. Every per-pool
+// counter series (lease_rejections_total once per code in AcquireCodes) is
+// created at 0 when the pool first appears, from its first event or from
+// the first collection that finds it in the pool source (at start, after a
+// resize added it), so rate() and dashboards see no gaps. The histograms are
+// in seconds, Prometheus' base unit (they were _milliseconds before).
 package leasemetrics
 
 import (
@@ -52,9 +57,18 @@ const (
 	KeyReason = attribute.Key("reason")
 )
 
-// Buckets of both histograms, in milliseconds: from the sub-millisecond cost
-// of an uncontended grant (one KV write) to waits of an hour.
-var Buckets = []float64{0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000}
+// Buckets of both histograms, in seconds: from the sub-millisecond cost of
+// an uncontended grant (one KV write) to waits of an hour.
+var Buckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// AcquireCodes are the wire codes an acquire for a pool the node has can be
+// rejected with: lease_rejections_total has a series at 0 for each of them
+// from the moment the pool appears. (unknown_pool has no pool to count under.)
+var AcquireCodes = []lease.Code{
+	lease.CodeBadRequest, lease.CodeInvalidSlots, lease.CodeExceedsCapacity, lease.CodeWaitExpired,
+	lease.CodeQueueFull, lease.CodeWouldWait, lease.CodeCancelled, lease.CodeConflict,
+	lease.CodePoolBusy, lease.CodeUnavailable, lease.CodeInternal,
+}
 
 // Metrics holds the instruments. It is safe for concurrent use.
 type Metrics struct {
@@ -66,22 +80,28 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	pools   map[poolKey]*poolState              // every pool seen
-	rejects map[rejectKey]*attrs                // attribute sets of rejections, by code
 	sources map[string]func() []lease.PoolStats // live stats by node; see SetPoolSource
 }
 
 type poolKey struct{ node, pool string }
 
-type rejectKey struct {
-	poolKey
-	code lease.Code
-}
-
 // poolState is one pool's last figures and its prebuilt attribute options.
 // Guarded by Metrics.mu.
 type poolState struct {
-	stats pools.Stats // from the last event
-	attrs *attrs
+	stats   pools.Stats // from the last event
+	attrs   *attrs
+	rejects map[lease.Code]*attrs // attribute sets of rejections, by code
+}
+
+// rejectAttrs returns the attribute set of the pool's rejections with code,
+// making it on first use. Guarded by Metrics.mu.
+func (p *poolState) rejectAttrs(node, pool string, code lease.Code) *attrs {
+	a := p.rejects[code]
+	if a == nil {
+		a = newAttrs(KeyNode.String(node), KeyPool.String(pool), KeyCode.String(string(code)))
+		p.rejects[code] = a
+	}
+	return a
 }
 
 // attrs are measurement options built once per attribute set, so recording
@@ -101,7 +121,7 @@ func newAttrs(kv ...attribute.KeyValue) *attrs {
 
 // New creates the instruments on meter (telemetry.Meter() in a program).
 func New(meter metric.Meter) (*Metrics, error) {
-	m := &Metrics{pools: make(map[poolKey]*poolState), rejects: make(map[rejectKey]*attrs), sources: make(map[string]func() []lease.PoolStats)}
+	m := &Metrics{pools: make(map[poolKey]*poolState), sources: make(map[string]func() []lease.PoolStats)}
 	var err error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		if err != nil {
@@ -125,7 +145,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			return nil
 		}
 		var h metric.Float64Histogram
-		h, err = meter.Float64Histogram(name, metric.WithUnit("ms"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(Buckets...))
+		h, err = meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(Buckets...))
 		return h
 	}
 	m.queueWait = histogram("lease.queue_wait", "Time from an acquire's arrival until it was granted, per grant.")
@@ -168,10 +188,10 @@ func New(meter metric.Meter) (*Metrics, error) {
 		// under which the manager publishes events, which take m.mu.
 		for node, stats := range sources {
 			for _, ps := range stats() {
-				m.mu.Lock()
-				a := m.poolLocked(node, ps.Name).attrs
-				m.mu.Unlock()
-				observe(a, ps.Stats)
+				// A pool met here first (at start, after a resize) gets
+				// its counters at 0 now: the SDK runs callbacks before it
+				// reads the counters, so they are in this very collection.
+				observe(m.pool(node, ps.Name).attrs, ps.Stats)
 			}
 		}
 		return nil
@@ -185,15 +205,44 @@ func New(meter metric.Meter) (*Metrics, error) {
 // Close unregisters the gauges' callback.
 func (m *Metrics) Close() error { return m.reg.Unregister() }
 
-// poolLocked returns the pool's state, creating it on first sight.
-func (m *Metrics) poolLocked(node, pool string) *poolState {
-	k := poolKey{node, pool}
-	p := m.pools[k]
-	if p == nil {
-		p = &poolState{attrs: newAttrs(KeyNode.String(node), KeyPool.String(pool))}
-		m.pools[k] = p
+// pool returns the pool's state, creating it and its counter series at 0
+// on first sight. It takes m.mu, which must not be held.
+func (m *Metrics) pool(node, pool string) *poolState {
+	m.mu.Lock()
+	p, created := m.poolLocked(node, pool)
+	m.mu.Unlock()
+	if created {
+		m.zeroCounters(p)
 	}
 	return p
+}
+
+// poolLocked returns the pool's state, creating it on first sight (created
+// is then true, and the caller must call zeroCounters after unlocking).
+func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
+	k := poolKey{node, pool}
+	p = m.pools[k]
+	if p == nil {
+		p = &poolState{attrs: newAttrs(KeyNode.String(node), KeyPool.String(pool))}
+		p.rejects = make(map[lease.Code]*attrs, len(AcquireCodes))
+		for _, c := range AcquireCodes {
+			p.rejects[c] = p.rejectAttrs(node, pool, c)
+		}
+		m.pools[k] = p
+		created = true
+	}
+	return p, created
+}
+
+// zeroCounters creates every counter series of a new pool at 0.
+func (m *Metrics) zeroCounters(p *poolState) {
+	ctx := context.Background()
+	for _, c := range []metric.Int64Counter{m.requests, m.enqueued, m.grants, m.releases, m.expirations, m.cancellations} {
+		c.Add(ctx, 0, p.attrs.add...)
+	}
+	for _, c := range AcquireCodes {
+		m.rejections.Add(ctx, 0, p.rejects[c].add...)
+	}
 }
 
 // SetPoolSource makes the gauges of node's pools read stats at every
@@ -215,10 +264,7 @@ func (m *Metrics) SetPoolSource(node string, stats func() []lease.PoolStats) {
 // ObserveGrantLatency records the time from an acquire's arrival at the
 // manager until its grant was stored.
 func (m *Metrics) ObserveGrantLatency(node, pool string, d time.Duration) {
-	m.mu.Lock()
-	a := m.poolLocked(node, pool).attrs
-	m.mu.Unlock()
-	m.grantLatency.Record(context.Background(), float64(d)/float64(time.Millisecond), a.record...)
+	m.grantLatency.Record(context.Background(), d.Seconds(), m.pool(node, pool).attrs.record...)
 }
 
 // RecordsRefused returns the function for lease.ManagerConfig.RecordRefused
@@ -244,19 +290,16 @@ func (m *Metrics) RecordsRefused(node string) func(reason string) {
 func (m *Metrics) Record(ev lease.Event) {
 	ctx := context.Background()
 	m.mu.Lock()
-	p := m.poolLocked(ev.Node, ev.Pool)
+	p, created := m.poolLocked(ev.Node, ev.Pool)
 	p.stats = ev.Stats
 	a := p.attrs
 	if ev.Kind == lease.EventRejected {
-		k := rejectKey{poolKey{ev.Node, ev.Pool}, ev.Code}
-		ra := m.rejects[k]
-		if ra == nil {
-			ra = newAttrs(KeyNode.String(ev.Node), KeyPool.String(ev.Pool), KeyCode.String(string(ev.Code)))
-			m.rejects[k] = ra
-		}
-		a = ra
+		a = p.rejectAttrs(ev.Node, ev.Pool, ev.Code)
 	}
 	m.mu.Unlock()
+	if created {
+		m.zeroCounters(p)
+	}
 
 	switch ev.Kind {
 	case lease.EventRequested:
@@ -265,7 +308,7 @@ func (m *Metrics) Record(ev lease.Event) {
 		m.enqueued.Add(ctx, 1, a.add...)
 	case lease.EventGranted:
 		m.grants.Add(ctx, 1, a.add...)
-		m.queueWait.Record(ctx, float64(ev.WaitMs), a.record...)
+		m.queueWait.Record(ctx, float64(ev.WaitMs)/1000, a.record...)
 	case lease.EventRejected:
 		m.rejections.Add(ctx, 1, a.add...)
 	case lease.EventReleased:

@@ -2,8 +2,7 @@ package leasemetrics_test
 
 import (
 	"context"
-	"io"
-	"net/http"
+	"math"
 	"net/http/httptest"
 	"slices"
 	"sort"
@@ -48,20 +47,9 @@ func scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	srv := httptest.NewServer(telemetry.MetricsHandler())
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
+	body := harness.GetOK(t, srv.URL+"/metrics")
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("parsing /metrics: %v\n%s", err, body)
 	}
@@ -210,30 +198,38 @@ func TestSinkTurnsEventsIntoPrometheusSeries(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	// No series for what did not happen.
-	if s := series(fams, "lease_rejections_total", append(slices.Clone(gpuL), "code", "unavailable")...); s != nil {
-		t.Errorf("a rejection series for a code never seen: %v", s)
-	}
-	if s := series(fams, "lease_releases_total", ioL...); s != nil {
-		t.Errorf("io has a releases series without releases: %v", s)
+	// What did not happen is there at 0 from the pool's first event on.
+	for _, c := range []struct {
+		name   string
+		labels []string
+	}{
+		{"lease_rejections_total", append(slices.Clone(gpuL), "code", "unavailable")},
+		{"lease_rejections_total", append(slices.Clone(ioL), "code", "queue_full")},
+		{"lease_releases_total", ioL},
+		{"lease_requests_total", ioL},
+	} {
+		if s := series(fams, c.name, c.labels...); s == nil || s.Counter.GetValue() != 0 {
+			t.Errorf("%s%v = %v, want a series at 0", c.name, c.labels, s)
+		}
 	}
 
-	count, sum, b := histogram(t, fams, "lease_queue_wait_milliseconds", gpuL...)
-	if count != 2 || sum != 3 || b[0.25] != 1 || b[2.5] != 1 || b[5] != 2 {
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
+	count, sum, b := histogram(t, fams, "lease_queue_wait_seconds", gpuL...)
+	if count != 2 || !near(sum, 0.003) || b[0.00025] != 1 || b[0.0025] != 1 || b[0.005] != 2 {
 		t.Errorf("gpu queue wait: count %d sum %v buckets %v, want 2 waits of 0 and 3 ms", count, sum, b)
 	}
-	count, sum, b = histogram(t, fams, "lease_queue_wait_milliseconds", ioL...)
-	if count != 1 || sum != 1500 || b[1000] != 0 || b[2500] != 1 {
-		t.Errorf("io queue wait: count %d sum %v buckets %v, want one of 1500 ms", count, sum, b)
+	count, sum, b = histogram(t, fams, "lease_queue_wait_seconds", ioL...)
+	if count != 1 || !near(sum, 1.5) || b[1] != 0 || b[2.5] != 1 {
+		t.Errorf("io queue wait: count %d sum %v buckets %v, want one of 1.5 s", count, sum, b)
 	}
-	count, sum, b = histogram(t, fams, "lease_grant_latency_milliseconds", gpuL...)
-	if count != 2 || sum != 2.75 || b[0.5] != 0 || b[1] != 1 || b[2.5] != 2 {
+	count, sum, b = histogram(t, fams, "lease_grant_latency_seconds", gpuL...)
+	if count != 2 || !near(sum, 0.00275) || b[0.0005] != 0 || b[0.001] != 1 || b[0.0025] != 2 {
 		t.Errorf("gpu grant latency: count %d sum %v buckets %v, want 0.75 and 2 ms", count, sum, b)
 	}
 
 	for name, typ := range map[string]dto.MetricType{
 		"lease_in_use": dto.MetricType_GAUGE, "lease_grants_total": dto.MetricType_COUNTER,
-		"lease_queue_wait_milliseconds": dto.MetricType_HISTOGRAM, "lease_grant_latency_milliseconds": dto.MetricType_HISTOGRAM,
+		"lease_queue_wait_seconds": dto.MetricType_HISTOGRAM, "lease_grant_latency_seconds": dto.MetricType_HISTOGRAM,
 	} {
 		if f := fams[name]; f.GetType() != typ || f.GetHelp() == "" {
 			t.Errorf("%s: type %v help %q, want %v with help", name, f.GetType(), f.GetHelp(), typ)
@@ -272,6 +268,10 @@ func TestPoolSource(t *testing.T) {
 	if got := value(t, fams, "lease_capacity", "node", "n2", "pool", "gpu"); got != 3 {
 		t.Errorf("n2 (no source) capacity = %v, want the event's 3", got)
 	}
+	zeroCounters(t, fams, "n1", "default") // idle, met only in the source: its counters are there at 0
+
+	set(append(slices.Clone(current), lease.PoolStats{Name: "new", Stats: pools.Stats{Capacity: 2}})) // added by a resize
+	zeroCounters(t, scrape(t), "n1", "new")
 
 	set(current[1:]) // "default" removed by a resize
 	fams = scrape(t)
@@ -294,6 +294,22 @@ func TestPoolSource(t *testing.T) {
 	m.SetPoolSource("n1", nil) // back to the figures of the last event
 	if got := value(t, scrape(t), "lease_capacity", "node", "n1", "pool", "gpu"); got != 9 {
 		t.Errorf("capacity without a source = %v, want the last event's 9", got)
+	}
+}
+
+// zeroCounters fails t unless every per-pool counter series of node's pool
+// is in fams at 0: a pool's counters appear with the pool.
+func zeroCounters(t *testing.T, fams map[string]*dto.MetricFamily, node, pool string) {
+	t.Helper()
+	for _, name := range []string{"lease_requests_total", "lease_enqueued_total", "lease_grants_total", "lease_releases_total", "lease_expirations_total", "lease_cancellations_total"} {
+		if s := series(fams, name, "node", node, "pool", pool); s == nil || s.Counter.GetValue() != 0 {
+			t.Errorf("%s{node=%s,pool=%s} = %v, want a series at 0", name, node, pool, s)
+		}
+	}
+	for _, c := range leasemetrics.AcquireCodes {
+		if s := series(fams, "lease_rejections_total", "node", node, "pool", pool, "code", string(c)); s == nil || s.Counter.GetValue() != 0 {
+			t.Errorf("lease_rejections_total{node=%s,pool=%s,code=%s} = %v, want a series at 0", node, pool, c, s)
+		}
 	}
 }
 
@@ -364,7 +380,7 @@ func TestMetricsFromARealManager(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
-	count, _, _ := histogram(t, fams, "lease_queue_wait_milliseconds", "node", "n1", "pool", "gpu")
+	count, _, _ := histogram(t, fams, "lease_queue_wait_seconds", "node", "n1", "pool", "gpu")
 	if count != 2 {
 		t.Errorf("queue wait observations = %d, want 2", count)
 	}

@@ -1,11 +1,11 @@
 package integration
 
 import (
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // metricValue reads one series of a manager's /metrics: the first line of
@@ -13,17 +13,9 @@ import (
 // pairs; -1 if there is none.
 func metricValue(t *testing.T, httpAddr, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrapeMetrics(t, httpAddr)
 next:
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
@@ -39,4 +31,10 @@ next:
 		return v
 	}
 	return -1
+}
+
+// scrapeMetrics returns the text of a manager's /metrics.
+func scrapeMetrics(t *testing.T, httpAddr string) string {
+	t.Helper()
+	return harness.GetOK(t, "http://"+httpAddr+"/metrics")
 }

@@ -221,32 +221,7 @@ func (p *cdpPage) state(t *testing.T) pageState {
 // is missing.
 func ensureChromium(t *testing.T) string {
 	t.Helper()
-	if os.Getenv("SLOTLEASE_SKIP_BROWSER") == "1" {
-		t.Skip("SLOTLEASE_SKIP_BROWSER=1: skipping the browser test")
-	}
-	const path = "/usr/bin/chromium"
-	if _, err := os.Stat(path); err == nil {
-		return path
-	}
-	t.Logf("%s is missing: installing Debian's chromium package", path)
-	start := time.Now()
-	for _, args := range [][]string{{"update"}, {"install", "-y", "chromium"}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Fatalf("the browser test needs Debian's chromium at %s, and `apt-get %v` failed: %v\n%s\n"+
-				"Install it (apt-get install chromium), or set SLOTLEASE_SKIP_BROWSER=1 to skip this test.",
-				path, args, err, tail(out, 2000))
-		}
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("apt-get installed chromium, but %v", err)
-	}
-	t.Logf("installed chromium in %v", time.Since(start).Round(time.Second))
-	return path
+	return debianTool{path: "/usr/bin/chromium", pkg: "chromium", skipEnv: "SLOTLEASE_SKIP_BROWSER", test: "the browser test"}.ensure(t)
 }
 
 // withoutDBus drops the lines where chromium says it has no D-Bus, which a

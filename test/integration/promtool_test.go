@@ -1,0 +1,66 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// promtool is Debian's prometheus package's linter; the test installs the
+// package when it is missing. SLOTLEASE_SKIP_PROMTOOL=1 skips the test.
+var promtool = debianTool{path: "/usr/bin/promtool", pkg: "prometheus", skipEnv: "SLOTLEASE_SKIP_PROMTOOL", test: "the promtool test"}
+
+// The real leasemgr's /metrics, after some traffic (a grant, one that
+// waited, a rejection), passes `promtool check metrics`: base units, counter
+// names, help texts. The traffic first, so the histograms have samples and
+// the rejection series carries its code.
+func TestMetricsPassPromtool(t *testing.T) {
+	tool := promtool.ensure(t)
+	const node = "prom"
+	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3", "15s")
+	startManager(t, env, httpAddr)
+
+	holder := start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", "2")
+	eventually(t, 15*time.Second, "the first run to hold the gpu slot", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 1 })
+	if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--wait", "25s", "--", "true"); code != 0 {
+		t.Fatalf("executor run that waits for the slot: exit %d\n%s", code, out)
+	}
+	if code := holder.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("the holding run: exit %d\n%s", code, holder.Output())
+	}
+	if code, _ := runExecutor(t, env, "run", "--pool", "gpu", "--slots", "2", "--", "true"); code == 0 {
+		t.Fatal("executor run for 2 slots of a 1-slot pool succeeded")
+	}
+
+	body := scrapeMetrics(t, httpAddr)
+	for _, want := range []string{
+		`lease_grant_latency_seconds_count{node="prom",pool="gpu"} 2`,
+		`lease_queue_wait_seconds_count{node="prom",pool="gpu"} 2`,
+		`lease_rejections_total{code="exceeds_capacity",node="prom",pool="gpu"} 1`,
+		`lease_rejections_total{code="queue_full",node="prom",pool="idle"} 0`, // a pool without traffic has its counters
+		`lease_grants_total{node="prom",pool="idle"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no line %q", want)
+		}
+	}
+	if strings.Contains(body, "milliseconds") {
+		t.Error("/metrics still has a series in milliseconds")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil || out.Len() != 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out.String())
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", tail([]byte(body), 20000))
+	}
+}
