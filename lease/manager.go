@@ -701,8 +701,11 @@ func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	e := errorf(CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
 		time.Duration(now-r.lastSeen).Round(time.Millisecond), r.pollMs)
 	m.respond(r.reply, errReply(e))
+	// The slots back first, so the event carries the figures after the
+	// drop: no other event may follow it.
+	granted := p.p.ReleaseFor(r.tenant, r.slots)
 	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-	return p.p.ReleaseFor(r.tenant, r.slots)
+	return granted
 }
 
 func (m *Manager) grant(r *request) {

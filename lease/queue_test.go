@@ -498,3 +498,43 @@ func TestClientRefusesWaitPastTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The rejected event of a request dropped as abandoned carries the pool's
+// figures after its slots were given back: it is the last event of the
+// change, and a watcher must not see the slot in use for good.
+func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
+	srv, n := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	events, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", lease.EventRejected))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	holder := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
+	if holder.Status != lease.StatusGranted {
+		t.Fatalf("holder: %+v", holder)
+	}
+	silent := sendAcquire(t, nc, lease.AcquireRequest{RequestID: "silent", Holder: "h", Slots: 1, PollMs: 100})
+	wantQueued(t, "silent", silent, 1)
+	time.Sleep(1600 * time.Millisecond) // past 3 x 100ms + 1s without a re-send
+	if r := request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "holder", Token: holder.Lease.Token}); r.Status != lease.StatusReleased {
+		t.Fatalf("release: %+v", r)
+	}
+	msg, err := events.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no rejected event for silent: %v", err)
+	}
+	var ev lease.Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.RequestID != "silent" || !strings.Contains(ev.Message, "abandoned") {
+		t.Fatalf("rejected event %s, want silent's", msg.Data)
+	}
+	if ev.Stats.InUse != 0 || ev.Stats.QueuedRequests != 0 {
+		t.Errorf("rejected event stats %+v, want the pool empty after the drop", ev.Stats)
+	}
+	if s := poolStats(t, n.Manager, "p"); s.InUse != 0 {
+		t.Errorf("pool stats %+v, want nothing in use", s)
+	}
+}
