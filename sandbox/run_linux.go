@@ -514,7 +514,7 @@ loop:
 	case execFailed:
 		r.terminate(waitDone, 0)
 	case reason == StoppedLeaseLost:
-		r.terminate(waitDone, min(r.grace, max(r.spec.LostGrace, 0)))
+		r.terminateWithin(waitDone, min(r.grace, max(r.spec.LostGrace, 0)), r.lostWait())
 	case reason != "":
 		r.terminate(waitDone, r.grace)
 	default:
@@ -685,6 +685,23 @@ func (r *runner) waitGone(waitDone <-chan struct{}, d time.Duration) bool {
 // terminate sends SIGTERM to everything, waits up to grace, then SIGKILLs
 // until nothing is left. It returns only once the worker itself has exited.
 func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
+	r.terminateWithin(waitDone, grace, supervisorWait)
+}
+
+// supervisorWait is how long terminate lets the supervisor kill the tree
+// before the SIGKILL backstop, unless a lease loss bounds it (lostWait).
+const supervisorWait = 2 * time.Second
+
+// lostWait bounds the supervisor's turn after a lease loss: the work must
+// be gone within about twice LostGrace (the holder's margin), also when the
+// supervisor does not answer (a worker outside a PID namespace can stop
+// it: same user).
+func (r *runner) lostWait() time.Duration {
+	return min(supervisorWait, max(r.spec.LostGrace, 100*time.Millisecond))
+}
+
+// terminateWithin is terminate with the supervisor's turn bounded by supWait.
+func (r *runner) terminateWithin(waitDone <-chan struct{}, grace, supWait time.Duration) {
 	if grace > 0 {
 		r.signalAll(syscall.SIGTERM)
 		if r.waitGone(waitDone, grace) {
@@ -695,7 +712,7 @@ func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
 	// group or session, and reports the worker's status: give it the
 	// first go, the signals below are the backstop.
 	_ = r.cmd.Process.Signal(superviseSignal)
-	if r.waitGone(waitDone, 2*time.Second) {
+	if r.waitGone(waitDone, supWait) {
 		return
 	}
 	start := time.Now()

@@ -767,3 +767,41 @@ func TestLeaseLossDoesNotWaitForKillGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseLossDoesNotWaitForAStoppedSupervisor: outside a PID namespace a
+// worker can stop its own supervisor (same user). After a lease loss the
+// SIGKILL backstop then comes within about LostGrace, not after the
+// supervisor's usual 2 s turn, so the work still ends within the holder's
+// margin.
+func TestLeaseLossDoesNotWaitForAStoppedSupervisor(t *testing.T) {
+	t.Setenv(plainEnvVar, "1")
+	const lostGrace = 100 * time.Millisecond
+	a := marker()
+	spec := Spec{Command: []string{"sh", "-c", `trap "" TERM; kill -STOP $PPID; sleep ` + a + ` & wait`}, KillGrace: 30 * time.Second, LostGrace: lostGrace}
+	lost := make(chan struct{})
+	done := runAsync(context.Background(), spec, lost)
+	if !waitFor(10*time.Second, func() bool { return len(findProcs(a)) == 1 }) {
+		t.Fatal("worker never started")
+	}
+	time.Sleep(100 * time.Millisecond) // let the worker stop its supervisor
+	lostAt := time.Now()
+	close(lost)
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if took := time.Since(lostAt); took >= supervisorWait {
+		t.Errorf("Run returned %v after the lease loss: it waited the stopped supervisor's full turn (%v)", took.Round(time.Millisecond), supervisorWait)
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if left := findProcs(a); len(left) != 0 {
+		t.Errorf("processes survived Run: %v", left)
+	}
+	if o.res.StoppedBy != StoppedLeaseLost {
+		t.Errorf("StoppedBy=%q, want %q", o.res.StoppedBy, StoppedLeaseLost)
+	}
+}
