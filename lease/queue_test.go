@@ -356,13 +356,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 // is dropped when its turn comes, and the slot goes to the next request;
 // one whose client keeps re-sending, or that promised nothing, is granted.
 func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
-	srv, n := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
-	nc := harness.Connect(t, srv.URL)
-	events, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", lease.EventRejected))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	n, nc, events, acquire := rejectingPool(t)
 	for _, bad := range []int64{-1, lease.MaxPollMs + 1, 1 << 62} {
 		if r := request(t, nc, acquire, lease.AcquireRequest{RequestID: "poll-bad", Holder: "h", Slots: 1, PollMs: bad}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "poll_ms") {
 			t.Fatalf("poll_ms %d: %+v, want bad_request", bad, r)
@@ -503,13 +497,7 @@ func TestClientRefusesWaitPastTheBound(t *testing.T) {
 // figures after its slots were given back: it is the last event of the
 // change, and a watcher must not see the slot in use for good.
 func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
-	srv, n := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
-	nc := harness.Connect(t, srv.URL)
-	events, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", lease.EventRejected))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
+	n, nc, events, acquire := rejectingPool(t)
 	holder := request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
 	if holder.Status != lease.StatusGranted {
 		t.Fatalf("holder: %+v", holder)
@@ -537,4 +525,18 @@ func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
 	if s := poolStats(t, n.Manager, "p"); s.InUse != 0 {
 		t.Errorf("pool stats %+v, want nothing in use", s)
 	}
+}
+
+// rejectingPool starts a node with one pool "p" of one slot and returns it,
+// a client connection, a subscription to p's rejected events and p's
+// acquire subject.
+func rejectingPool(t *testing.T) (*harness.Node, *nats.Conn, *nats.Subscription, string) {
+	t.Helper()
+	srv, n := startNode(t, 30*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	events, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", lease.EventRejected))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, nc, events, lease.Subject("lease", node, "p", lease.VerbAcquire)
 }
