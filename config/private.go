@@ -60,24 +60,16 @@ func MakePrivateDir(base, path string) error {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return err
 	}
-	dirs := []string{path}
-	if base != "" {
-		rel, err := filepath.Rel(base, path)
-		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return fmt.Errorf("%s is not inside %s", path, base)
-		}
-		dirs, d := dirs[:0], base
-		for _, part := range strings.Split(rel, string(filepath.Separator)) {
-			d = filepath.Join(d, part)
-			dirs = append(dirs, d)
-		}
-		return checkPrivateDirs(dirs)
+	if base == "" {
+		return CheckPrivateDir(path)
 	}
-	return checkPrivateDirs(dirs)
-}
-
-func checkPrivateDirs(dirs []string) error {
-	for _, d := range dirs {
+	rel, err := filepath.Rel(base, path)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("%s is not inside %s", path, base)
+	}
+	d := base
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		d = filepath.Join(d, part)
 		if err := CheckPrivateDir(d); err != nil {
 			return err
 		}

@@ -1355,8 +1355,8 @@ func (m *Manager) emit(p *pool, ev Event) {
 }
 
 func (m *Manager) respond(reply string, r Reply) {
-	if reply == "" || !m.serving() {
-		return // no one to answer, or fenced: a deposed manager answers nothing
+	if reply == "" {
+		return // no one to answer
 	}
 	b := replyBuffers.Get()
 	data, err := appendReply(*b, &r)
