@@ -221,9 +221,10 @@ func OnQueued(f func(position int)) AcquireOption {
 	return func(o *acquireOptions) { o.onQueued = f }
 }
 
-// Acquire asks for slots in pool and waits, in FIFO order, until they are
-// granted or ctx ends. On ctx's end it withdraws the request; a grant that
-// raced the withdrawal is given back by the manager.
+// Acquire asks for slots in pool and waits, in the pool's queue order
+// (FIFO, priority or fair share), until they are granted or ctx ends. On
+// ctx's end it withdraws the request; a grant that raced the withdrawal is
+// given back by the manager.
 //
 // Holding is not guaranteed after Acquire returns: watch Done, and stop the
 // work it guards when Done closes.

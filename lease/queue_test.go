@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -539,4 +540,45 @@ func rejectingPool(t *testing.T) (*harness.Node, *nats.Conn, *nats.Subscription,
 		t.Fatal(err)
 	}
 	return n, nc, events, lease.Subject("lease", node, "p", lease.VerbAcquire)
+}
+
+// A restored queue entry that the pool now refuses (its queue limit was
+// lowered while no manager served) is answered, not only logged: its
+// client, which does not poll during the test, hears queue_full at once,
+// and the entry is deleted.
+func TestRestoredEntryRefusedIsAnswered(t *testing.T) {
+	srv := harness.StartServer(t)
+	cfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}}
+	first := harness.StartManager(t, srv.URL, cfg)
+	ctx := context.Background()
+	c := harness.Client(t, srv.URL, node, lease.WithPollInterval(time.Minute), lease.WithRequestTimeout(time.Minute))
+	if _, err := c.Acquire(ctx, "p", 1); err != nil {
+		t.Fatal(err)
+	}
+	var errcs []<-chan error
+	for range 3 {
+		_, errc, _ := queuedAcquire(t, c, ctx, "p", 1)
+		errcs = append(errcs, errc)
+	}
+	harness.Eventually(t, 5*time.Second, "queue entries stored", func() bool { return storedQueueEntries(t, first) == 3 })
+	if err := first.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pools = []lease.PoolConfig{{Name: "p", Capacity: 1, Options: pools.Options{MaxQueue: 1}}}
+	second := harness.StartManager(t, srv.URL, cfg)
+	for i, errc := range errcs[1:] {
+		select {
+		case err := <-errc:
+			var le *lease.Error
+			if !errors.As(err, &le) || le.Code != lease.CodeQueueFull {
+				t.Fatalf("waiter %d: %v, want queue_full", i+1, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d: no answer to its refused queue entry", i+1)
+		}
+	}
+	if s := poolStats(t, second.Manager, "p"); s.QueuedRequests != 1 {
+		t.Fatalf("after restart: %+v, want 1 queued", s)
+	}
+	harness.Eventually(t, 5*time.Second, "refused entries deleted", func() bool { return storedQueueEntries(t, second) == 1 })
 }

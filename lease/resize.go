@@ -208,7 +208,7 @@ func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
 			r := w.Value.(*request)
 			delete(p.waiting, r.id)
 			m.stopTimer(r)
-			m.startDropLocked(r)
+			m.journal.dropLocked(r)
 			e := errorf(CodeExceedsCapacity, "%d slots requested, pool %q was resized to capacity %d", r.slots, p.name, c)
 			m.respond(r.reply, errReply(e))
 			m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
@@ -245,14 +245,14 @@ func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
 func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 	delete(m.pools, p.name)
 	for _, r := range p.waiting {
-		if r.granting {
-			r.cancelled = true // the grant in flight is given back once stored
+		if r.state != queued {
+			r.state = grantCancelled // the grant in flight is given back once stored
 			continue
 		}
 		p.p.Cancel(r.w)
 		delete(p.waiting, r.id)
 		m.stopTimer(r)
-		m.startDropLocked(r)
+		m.journal.dropLocked(r)
 		m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s", p.name, m.cfg.Node)))
 	}
 	for _, h := range m.leases {

@@ -1,0 +1,196 @@
+package lease
+
+import (
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func (m *Manager) handleAcquire(msg *nats.Msg) {
+	poolName := poolToken(msg.Subject)
+	ctx, span := telemetry.StartServerSpan(msg.Header, telemetry.SpanAcquire, telemetry.Node(m.cfg.Node), telemetry.Pool(poolName))
+	defer span.End()
+	var req AcquireRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.reject(span, msg.Reply, poolName, req, e)
+		return
+	}
+	telemetry.SetAttributes(span, telemetry.RequestID(clip(req.RequestID)), telemetry.Holder(clip(req.Holder)), telemetry.Slots(req.Slots))
+	if e := m.validateAcquire(&req); e != nil {
+		m.reject(span, msg.Reply, poolName, req, e)
+		return
+	}
+	if msg.Reply == "" {
+		// Nobody could hear of the grant; it would only hold slots for a TTL.
+		m.log.Debug("acquire without a reply subject ignored", "pool", poolName, "request", req.RequestID)
+		return
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		// Close has begun: start no store operation it would not wait for.
+		m.respond(msg.Reply, errReply(m.closingError()))
+		return
+	}
+	p := m.pools[poolName]
+	if p == nil {
+		m.rejectLocked(span, msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
+		return
+	}
+	// A retry: answer from what is already known, never grant twice.
+	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
+		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
+			telemetry.Fail(span, string(e.Code), e.Message)
+			m.respond(msg.Reply, errReply(e))
+			return
+		}
+		if h.releasing {
+			// Its slots are about to go to someone else: this is no grant.
+			m.respond(msg.Reply, errReply(errorf(CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
+			return
+		}
+		// Existing tells the holder the record was written before this
+		// request was sent, so it must confirm with a renewal before
+		// trusting a deadline measured from its own send time.
+		rec := h.rec
+		m.respond(msg.Reply, Reply{Status: StatusGranted, Lease: &rec, Existing: true})
+		return
+	}
+	if r := p.waiting[req.RequestID]; r != nil {
+		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
+			telemetry.Fail(span, string(e.Code), e.Message)
+			m.respond(msg.Reply, errReply(e))
+			return
+		}
+		r.reply = msg.Reply
+		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
+		if r.state == queued {
+			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: positionLocked(r)})
+		}
+		return
+	}
+	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
+		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
+		return
+	}
+
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs}
+	r.lastSeen = r.since.UnixNano()
+	r.trace = telemetry.NewAcquireTrace(ctx)
+	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	var w *pools.Waiter
+	var granted bool
+	var position int
+	var err error
+	if req.NoWait {
+		w, err = p.p.TryAcquireRequest(r.poolRequest())
+		granted = err == nil
+	} else {
+		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
+	}
+	if err != nil {
+		m.rejectLocked(span, msg.Reply, p, poolName, req, m.enqueueError(p, req, err))
+		return
+	}
+	r.w = w
+	p.waiting[r.id] = r
+	if granted {
+		m.startGrantLocked(r)
+		return
+	}
+	r.order = m.nextOrderLocked()
+	if req.WaitMs > 0 {
+		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
+	}
+	r.trace.StartQueued(ctx, telemetry.Position(position))
+	// A request covered by releases in flight is granted one store write
+	// later: telling it that it waits would only cost messages. It is told
+	// if it is still waiting once they no longer cover the queue.
+	m.queuedLocked(r, position, !coveredLocked(p))
+	m.persistQueuedLocked(r)
+}
+
+// queuedLocked tells the watchers (and the holder if tell) that r waits,
+// and arms its wait deadline.
+func (m *Manager) queuedLocked(r *request, position int, tell bool) {
+	if tell {
+		m.respond(r.reply, Reply{Status: StatusQueued, Position: position})
+	}
+	m.emit(r.pool, Event{Kind: EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	if r.waitUntil != 0 {
+		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
+	}
+}
+
+// enqueueError maps a pool's refusal to a wire error.
+func (m *Manager) enqueueError(p *pool, req AcquireRequest, err error) *Error {
+	s := p.p.Stats()
+	switch {
+	case errors.Is(err, pools.ErrWouldWait):
+		return errorf(CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests)
+	case errors.Is(err, pools.ErrQueueFull):
+		e := errorf(CodeQueueFull, "pool %q already has %d queued requests, its limit", p.name, s.QueuedRequests)
+		// A hint, not a promise: about when a holder renews, by which time
+		// the queue has likely moved.
+		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
+		return e
+	case errors.Is(err, pools.ErrExceedsCapacity):
+		return errorf(CodeExceedsCapacity, "%v", err)
+	default:
+		return errorf(CodeInternal, "%v", err)
+	}
+}
+
+func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
+	if err := validID(req.RequestID); err != nil {
+		return errorf(CodeBadRequest, "%v", err)
+	}
+	if req.Holder == "" {
+		return errorf(CodeBadRequest, "holder is required")
+	}
+	if len(req.Holder) > MaxHolderLen {
+		return errorf(CodeBadRequest, "holder is longer than %d bytes", MaxHolderLen)
+	}
+	if len(req.Secret) > MaxSecretLen {
+		return errorf(CodeBadRequest, "secret is longer than %d bytes", MaxSecretLen)
+	}
+	if len(req.Tenant) > MaxTenantLen {
+		return errorf(CodeBadRequest, "tenant is longer than %d bytes", MaxTenantLen)
+	}
+	if req.Slots <= 0 {
+		return errorf(CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
+	}
+	if req.PollMs < 0 || req.PollMs > MaxPollMs {
+		return errorf(CodeBadRequest, "poll_ms must be between 0 and %d (24h), got %d", MaxPollMs, req.PollMs)
+	}
+	if req.WaitMs < 0 || req.WaitMs > MaxWaitMs {
+		return errorf(CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", MaxWaitMs, req.WaitMs)
+	}
+	return nil
+}
+
+func (m *Manager) reject(span trace.Span, reply, poolName string, req AcquireRequest, e *Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rejectLocked(span, reply, m.pools[poolName], poolName, req, e)
+}
+
+// rejectLocked answers an acquire with an error and, for a pool this node
+// has, publishes a rejected event. Unknown pools get no event: their name
+// comes from the network and must not mint event subjects.
+func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName string, req AcquireRequest, e *Error) {
+	telemetry.Fail(span, string(e.Code), e.Message)
+	m.respond(reply, errReply(e))
+	if p != nil {
+		// The request failed validation, maybe for its size: echo a bounded part.
+		m.emit(p, Event{Kind: EventRejected, RequestID: clip(req.RequestID), Holder: clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
+	} else {
+		m.log.Debug("acquire rejected", "pool", clip(poolName), "code", e.Code, "message", e.Message)
+	}
+}

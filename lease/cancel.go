@@ -1,0 +1,115 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/pools"
+)
+
+// dropAbandonedLocked ends r, whose turn came after its client stopped
+// re-sending it, instead of granting it slots nobody would use until the
+// TTL lapsed. A client that is alive after all hears "unavailable" (or, on
+// its next re-send, nothing of r) and queues again at the tail. It returns
+// the waiters granted the slots r had been given.
+func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
+	p := r.pool
+	delete(p.waiting, r.id)
+	m.stopTimer(r)
+	m.journal.dropLocked(r)
+	r.trace.EndQueued("abandoned")
+	e := errorf(CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
+		time.Duration(now-r.lastSeen).Round(time.Millisecond), r.pollMs)
+	m.respond(r.reply, errReply(e))
+	// The slots back first, so the event carries the figures after the
+	// drop: no other event may follow it.
+	granted := p.p.ReleaseFor(r.tenant, r.slots)
+	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	return granted
+}
+
+// waitExpired ends a request whose wait deadline passed while it was queued.
+func (m *Manager) waitExpired(r *request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || !r.waiting() {
+		return
+	}
+	p := r.pool
+	removed, granted := p.p.Cancel(r.w)
+	if !removed {
+		return
+	}
+	delete(p.waiting, r.id)
+	m.journal.dropLocked(r)
+	r.trace.EndQueued(string(CodeWaitExpired))
+	e := errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond))
+	m.respond(r.reply, errReply(e))
+	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	m.startGrantsLocked(granted)
+}
+
+func (m *Manager) handleCancel(msg *nats.Msg) {
+	var req CancelRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	if err := validID(req.RequestID); err != nil {
+		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "%v", err)))
+		return
+	}
+	if req.Holder == "" {
+		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "holder is required")))
+		return
+	}
+	poolName := poolToken(msg.Subject)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		m.respond(msg.Reply, errReply(m.closingError()))
+		return
+	}
+	p := m.pools[poolName]
+	if p == nil {
+		m.respond(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)))
+		return
+	}
+	if r := p.waiting[req.RequestID]; r != nil {
+		if r.holder != req.Holder || !secretMatches(r.secret, req.Secret) {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		if r.state != queued {
+			r.state = grantCancelled
+			m.respond(msg.Reply, Reply{Status: StatusCancelled})
+			return
+		}
+		m.stopTimer(r)
+		removed, granted := p.p.Cancel(r.w)
+		if removed {
+			delete(p.waiting, r.id)
+			m.journal.dropLocked(r)
+			r.trace.EndQueued(string(CodeCancelled))
+			e := errorf(CodeCancelled, "cancelled by the holder")
+			m.respond(r.reply, errReply(e))
+			m.emit(p, Event{Kind: EventCancelled, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code})
+			m.startGrantsLocked(granted)
+		}
+		m.respond(msg.Reply, Reply{Status: StatusCancelled})
+		return
+	}
+	if h := m.leases[RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
+		if h.rec.Holder != req.Holder || !secretMatches(h.rec.Secret, req.Secret) {
+			m.respond(msg.Reply, errReply(errorf(CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			return
+		}
+		if !h.releasing {
+			m.startReleaseLocked(h, EventCancelled)
+		}
+		m.respond(msg.Reply, Reply{Status: StatusReleased})
+		return
+	}
+	// Nothing to cancel: already ended. Cancel is idempotent.
+	m.respond(msg.Reply, Reply{Status: StatusCancelled})
+}

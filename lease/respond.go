@@ -1,0 +1,64 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+func (m *Manager) handleStats(msg *nats.Msg) {
+	m.respond(msg.Reply, Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.Stats()})
+}
+
+func (m *Manager) emit(p *pool, ev Event) {
+	if !m.serving() {
+		return // fenced: a deposed manager announces nothing
+	}
+	ev.Time = time.Now().UTC()
+	ev.Node = m.cfg.Node
+	ev.Pool = p.name
+	ev.Stats = p.p.Stats()
+	m.cfg.Events.Publish(ev)
+}
+
+func (m *Manager) respond(reply string, r Reply) {
+	if reply == "" {
+		return // no one to answer
+	}
+	b := replyBuffers.Get()
+	data, err := appendReply(*b, &r)
+	if err != nil {
+		m.log.Error("encoding a reply", "err", err)
+		return
+	}
+	m.publishReply(reply, nil, data)
+	replyBuffers.Put(b, data)
+}
+
+// publishReply sends data (with hdr, if any) to reply, a reply subject, if
+// the reply rule allows it and the fence is valid: every answer, discovery
+// and resize errors included, goes through here. Requests were checked on
+// arrival (guard); this check also covers reply subjects restored from
+// stored queue entries.
+func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
+	if !m.serving() {
+		return // fenced: a deposed manager answers nothing
+	}
+	if !m.replies.allowed(reply) {
+		m.replies.refuse(m.log, "", reply)
+		return
+	}
+	var err error
+	if hdr == nil {
+		err = m.cfg.Conn.Publish(reply, data)
+	} else {
+		err = m.cfg.Conn.PublishMsg(&nats.Msg{Subject: reply, Header: hdr, Data: data})
+	}
+	if err != nil {
+		m.log.Warn("sending a reply", "subject", reply, "err", err)
+	}
+}
+
+var replyBuffers Buffers
+
+func errReply(e *Error) Reply { return Reply{Status: StatusError, Error: e} }
