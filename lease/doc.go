@@ -11,8 +11,8 @@
 // # Where things are
 //
 // The wire contract: protocol.go (subjects, requests, replies, records),
-// errors.go, decode.go and encode.go (strict decoding, hand-written
-// encoders), echo.go (bounded echoes of client input), records.go (which
+// errors.go, decode.go, jsonscan.go and encode.go (strict decoding,
+// hand-written encoders), echo.go (bounded echoes of client input), records.go (which
 // stored records are honoured).
 //
 // The Manager, one file per job:
