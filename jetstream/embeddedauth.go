@@ -20,6 +20,9 @@ import (
 const (
 	EmbeddedAccount       = "SLOTLEASE"
 	EmbeddedSystemAccount = "SYS"
+	// EmbeddedDisconnectSubject is where the embedded server's client
+	// disconnect advisories for EmbeddedAccount reach the manager.
+	EmbeddedDisconnectSubject = "$SYS.ACCOUNT." + EmbeddedAccount + ".DISCONNECT"
 )
 
 // User is one nkey user of the embedded server. Publish and Subscribe are
@@ -133,8 +136,16 @@ func authConfig(users []User) (string, error) {
 	enc.SetEscapeHTML(false)
 	err := enc.Encode(map[string]any{
 		"accounts": map[string]any{
-			EmbeddedAccount:       map[string]any{"jetstream": "enabled", "users": us},
-			EmbeddedSystemAccount: map[string]any{},
+			EmbeddedAccount: map[string]any{"jetstream": "enabled", "users": us, "imports": []any{
+				map[string]any{"stream": map[string]any{"account": EmbeddedSystemAccount, "subject": EmbeddedDisconnectSubject}},
+			}},
+			// The server's disconnect advisories for the slotlease account,
+			// so the manager frees a dead holder's slots at once (see
+			// lease/disconnect.go). Only the manager may subscribe to them,
+			// and no role of the account may publish on the subject.
+			EmbeddedSystemAccount: map[string]any{"exports": []any{
+				map[string]any{"stream": EmbeddedDisconnectSubject, "accounts": []string{EmbeddedAccount}},
+			}},
 		},
 		"system_account": EmbeddedSystemAccount,
 	})

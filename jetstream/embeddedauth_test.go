@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,89 @@ func TestStartServerIsSecureByDefault(t *testing.T) {
 	ctx := t.Context()
 	if _, err := OpenLeaseStore(ctx, nc, BucketConfig{Name: "lease_leases"}); err != nil {
 		t.Fatalf("the manager cannot create its bucket: %v", err)
+	}
+}
+
+// The manager hears the server's advisory when a client of the account
+// disconnects, with the client's id and its server's id; executors and
+// readers can neither forge one nor listen to them.
+func TestEmbeddedDisconnectAdvisories(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	keys, err := EnsureCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Users: EmbeddedUsers(keys, "lease")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	connect := func(r config.Role, opts ...nats.Option) *nats.Conn {
+		t.Helper()
+		nc, err := Connect(srv.ClientURL(), Auth{NKeySeed: config.AuthFile(dir, r), InboxPrefix: r.InboxPrefix()}, t.Name(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	mgr := connect(config.RoleManager)
+	advisories, err := mgr.SubscribeSync(EmbeddedDisconnectSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []config.Role{config.RoleExecutor, config.RoleReader} {
+		errs := make(chan error, 4)
+		nc := connect(r, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if _, err := nc.SubscribeSync(EmbeddedDisconnectSubject); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Publish(EmbeddedDisconnectSubject, []byte(`{"client":{"id":1},"server":{"id":"forged"}}`))
+		_ = nc.Flush()
+		for want := 2; want > 0; want-- {
+			select {
+			case err := <-errs:
+				if !strings.Contains(err.Error(), "Permissions Violation") {
+					t.Fatalf("%s: %v, want a permissions violation", r, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: publishing or subscribing to the advisories was not refused", r)
+			}
+		}
+	}
+	// An executor's connection closes: the manager hears of it.
+	exe := connect(config.RoleExecutor)
+	cid, err := exe.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := exe.ConnectedServerId()
+	exe.Close()
+	for {
+		msg, err := advisories.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no advisory for the closed connection: %v", err)
+		}
+		var ev struct {
+			Server struct{ ID string } `json:"server"`
+			Client struct {
+				ID uint64 `json:"id"`
+			} `json:"client"`
+		}
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(msg.Data), "forged") {
+			t.Fatalf("a forged advisory arrived: %s", msg.Data)
+		}
+		if ev.Client.ID == cid && ev.Server.ID == server {
+			return
+		}
 	}
 }

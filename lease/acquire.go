@@ -69,6 +69,9 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		}
 		r.reply = msg.Reply
 		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
+		if c := (conn{req.ConnServer, req.ConnID}); c.known() {
+			r.conn = c // re-sent after a reconnect: it lives on the new connection
+		}
 		if r.state == queued {
 			m.respond(msg.Reply, Reply{Status: StatusQueued, Position: positionLocked(r)})
 		}
@@ -82,6 +85,12 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
 		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs}
 	r.lastSeen = r.since.UnixNano()
+	r.conn = conn{req.ConnServer, req.ConnID}
+	if m.closedLocked(r.conn) {
+		// Sent just before its connection closed: nobody would hear of it.
+		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(CodeHolderDisconnected, "the requester's connection has closed"))
+		return
+	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
 	m.emit(p, Event{Kind: EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
 	var w *pools.Waiter
@@ -172,7 +181,7 @@ func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
 	if req.WaitMs < 0 || req.WaitMs > MaxWaitMs {
 		return errorf(CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", MaxWaitMs, req.WaitMs)
 	}
-	return nil
+	return checkConn(req.ConnServer, req.ConnID)
 }
 
 func (m *Manager) reject(span trace.Span, reply, poolName string, req AcquireRequest, e *Error) {

@@ -35,6 +35,14 @@ func (m *Manager) waitExpired(r *request) {
 	if m.closed || !r.waiting() {
 		return
 	}
+	m.leaveQueueLocked(r, errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond)), EventRejected)
+}
+
+// leaveQueueLocked takes queued r out of its pool's queue without a grant:
+// its holder hears e, watchers an event of kind, and the waiters behind it
+// may be granted.
+func (m *Manager) leaveQueueLocked(r *request, e *Error, kind EventKind) {
+	m.stopTimer(r)
 	p := r.pool
 	removed, granted := p.p.Cancel(r.w)
 	if !removed {
@@ -42,10 +50,9 @@ func (m *Manager) waitExpired(r *request) {
 	}
 	delete(p.waiting, r.id)
 	m.journal.dropLocked(r)
-	r.trace.EndQueued(string(CodeWaitExpired))
-	e := errorf(CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond))
+	r.trace.EndQueued(string(e.Code))
 	m.respond(r.reply, errReply(e))
-	m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	m.emit(p, Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	m.startGrantsLocked(granted)
 }
 
@@ -85,17 +92,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 			m.respond(msg.Reply, Reply{Status: StatusCancelled})
 			return
 		}
-		m.stopTimer(r)
-		removed, granted := p.p.Cancel(r.w)
-		if removed {
-			delete(p.waiting, r.id)
-			m.journal.dropLocked(r)
-			r.trace.EndQueued(string(CodeCancelled))
-			e := errorf(CodeCancelled, "cancelled by the holder")
-			m.respond(r.reply, errReply(e))
-			m.emit(p, Event{Kind: EventCancelled, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code})
-			m.startGrantsLocked(granted)
-		}
+		m.leaveQueueLocked(r, errorf(CodeCancelled, "cancelled by the holder"), EventCancelled)
 		m.respond(msg.Reply, Reply{Status: StatusCancelled})
 		return
 	}

@@ -32,6 +32,8 @@ type Client struct {
 	sub     *nats.Subscription
 	waiters map[string]chan *nats.Msg
 	closed  bool
+
+	live liveness // pings for the leases with fast release (liveness.go)
 }
 
 // ClientOption configures a Client.
@@ -118,6 +120,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		pollInterval:   5 * time.Second,
 		noManagerWait:  10 * time.Second,
 		waiters:        make(map[string]chan *nats.Msg),
+		live:           liveness{nc: nc},
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -148,6 +151,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.live.close()
 	return c.sub.Unsubscribe()
 }
 
@@ -267,10 +271,14 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if pollMs > MaxPollMs {
 		pollMs = 0 // polls rarer than the protocol's bound: promise nothing
 	}
-	body, err := json.Marshal(AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: pollMs})
-	if err != nil {
-		return nil, err
+	req := AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
+		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: pollMs}
+	// Each send names the connection it goes on (fast release).
+	body := func() []byte {
+		cn := c.live.identity()
+		req.ConnServer, req.ConnID = cn.server, cn.id
+		b, _ := json.Marshal(req) // plain strings and numbers: cannot fail
+		return b
 	}
 	ch := make(chan *nats.Msg, 4)
 	if err := c.register(o.requestID, ch); err != nil {
@@ -281,7 +289,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	subject := Subject(c.prefix, c.node, pool, VerbAcquire)
 	reply := c.inbox + "." + o.requestID
 	firstSent := time.Now()
-	if err := c.publish(ctx, subject, reply, body); err != nil {
+	if err := c.publish(ctx, subject, reply, body()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	queued, answered := false, false
@@ -296,7 +304,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		case <-timer.C:
 			// No answer in time: the request or its answer was lost, or the
 			// manager restarted. The same request id makes re-sending safe.
-			if err := c.publish(ctx, subject, reply, body); err != nil {
+			if err := c.publish(ctx, subject, reply, body()); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			timer.Reset(c.nextPoll(queued))
@@ -401,7 +409,7 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 		// A confirmation later than the TTL less the margin would start
 		// a deadline that has already passed.
 		cctx, cancel := context.WithTimeout(ctx, rec.TTL()-margin(rec.TTL()))
-		sent, err := l.renew(cctx, nil)
+		sent, _, err := l.renew(cctx, nil)
 		cancel()
 		if err != nil {
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)
@@ -410,8 +418,45 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 		base = sent
 	}
 	l.deadline = base.Add(rec.TTL() - margin(rec.TTL()))
+	if rec.DisconnectGraceMs > 0 {
+		if err := l.bindLive(ctx); err != nil {
+			c.withdraw(rec.Pool, rec.ID, rec.Secret)
+			return nil, err
+		}
+	}
 	go l.heartbeat()
 	return l, nil
+}
+
+// bindLive starts the pings of a lease with fast release and has the
+// server answer one on the lease's connection before the holder relies on
+// it. A lease bound to a connection that has been replaced meanwhile (a
+// reconnect while it was granted) is moved to the new one first.
+func (l *Lease) bindLive(ctx context.Context) error {
+	l.grace = time.Duration(l.rec.DisconnectGraceMs) * time.Millisecond
+	l.bound = recordConn(&l.rec)
+	l.c.live.join(l.grace)
+	ttl := l.rec.TTL()
+	for range 3 {
+		if l.bound == l.c.live.identity() {
+			l.c.live.ping(l.grace / 2)
+		}
+		if time.Now().Before(l.Deadline()) {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.grace)
+		sent, r, err := l.renew(cctx, nil)
+		cancel()
+		if err != nil {
+			break
+		}
+		l.deadline = sent.Add(ttl - margin(ttl))
+		if r != nil && r.ConnServer != "" {
+			l.bound = recordConn(r)
+		}
+	}
+	l.c.live.leave()
+	return errorf(CodeUnavailable, "lease: the connection to the NATS server could not be confirmed for the granted lease (fast release); acquire again")
 }
 
 // margin is how much earlier than the manager a holder gives up its lease.

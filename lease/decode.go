@@ -38,9 +38,9 @@ func decode(data []byte, v any) *Error {
 	case *AcquireRequest:
 		return decodeAcquire(data, v)
 	case *RenewRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID)
 	case *ReleaseRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil)
 	case *CancelRequest:
 		return decodeCancel(data, v)
 	case *ResizeRequest:
@@ -76,6 +76,10 @@ func decodeAcquire(data []byte, req *AcquireRequest) *Error {
 			d.ident(7, &req.Tenant, MaxTenantLen)
 		case "no_wait":
 			d.bool(8, &req.NoWait)
+		case "conn_server":
+			d.ident(9, &req.ConnServer, MaxConnServerLen)
+		case "conn_id":
+			d.uint64(10, &req.ConnID)
 		default:
 			d.unknown()
 		}
@@ -84,8 +88,8 @@ func decodeAcquire(data []byte, req *AcquireRequest) *Error {
 }
 
 // decodeLeaseRef decodes a renew or release request: both name a lease and
-// its token.
-func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string) *Error {
+// its token; a renewal (connServer not nil) also its connection.
+func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string, connServer *string, connID *uint64) *Error {
 	d := newDecoder(data, MaxRequestBody)
 	for d.next() {
 		switch string(d.key) {
@@ -95,6 +99,18 @@ func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string)
 			d.uint64(1, token)
 		case "secret":
 			d.ident(2, secret, MaxSecretLen)
+		case "conn_server":
+			if connServer == nil {
+				d.unknown()
+				break
+			}
+			d.ident(3, connServer, MaxConnServerLen)
+		case "conn_id":
+			if connID == nil {
+				d.unknown()
+				break
+			}
+			d.uint64(4, connID)
 		default:
 			d.unknown()
 		}

@@ -106,6 +106,15 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Priority != 0 {
 		b = appendIntField(b, "priority", int64(r.Priority))
 	}
+	if r.ConnServer != "" {
+		b = appendStringField(b, "conn_server", r.ConnServer)
+	}
+	if r.ConnID != 0 {
+		b = appendUintField(b, "conn_id", r.ConnID)
+	}
+	if r.DisconnectGraceMs != 0 {
+		b = appendIntField(b, "disconnect_grace_ms", r.DisconnectGraceMs)
+	}
 	return append(b, '}')
 }
 

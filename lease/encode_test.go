@@ -46,6 +46,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 			ID: randomString(r), Node: randomString(r), Pool: randomString(r), Slots: r.Int64N(3) - 1, Holder: randomString(r),
 			Token: r.Uint64N(3) * 1e18, TTLMs: r.Int64N(20000), GrantedAt: times[r.IntN(len(times))], ExpiresAt: times[r.IntN(len(times))],
 			Term: r.Uint64N(3) * 1e18, Manager: randomString(r), Secret: randomString(r), Tenant: randomString(r), Priority: r.IntN(3) - 1,
+			ConnServer: randomString(r), ConnID: r.Uint64N(3) * 1e18, DisconnectGraceMs: r.Int64N(3) * 400,
 		}
 		sameJSON(t, appendRecord(nil, &rec), rec)
 

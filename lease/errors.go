@@ -18,6 +18,10 @@ const (
 	CodeQueueFull       Code = "queue_full"       // the pool's queue is at its limit; retry after retry_after_ms
 	CodeWouldWait       Code = "would_wait"       // a no_wait (try) acquire that could not be granted at once
 	CodeCancelled       Code = "cancelled"        // the queued request was cancelled by its holder
+	// CodeHolderDisconnected: the holder's connection closed and the grace
+	// passed (fast release): its lease was freed, or its queued request
+	// dropped.
+	CodeHolderDisconnected Code = "holder_disconnected"
 	CodeLeaseNotFound   Code = "lease_not_found"  // no live lease with that id (released, expired, never granted)
 	CodeTokenMismatch   Code = "token_mismatch"   // the token does not match the lease's fencing token
 	CodeConflict        Code = "conflict"         // the request id is in use by another holder

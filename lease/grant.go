@@ -48,6 +48,14 @@ func (m *Manager) grant(r *request) {
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
 		Term: m.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
+	m.mu.Lock()
+	c := r.conn
+	m.mu.Unlock()
+	if c.known() && m.cfg.DisconnectEvents != "" {
+		// Fast release: the lease is bound to the connection the request
+		// came on, and the holder is told the grace it must keep.
+		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, m.cfg.DisconnectGrace.Milliseconds()
+	}
 	key := RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	var rev uint64
@@ -113,6 +121,9 @@ func (m *Manager) grant(r *request) {
 	telemetry.SetAttributes(span, telemetry.Token(rev))
 	if m.cfg.GrantLatency != nil {
 		m.cfg.GrantLatency(p.name, time.Since(r.since))
+	}
+	if m.closedLocked(c) {
+		m.freeOnCloseLocked(h) // its connection closed while the record was written
 	}
 	if r.state == grantCancelled {
 		// The holder gave up while the write was in flight: give it back.

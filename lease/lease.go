@@ -32,8 +32,13 @@ type Lease struct {
 	// are traced as its children.
 	tctx context.Context
 
+	// grace is the record's disconnect grace: > 0 for a lease with fast
+	// release, which is bound to a connection (liveness.go).
+	grace time.Duration
+
 	mu       sync.Mutex
-	deadline time.Time // guarded by mu
+	deadline time.Time // guarded by mu: from renewals, the TTL's
+	bound    conn      // guarded by mu: the connection the lease is bound to
 	err      error     // guarded by mu; set once, before done closes
 	stopOnce sync.Once
 }
@@ -62,18 +67,34 @@ func (l *Lease) TTL() time.Duration { return l.rec.TTL() }
 func (l *Lease) Record() Record { return l.rec }
 
 // Deadline is when the holder must consider the lease lost unless a renewal
-// succeeds first.
+// succeeds first. With fast release it is also at most 3/4 of the
+// disconnect grace after the last PING the server answered on the lease's
+// connection, so it moves on while the connection lives.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
+	d, bound := l.deadline, l.bound
+	l.mu.Unlock()
+	if l.grace > 0 {
+		d = minTime(d, l.c.live.lastAnswered(bound).Add(liveDeadline(l.grace)))
+	}
+	return d
 }
 
 // LossGrace is how long work may take to stop once Done has closed: half
 // the margin between the holder's deadline and the earliest moment the
-// manager can give the slots to someone else (the record's expiry).
+// manager can give the slots to someone else (the record's expiry), or,
+// with fast release, half the quarter of the grace left to it.
 // Anything still running after it risks running beside the next holder.
-func (l *Lease) LossGrace() time.Duration { return margin(l.TTL()) / 2 }
+func (l *Lease) LossGrace() time.Duration {
+	if l.grace > 0 {
+		return min(margin(l.TTL())/2, l.grace/8)
+	}
+	return margin(l.TTL()) / 2
+}
+
+// FastRelease is the disconnect grace of a lease with fast release (0
+// without): its slots go to others that long after its connection closes.
+func (l *Lease) FastRelease() time.Duration { return l.grace }
 
 // Done is closed when the lease ends: lost (expired, refused on renewal, or
 // renewals failing until the deadline) or released.
@@ -136,36 +157,58 @@ func (l *Lease) sendRelease(ctx context.Context) (err error) {
 // heartbeat renews every TTL/3, counted from the send time its deadline is
 // measured from, until the lease is released, refused, or its deadline
 // passes. One renewal re-sends itself while unanswered (renewRetry); one that
-// was answered with a transient error is followed by a fresh one soon.
+// was answered with a transient error is followed by a fresh one soon. With
+// fast release it also renews at once when the connection changed, so the
+// lease moves to the new one.
 func (l *Lease) heartbeat() {
 	defer close(l.hbDone)
 	ttl := l.rec.TTL()
 	interval := ttl / 3
 	retry := min(interval, 250*time.Millisecond)
-	base := l.Deadline().Add(-(ttl - margin(ttl)))
+	l.mu.Lock()
+	base := l.deadline.Add(-(ttl - margin(ttl)))
+	l.mu.Unlock()
 	next := time.NewTimer(max(0, time.Until(base.Add(interval))))
 	defer next.Stop()
 	lost := time.NewTimer(time.Until(l.Deadline()))
 	defer lost.Stop()
+	var moved <-chan time.Time
+	if l.grace > 0 {
+		defer l.c.live.leave()
+		t := time.NewTicker(l.grace / 8)
+		defer t.Stop()
+		moved = t.C
+	}
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-lost.C:
-			l.end(fmt.Errorf("%w: no renewal succeeded before the deadline", ErrLeaseLost))
+			if d := l.Deadline(); time.Now().Before(d) {
+				lost.Reset(time.Until(d)) // the connection was confirmed meanwhile
+				continue
+			}
+			l.end(fmt.Errorf("%w: %s", ErrLeaseLost, l.lossCause()))
 			return
+		case <-moved:
+			if now := l.c.live.identity(); !now.known() || now == l.boundConn() {
+				continue
+			}
 		case <-next.C:
 		}
 		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
-		sent, err := l.renew(ctx, l.stop)
+		sent, rec, err := l.renew(ctx, l.stop)
 		cancel()
 		switch {
 		case err == nil:
 			d := sent.Add(ttl - margin(ttl))
 			l.mu.Lock()
 			l.deadline = d
+			if rec != nil && l.grace > 0 && rec.ConnServer != "" {
+				l.bound = recordConn(rec)
+			}
 			l.mu.Unlock()
-			lost.Reset(time.Until(d))
+			lost.Reset(time.Until(l.Deadline()))
 			// A renewal that waited long for its answer dates from its
 			// first attempt: the next one is due that much sooner.
 			next.Reset(max(0, time.Until(sent.Add(interval))))
@@ -176,6 +219,23 @@ func (l *Lease) heartbeat() {
 			next.Reset(retry)
 		}
 	}
+}
+
+func (l *Lease) boundConn() conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bound
+}
+
+// lossCause says why the deadline passed.
+func (l *Lease) lossCause() string {
+	l.mu.Lock()
+	ttlDeadline := l.deadline
+	l.mu.Unlock()
+	if l.grace > 0 && l.Deadline().Before(ttlDeadline) {
+		return fmt.Sprintf("the server did not answer on the lease's connection for %v (fast release: its slots go to others %v after the connection closes)", liveDeadline(l.grace), l.grace)
+	}
+	return "no renewal succeeded before the deadline"
 }
 
 func minTime(a, b time.Time) time.Time {

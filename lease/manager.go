@@ -63,6 +63,17 @@ type ManagerConfig struct {
 	// ReplyRefused, if set, counts each request refused for its reply
 	// subject (leasemetrics.Metrics.ReplyRefusals).
 	ReplyRefused func()
+	// DisconnectEvents, if set, turns fast release on (disconnect.go): it
+	// is the subject on which the NATS server's client disconnect
+	// advisories for the holders' account reach this manager
+	// ($SYS.ACCOUNT.<account>.DISCONNECT, imported from the system
+	// account). Only the server may be able to publish there: a forged
+	// advisory frees a live holder's lease early. Empty: the TTL alone.
+	DisconnectEvents string
+	// DisconnectGrace is how long after a holder's connection closed its
+	// leases are freed (DefaultDisconnectGrace if zero), between
+	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
+	DisconnectGrace time.Duration
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,
@@ -113,7 +124,8 @@ type Manager struct {
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 	refusals  refusalLog             // log lines about refused records; guarded by mu
 
-	journal *journal // the queue entries' writes and deletes
+	journal *journal    // the queue entries' writes and deletes
+	gone    disconnects // fast release; guarded by mu
 }
 
 // NewManager validates cfg and builds a Manager. Call Start to serve.
@@ -154,6 +166,12 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("lease: manager needs at least one pool")
 	}
+	if cfg.DisconnectGrace == 0 {
+		cfg.DisconnectGrace = min(DefaultDisconnectGrace, cfg.TTL/2)
+	}
+	if cfg.DisconnectEvents != "" && (cfg.DisconnectGrace < MinDisconnectGrace || cfg.DisconnectGrace > MaxDisconnectGrace || cfg.DisconnectGrace > cfg.TTL/2) {
+		return nil, fmt.Errorf("lease: disconnect grace %v: must be between %v and %v, and at most half the TTL", cfg.DisconnectGrace, MinDisconnectGrace, MaxDisconnectGrace)
+	}
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.Node),
@@ -163,6 +181,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
 		deposedCh: make(chan struct{}),
+		gone:      disconnects{closed: make(map[conn]time.Time), timers: make(map[*time.Timer]struct{})},
 	}
 	m.ownMark = ownMark(cfg.Instance, m.term())
 	if cfg.Fence != nil {
@@ -260,6 +279,10 @@ func (m *Manager) start(ctx context.Context) error {
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		m.subs = append(m.subs, sub)
 	}
+	if err := m.subscribeDisconnects(); err != nil {
+		m.unsubscribe()
+		return err
+	}
 	if err := m.serveDiscovery(); err != nil {
 		m.unsubscribe()
 		return err
@@ -309,6 +332,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.stopDisconnectTimersLocked()
 	m.mu.Unlock()
 
 	m.unsubscribe()

@@ -99,6 +99,9 @@ const (
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
 	MaxTenantLen    = 128
+	// MaxConnServerLen bounds ConnServer: a server id is a 56-character
+	// public nkey.
+	MaxConnServerLen = 64
 	// MaxPollMs bounds AcquireRequest.PollMs: 24 hours.
 	MaxPollMs = 24 * 60 * 60 * 1000
 	// MaxWaitMs bounds AcquireRequest.WaitMs: 30 days. Far longer waits
@@ -136,6 +139,13 @@ type AcquireRequest struct {
 	Tenant string `json:"tenant,omitempty"`
 	// NoWait refuses with would_wait instead of queueing (try-acquire).
 	NoWait bool `json:"no_wait,omitempty"`
+	// ConnServer and ConnID name the NATS connection the request was sent
+	// on (the server's id and the client id it gave the connection). With
+	// them, a manager with fast release frees the lease soon after that
+	// connection closes, and says so in the record (DisconnectGraceMs);
+	// docs/guarantees.md, "Fast release". Without them, the TTL alone.
+	ConnServer string `json:"conn_server,omitempty"`
+	ConnID     uint64 `json:"conn_id,omitempty"`
 }
 
 // RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.
@@ -144,6 +154,11 @@ type RenewRequest struct {
 	LeaseID string `json:"lease_id"`
 	Token   uint64 `json:"token"`
 	Secret  string `json:"secret,omitempty"`
+	// ConnServer and ConnID, as in AcquireRequest: a renewal sent on
+	// another connection than the lease's (after a reconnect) moves the
+	// lease to it.
+	ConnServer string `json:"conn_server,omitempty"`
+	ConnID     uint64 `json:"conn_id,omitempty"`
 }
 
 // ReleaseRequest gives a lease's slots back.
@@ -230,6 +245,13 @@ type Record struct {
 	Secret   string `json:"secret,omitempty"`
 	Tenant   string `json:"tenant,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// ConnServer and ConnID name the holder's connection the lease is
+	// bound to, and DisconnectGraceMs (> 0 only then) is how long after
+	// that connection closes the manager frees the lease: the holder must
+	// have stopped its work by then (see Lease.Deadline).
+	ConnServer        string `json:"conn_server,omitempty"`
+	ConnID            uint64 `json:"conn_id,omitempty"`
+	DisconnectGraceMs int64  `json:"disconnect_grace_ms,omitempty"`
 }
 
 // Public returns the record without its secret, for anyone but its holder.

@@ -72,7 +72,7 @@ func (m *Manager) release(h *held, kind EventKind) {
 		}
 		cancel()
 		if err == nil || errors.Is(err, ErrStoreNotFound) {
-			m.free(h, kind, "")
+			m.free(h, kind, h.releaseCode)
 			return
 		}
 		if fencedOut(err) {

@@ -28,7 +28,8 @@ func renewRetry(ttl time.Duration) time.Duration { return min(ttl/10, maxRenewRe
 // or stop closes. Every attempt carries one reply subject, so the answer to
 // any attempt counts, a late one too.
 //
-// It returns the send time of the first attempt, and the holder measures its
+// It returns the send time of the first attempt and the record the manager
+// answered with (nil if it sent none), and the holder measures its
 // new deadline from there. That is safe whichever attempt was answered: the
 // manager wrote the record after it received that attempt, so after the
 // first attempt was sent, and the record lives at least TTL from its write.
@@ -36,36 +37,37 @@ func renewRetry(ttl time.Duration) time.Duration { return min(ttl/10, maxRenewRe
 // does not say which attempt it answers; the last attempt's send time would
 // not be, because the answer may be to an earlier attempt whose write came
 // before the last one was sent.
-func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Time, err error) {
+func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Time, rec *Record, err error) {
 	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
 	defer func() { telemetry.End(span, err) }()
 	first = time.Now()
-	body, err := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+	cn := l.c.live.identity() // a lease with fast release moves to it
+	body, err := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: cn.server, ConnID: cn.id})
 	if err != nil {
-		return first, err
+		return first, nil, err
 	}
 	ch := make(chan *nats.Msg, 4)
 	id, err := l.c.registerFresh(ch)
 	if err != nil {
-		return first, err
+		return first, nil, err
 	}
 	defer l.c.unregister(id)
 	subject := Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew)
 	reply := l.c.inbox + "." + id
 	if err := l.c.publish(ctx, subject, reply, body); err != nil {
-		return first, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	resend := time.NewTicker(renewRetry(l.rec.TTL()))
 	defer resend.Stop()
 	for {
 		select {
 		case <-stop:
-			return first, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
+			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
 		case <-ctx.Done():
-			return first, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
+			return first, nil, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
 		case <-resend.C:
 			if err := l.c.publish(ctx, subject, reply, body); err != nil {
-				return first, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		case msg := <-ch:
 			if isNoResponders(msg) {
@@ -75,12 +77,12 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			}
 			var r Reply
 			if err := json.Unmarshal(msg.Data, &r); err != nil {
-				return first, errorf(CodeInternal, "malformed reply from the lease manager: %v", err)
+				return first, nil, errorf(CodeInternal, "malformed reply from the lease manager: %v", err)
 			}
 			if r.Status == StatusError {
-				return first, replyError(&r)
+				return first, nil, replyError(&r)
 			}
-			return first, nil
+			return first, r.Lease, nil
 		}
 	}
 }

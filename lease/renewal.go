@@ -63,6 +63,9 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
+	if e == nil {
+		e = m.rebindLocked(h, req.ConnServer, req.ConnID)
+	}
 	if e != nil {
 		m.mu.Unlock()
 		telemetry.Fail(span, string(e.Code), e.Message)

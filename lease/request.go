@@ -41,6 +41,7 @@ type request struct {
 	slots      int64
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
+	conn       conn   // the connection its latest send came on, if said
 	since      time.Time
 	w          *pools.Waiter
 	timer      *time.Timer // wait deadline, nil if none
@@ -86,6 +87,9 @@ type held struct {
 	rev       uint64 // latest stored revision, for conditional renew and delete
 	pool      *pool  // nil if the record names a pool this node no longer has
 	releasing bool   // a delete is in flight; that path frees the slots
+	// releaseCode is the event code of that release: why the manager let
+	// the lease go ("" for the holder's own release).
+	releaseCode Code
 	renewal   renewSeq
 }
 

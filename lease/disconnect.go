@@ -1,0 +1,230 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Fast release. A holder names its NATS connection in every acquire and
+// renewal (conn_server, conn_id), and the lease is bound to it. The NATS
+// server publishes an advisory when a client connection closes; a manager
+// that hears them (ManagerConfig.DisconnectEvents) frees a lease whose
+// connection closed DisconnectGrace after it heard of it, unless the holder
+// moved the lease to a new connection first (a renewal sent on it). So a
+// holder that crashed, was killed or lost its host's network gives its
+// slots back in under a second instead of a TTL.
+//
+// It never frees slots whose holder may still be working, because the
+// holder keeps its own clock (liveness.go): it stops its work by the send
+// time of the last PING the server answered on the lease's connection +
+// 3/4 of the grace. The server answered that PING before it closed the
+// connection, and the manager hears of the close after that, so the holder
+// stops at least a quarter of the grace before the manager frees its
+// slots. A holder that did not say which connection it uses, or a record
+// written without the grace, is not freed this way: the TTL alone ends it.
+// docs/guarantees.md, "Fast release", has the timings.
+
+// DefaultDisconnectGrace is how long after a holder's connection closed
+// the manager frees its leases, when fast release is on.
+const DefaultDisconnectGrace = 800 * time.Millisecond
+
+// Bounds of ManagerConfig.DisconnectGrace: under the minimum a holder's
+// pings would lose leases to a busy machine's hiccups; the maximum keeps
+// it well inside the TTL, whose path it is meant to beat.
+const (
+	MinDisconnectGrace = 200 * time.Millisecond
+	MaxDisconnectGrace = 10 * time.Second
+)
+
+// disconnectAdvisoryType is the type of the server's client disconnect
+// advisory (server.DisconnectEventMsgType).
+const disconnectAdvisoryType = "io.nats.server.advisory.v1.client_disconnect"
+
+// maxAdvisory bounds the advisory the manager decodes: one carries a
+// client's JWT at most, a few kilobytes.
+const maxAdvisory = 64 << 10
+
+// conn names a client connection: its server's id and the client id the
+// server gave it. The zero conn is "not said".
+type conn struct {
+	server string
+	id     uint64
+}
+
+func (c conn) known() bool { return c.server != "" }
+
+// checkConn validates a request's connection fields.
+func checkConn(server string, id uint64) *Error {
+	if server == "" && id == 0 {
+		return nil
+	}
+	if server == "" || id == 0 {
+		return errorf(CodeBadRequest, "conn_server and conn_id go together")
+	}
+	for _, c := range []byte(server) {
+		if (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+			return errorf(CodeBadRequest, "conn_server must be a NATS server id: upper-case letters and digits only")
+		}
+	}
+	return nil
+}
+
+func recordConn(r *Record) conn { return conn{r.ConnServer, r.ConnID} }
+
+// disconnects is the manager's fast-release state. Guarded by Manager.mu.
+type disconnects struct {
+	// closed holds the connections whose close was heard recently, with
+	// when: a grant or renewal for one of them, which raced the advisory,
+	// is freed as if it had been bound before.
+	closed map[conn]time.Time
+	// timers are the pending frees; Close stops them.
+	timers map[*time.Timer]struct{}
+}
+
+// closedMemory is how long a closed connection is remembered: far longer
+// than a request can be in flight behind its connection's advisory.
+const closedMemory = 30 * time.Second
+
+// subscribeDisconnects starts listening to the advisories, if configured.
+func (m *Manager) subscribeDisconnects() error {
+	if m.cfg.DisconnectEvents == "" {
+		return nil
+	}
+	sub, err := m.cfg.Conn.Subscribe(m.cfg.DisconnectEvents, m.guard(m.handleDisconnect))
+	if err != nil {
+		return fmt.Errorf("lease: subscribe %s: %w", m.cfg.DisconnectEvents, err)
+	}
+	_ = sub.SetPendingLimits(1<<16, 1<<28)
+	m.subs = append(m.subs, sub)
+	return nil
+}
+
+// handleDisconnect schedules the frees of the leases and queued requests
+// bound to the connection an advisory says closed.
+func (m *Manager) handleDisconnect(msg *nats.Msg) {
+	if len(msg.Data) > maxAdvisory {
+		return
+	}
+	var adv struct {
+		Type   string `json:"type"`
+		Server struct {
+			ID string `json:"id"`
+		} `json:"server"`
+		Client struct {
+			ID uint64 `json:"id"`
+		} `json:"client"`
+	}
+	if err := json.Unmarshal(msg.Data, &adv); err != nil || adv.Type != disconnectAdvisoryType || adv.Server.ID == "" || adv.Client.ID == 0 {
+		m.log.Debug("ignoring a message on the disconnect advisory subject that is not one", "subject", clip(msg.Subject))
+		return
+	}
+	c := conn{adv.Server.ID, adv.Client.ID}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for k, t := range m.gone.closed {
+		if now.Sub(t) > closedMemory {
+			delete(m.gone.closed, k)
+		}
+	}
+	m.gone.closed[c] = now
+	for _, h := range m.leases {
+		if recordConn(&h.rec) == c {
+			m.freeOnCloseLocked(h)
+		}
+	}
+	for _, p := range m.pools {
+		for _, r := range p.waiting {
+			if r.conn == c {
+				m.dropOnCloseLocked(r)
+			}
+		}
+	}
+}
+
+// closedLocked reports whether c's close was heard recently.
+func (m *Manager) closedLocked(c conn) bool {
+	_, ok := m.gone.closed[c]
+	return c.known() && ok
+}
+
+// afterGraceLocked runs f with the lock held, d from now, unless the
+// manager closes first.
+func (m *Manager) afterGraceLocked(d time.Duration, f func()) {
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.gone.timers, t)
+		if !m.closed {
+			f()
+		}
+	})
+	m.gone.timers[t] = struct{}{}
+}
+
+// stopDisconnectTimersLocked stops the pending frees (Close).
+func (m *Manager) stopDisconnectTimersLocked() {
+	for t := range m.gone.timers {
+		t.Stop()
+	}
+	clear(m.gone.timers)
+}
+
+// freeOnCloseLocked frees h after its grace, unless it has been moved to
+// another connection by then. A lease whose record carries no grace was
+// granted without fast release: its holder keeps no clock, so only the
+// TTL may end it.
+func (m *Manager) freeOnCloseLocked(h *held) {
+	if h.rec.DisconnectGraceMs <= 0 || h.releasing {
+		return
+	}
+	c := recordConn(&h.rec)
+	// The record's grace, if a predecessor granted it with a longer one:
+	// that is what its holder was told.
+	grace := max(m.cfg.DisconnectGrace, time.Duration(h.rec.DisconnectGraceMs)*time.Millisecond)
+	m.afterGraceLocked(grace, func() {
+		if m.leases[h.key] != h || h.releasing || recordConn(&h.rec) != c {
+			return // gone already, or moved to a live connection
+		}
+		m.log.Info("freeing a lease whose holder's connection closed", "key", h.key, "grace", grace)
+		h.releaseCode = CodeHolderDisconnected
+		m.startReleaseLocked(h, EventReleased)
+	})
+}
+
+// dropOnCloseLocked ends queued r after the grace, unless it was re-sent
+// on another connection by then: nobody would hear of its grant.
+func (m *Manager) dropOnCloseLocked(r *request) {
+	c := r.conn
+	m.afterGraceLocked(m.cfg.DisconnectGrace, func() {
+		if !r.waiting() || r.conn != c {
+			return
+		}
+		m.leaveQueueLocked(r, errorf(CodeHolderDisconnected, "the requester's connection closed while it waited"), EventRejected)
+	})
+}
+
+// rebindLocked moves h to the connection a renewal came on, if it has fast
+// release and that is another one: the holder reconnected. The renewal's
+// write stores it.
+func (m *Manager) rebindLocked(h *held, server string, id uint64) *Error {
+	if e := checkConn(server, id); e != nil {
+		return e
+	}
+	c := conn{server, id}
+	if !c.known() || h.rec.DisconnectGraceMs <= 0 || c == recordConn(&h.rec) {
+		return nil
+	}
+	h.rec.ConnServer, h.rec.ConnID = c.server, c.id
+	if m.closedLocked(c) {
+		m.freeOnCloseLocked(h)
+	}
+	return nil
+}
