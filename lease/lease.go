@@ -204,10 +204,16 @@ func (l *Lease) heartbeat() {
 			d := sent.Add(ttl - margin(ttl))
 			l.mu.Lock()
 			l.deadline = d
+			was := l.bound
 			if rec != nil && l.grace > 0 && rec.ConnServer != "" {
 				l.bound = recordConn(rec)
 			}
+			moved := l.bound != was
 			l.mu.Unlock()
+			if moved {
+				// Only a PING answered on the new connection dates it.
+				l.c.live.ping(l.grace / 2)
+			}
 			lost.Reset(time.Until(l.Deadline()))
 			// A renewal that waited long for its answer dates from its
 			// first attempt: the next one is due that much sooner.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 )
@@ -176,4 +177,42 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// SecureServer is an embedded server set up as leasemgr sets up its own:
+// nkey users for the manager, executor and reader roles in the slotlease
+// account, a system account, and the disconnect advisories exported to
+// the manager (fast release).
+type SecureServer struct {
+	*server.Server
+	URL     string
+	AuthDir string
+}
+
+// StartSecureServer starts a SecureServer that lives until the test ends.
+func StartSecureServer(tb testing.TB) *SecureServer {
+	tb.Helper()
+	dir := tb.TempDir()
+	authDir := filepath.Join(dir, "auth")
+	keys, err := jetstream.EnsureCredentials(authDir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := jetstream.StartServer(jetstream.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream"),
+		Users: jetstream.EmbeddedUsers(keys, lease.DefaultPrefix)})
+	if err != nil {
+		tb.Fatalf("start nats-server: %v", err)
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return &SecureServer{Server: s, URL: s.ClientURL(), AuthDir: authDir}
+}
+
+// Connect opens a connection with role's credentials, closed at the end of
+// the test.
+func (s *SecureServer) Connect(tb testing.TB, role config.Role, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	return ConnectAuth(tb, s.URL, jetstream.Auth{NKeySeed: config.AuthFile(s.AuthDir, role), InboxPrefix: role.InboxPrefix()}, opts...)
 }
