@@ -163,6 +163,15 @@ type Manager struct {
 	// disabled. It has no envDefault tag because env treats set-but-empty
 	// as unset, and here set-but-empty must disable the endpoint.
 	HTTPAddr string `env:"HTTP_ADDR"`
+	// DisconnectEvents (DISCONNECT_EVENTS) is the subject of the server's
+	// disconnect advisories, for fast release (fastrelease.go); empty
+	// means the default: the embedded server's, none with NATS_URL.
+	// DisconnectEventsOff is set by "off".
+	DisconnectEvents    string `env:"DISCONNECT_EVENTS"`
+	DisconnectEventsOff bool
+	// DisconnectGrace (DISCONNECT_GRACE) is how long after a holder's
+	// connection closed its leases are freed.
+	DisconnectGrace time.Duration `env:"DISCONNECT_GRACE" envDefault:"800ms"`
 
 	// ReplyPrefixes is NATS_REPLY_PREFIXES parsed (replyprefixes.go): the
 	// inbox prefixes, besides "_INBOX", the manager answers.
@@ -316,6 +325,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	c.Pools = pools
 	errs = append(errs, c.resolvePolicies(m)...)
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
+	errs = append(errs, c.resolveFastRelease(m, bad)...)
 	return errs
 }
 

@@ -356,6 +356,11 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		want    string // substring of the message, besides the variable and value
 	}{
 		{"node id dot", map[string]string{EnvNodeID: "a.b"}, EnvNodeID, "must contain only"},
+		{"disconnect grace too short", map[string]string{EnvDisconnectGrace: "100ms"}, EnvDisconnectGrace, "between 200ms and 10s"},
+		{"disconnect grace over half the ttl", map[string]string{EnvDisconnectGrace: "8s"}, EnvDisconnectGrace, "at most half of LEASE_TTL"},
+		{"disconnect grace not a duration", map[string]string{EnvDisconnectGrace: "soon"}, EnvDisconnectGrace, ""},
+		{"disconnect events wildcard", map[string]string{EnvDisconnectEvents: "$SYS.ACCOUNT.*.DISCONNECT"}, EnvDisconnectEvents, "without wildcards"},
+		{"disconnect events empty token", map[string]string{EnvDisconnectEvents: "a..b"}, EnvDisconnectEvents, "without wildcards"},
 		{"node id space", map[string]string{EnvNodeID: "a b"}, EnvNodeID, "must contain only"},
 		{"node id wildcard", map[string]string{EnvNodeID: "node>"}, EnvNodeID, "must contain only"},
 		{"node id too long", map[string]string{EnvNodeID: strings.Repeat("n", 65)}, EnvNodeID, "at most 64"},
@@ -725,5 +730,29 @@ func TestLoadCommonFromForm(t *testing.T) {
 	}
 	if _, err := LoadCommonFrom(map[string]string{EnvNodeID: "EVENTS"}); err == nil || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("NODE_ID=EVENTS: %v, want reserved", err)
+	}
+}
+
+func TestFastReleaseSettings(t *testing.T) {
+	c, err := LoadManagerFrom(map[string]string{EnvNodeID: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DisconnectEvents != "" || c.DisconnectEventsOff || c.DisconnectGrace != DefaultDisconnectGrace {
+		t.Fatalf("defaults: events %q off %v grace %v", c.DisconnectEvents, c.DisconnectEventsOff, c.DisconnectGrace)
+	}
+	c, err = LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvLeaseTTL: "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DisconnectGrace != 500*time.Millisecond {
+		t.Fatalf("LEASE_TTL=1s: default grace %v, want half the TTL", c.DisconnectGrace)
+	}
+	c, err = LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvDisconnectEvents: "off", EnvDisconnectGrace: "300ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.DisconnectEventsOff || c.DisconnectEvents != "" || c.DisconnectGrace != 300*time.Millisecond {
+		t.Fatalf("off: events %q off %v grace %v", c.DisconnectEvents, c.DisconnectEventsOff, c.DisconnectGrace)
 	}
 }

@@ -52,6 +52,7 @@ var (
 	managerVars = []string{
 		EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
+		EnvDisconnectEvents, EnvDisconnectGrace,
 	}
 	// varOrder is the order errors are reported in: the documented order
 	// of the variables, so output is stable whatever order checks run in.
@@ -64,7 +65,7 @@ var (
 var (
 	listVars     = []string{EnvPoolCapacities, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
 	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight}
-	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging}
+	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )
 
 // strictVars checks the form of every variable of vars set in m. It returns

@@ -290,7 +290,7 @@ func (m *Manager) start(ctx context.Context) error {
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
-	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount())
+	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount(), "fast_release", m.cfg.DisconnectEvents != "")
 	return nil
 }
 

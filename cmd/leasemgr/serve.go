@@ -97,7 +97,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
 		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
 		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
-		RecordRefused: metrics.RecordsRefused(cfg.NodeID),
+		RecordRefused:    metrics.RecordsRefused(cfg.NodeID),
+		DisconnectEvents: disconnectEvents(cfg, embedded), DisconnectGrace: cfg.DisconnectGrace,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
@@ -160,4 +161,19 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	log.Info("shut down")
 	return err
+}
+
+// disconnectEvents is the subject of the disconnect advisories that turn
+// fast release on: DISCONNECT_EVENTS, else the embedded server's, which
+// exports them to the manager; with NATS_URL only what the operator set.
+func disconnectEvents(cfg *config.Manager, embedded bool) string {
+	switch {
+	case cfg.DisconnectEventsOff:
+		return ""
+	case cfg.DisconnectEvents != "":
+		return cfg.DisconnectEvents
+	case embedded:
+		return jetstream.EmbeddedDisconnectSubject
+	}
+	return ""
 }

@@ -75,7 +75,7 @@ type mode struct {
 
 var modes = []mode{
 	{name: "fast release", wave: 1},
-	{name: "TTL path (fast release off)", env: []string{"DISCONNECT_GRACE=off"}, wave: 50},
+	{name: "TTL path (fast release off)", env: []string{"DISCONNECT_EVENTS=off"}, wave: 50},
 }
 
 func run(ctx context.Context, args []string) error {
