@@ -23,6 +23,9 @@ const (
 	// EmbeddedDisconnectSubject is where the embedded server's client
 	// disconnect advisories for EmbeddedAccount reach the manager.
 	EmbeddedDisconnectSubject = "$SYS.ACCOUNT." + EmbeddedAccount + ".DISCONNECT"
+	// anonymousUser is the user an Anonymous (test) server gives clients
+	// that bring no credentials.
+	anonymousUser = "anonymous"
 )
 
 // User is one nkey user of the embedded server. Publish and Subscribe are
@@ -105,6 +108,8 @@ func ensureSeed(path string) (string, error) {
 // authConfig is the accounts section of a server configuration admitting
 // users: they in the slotlease account with JetStream, plus the system
 // account. It is JSON, which the server's configuration parser reads.
+// With no users it admits anonymous clients into that account (tests):
+// the same accounts, so fast release works there too.
 func authConfig(users []User) (string, error) {
 	type perm struct {
 		Allow []string `json:"allow"`
@@ -114,10 +119,16 @@ func authConfig(users []User) (string, error) {
 		Subscribe *perm `json:"subscribe,omitempty"`
 	}
 	type user struct {
-		NKey        string `json:"nkey"`
+		NKey        string `json:"nkey,omitempty"`
+		User        string `json:"user,omitempty"`
 		Permissions *perms `json:"permissions,omitempty"`
 	}
 	us := make([]user, 0, len(users))
+	top := map[string]any{"system_account": EmbeddedSystemAccount}
+	if len(users) == 0 {
+		us = append(us, user{User: anonymousUser})
+		top["no_auth_user"] = anonymousUser
+	}
 	for _, u := range users {
 		if !nkeys.IsValidPublicUserKey(u.NKey) {
 			return "", fmt.Errorf("jetstream: %s user: not a public user nkey", u.Role)
@@ -134,20 +145,18 @@ func authConfig(users []User) (string, error) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(map[string]any{
-		"accounts": map[string]any{
-			EmbeddedAccount: map[string]any{"jetstream": "enabled", "users": us, "imports": []any{
-				map[string]any{"stream": map[string]any{"account": EmbeddedSystemAccount, "subject": EmbeddedDisconnectSubject}},
-			}},
-			// The server's disconnect advisories for the slotlease account,
-			// so the manager frees a dead holder's slots at once (see
-			// lease/disconnect.go). Only the manager may subscribe to them,
-			// and no role of the account may publish on the subject.
-			EmbeddedSystemAccount: map[string]any{"exports": []any{
-				map[string]any{"stream": EmbeddedDisconnectSubject, "accounts": []string{EmbeddedAccount}},
-			}},
-		},
-		"system_account": EmbeddedSystemAccount,
-	})
+	top["accounts"] = map[string]any{
+		EmbeddedAccount: map[string]any{"jetstream": "enabled", "users": us, "imports": []any{
+			map[string]any{"stream": map[string]any{"account": EmbeddedSystemAccount, "subject": EmbeddedDisconnectSubject}},
+		}},
+		// The server's disconnect advisories for the slotlease account,
+		// so the manager frees a dead holder's slots at once (see
+		// lease/disconnect.go). Only the manager may subscribe to them,
+		// and no role of the account may publish on the subject.
+		EmbeddedSystemAccount: map[string]any{"exports": []any{
+			map[string]any{"stream": EmbeddedDisconnectSubject, "accounts": []string{EmbeddedAccount}},
+		}},
+	}
+	err := enc.Encode(top)
 	return b.String(), err
 }

@@ -27,8 +27,10 @@ type ServerConfig struct {
 	// the account EmbeddedAccount, with a system account. Without users
 	// the server refuses to start unless Anonymous is set.
 	Users []User
-	// Anonymous admits every client without credentials into the global
-	// account: anyone who reaches the port can read and write everything.
+	// Anonymous admits every client without credentials, as a user with
+	// every right in EmbeddedAccount (beside the system account, so the
+	// disconnect advisories of fast release flow as on a server with
+	// users): anyone who reaches the port can read and write everything.
 	// Only for tests that need no authentication.
 	Anonymous bool
 }
@@ -76,6 +78,14 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 		}
 	case !cfg.Anonymous:
 		return nil, errors.New("jetstream: embedded server needs users (or Anonymous, for tests)")
+	default:
+		conf, err := authConfig(nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := opts.ProcessConfigString(conf); err != nil {
+			return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+		}
 	}
 	opts.ServerName, opts.Host, opts.Port = cfg.Name, host, port
 	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
