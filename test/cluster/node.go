@@ -233,6 +233,9 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		// The suite's LEADER_TTL is 1s: a stalled rebuild must give up
 		// quickly for the takeover to stay short.
 		RebuildStall: time.Second,
+		// Fast release, as leasemgr runs it on its embedded server: the
+		// suite's servers export the disconnect advisories the same way.
+		DisconnectEvents: jetstream.EmbeddedDisconnectSubject,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil {
 		nc.Close()
