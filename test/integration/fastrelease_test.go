@@ -1,0 +1,98 @@
+package integration
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// poolFigures reads one pool's in-use and queued counts from /v1/pools.
+func poolFigures(t *testing.T, httpAddr, pool string) (inUse int64, queued int) {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/v1/pools")
+	if err != nil {
+		return -1, -1
+	}
+	defer resp.Body.Close()
+	var pools []struct {
+		Name           string `json:"name"`
+		InUse          int64  `json:"in_use"`
+		QueuedRequests int    `json:"queued"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&pools) != nil {
+		return -1, -1
+	}
+	for _, p := range pools {
+		if p.Name == pool {
+			return p.InUse, p.QueuedRequests
+		}
+	}
+	return -1, -1
+}
+
+// With the default LEASE_TTL of 15s, the slot of an executor killed while
+// holding it goes to the next waiter in about the disconnect grace (0.8s),
+// for `executor run` and for a job under `executor serve` (issue 15, fast
+// release); the worker tree is dead before that (containment, 500ms).
+func TestKilledHoldersSlotComesBackFast(t *testing.T) {
+	env, httpAddr := managerEnv(t, "fastrel", "gpu=1", "15s")
+	startManager(t, env, httpAddr)
+	holders := map[string]func(m [4]string) *proc{
+		"run": func(m [4]string) *proc {
+			return start(t, env, "executor", "run", "--pool", "gpu", "--", "sh", "-c", escapingTree(m))
+		},
+		"serve": func(m [4]string) *proc {
+			if code, out := runExecutor(t, env, "submit", "--pool", "gpu", "--max-attempts", "1", "--", "sh", "-c", escapingTree(m)); code != 0 {
+				t.Fatalf("submit: exit %d\n%s", code, out)
+			}
+			return start(t, env, "executor", "serve", "--pools", "gpu")
+		},
+	}
+	for _, kind := range []string{"run", "serve"} {
+		t.Run(kind, func(t *testing.T) {
+			m := treeMarkers()
+			holder := holders[kind](m)
+			eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) >= 4 })
+			waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+			eventually(t, 10*time.Second, "the waiter to queue", func() bool {
+				_, q := poolFigures(t, httpAddr, "gpu")
+				return q == 1
+			})
+			if err := holder.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			if code := waiter.Wait(t, 7*time.Second); code != 0 {
+				t.Fatalf("waiter exit %d:\n%s", code, waiter.Output())
+			}
+			t.Logf("killed %s holder's slot granted and used by the next executor %v after the SIGKILL (LEASE_TTL 15s)", kind, time.Since(killed).Round(time.Millisecond))
+			if left := treeProcs(m); len(left) != 0 {
+				t.Fatalf("the killed holder's worker outlived the regrant: %v", left)
+			}
+		})
+	}
+}
+
+// An executor killed while its request is queued leaves the queue in about
+// the disconnect grace: the request behind it is not held up for it.
+func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
+	env, httpAddr := managerEnv(t, "fastq", "gpu=1", "15s")
+	startManager(t, env, httpAddr)
+	m := treeMarkers()
+	start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", m[0])
+	eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) == 1 })
+	queued := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 10*time.Second, "the first waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 1 })
+	start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 10*time.Second, "the second waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 2 })
+	if err := queued.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 5*time.Second, "the killed executor's request to leave the queue", func() bool {
+		_, q := poolFigures(t, httpAddr, "gpu")
+		return q == 1
+	})
+	t.Logf("a killed queued executor's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
