@@ -530,7 +530,7 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		Command: spec.Command, Env: s.cfg.Env(l, jobEnv),
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
-		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: l.LossGrace(), Hide: s.cfg.Hide,
+		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: l.LossGrace(), Deadline: l.Deadline, Hide: s.cfg.Hide,
 	}, l.Done())
 
 	// Slots back first: the result write does not need them.

@@ -59,6 +59,9 @@ const (
 	initArgv0     = "slotlease-sandbox-init"
 	cfgFD         = 3
 	statusFD      = 4
+	// deadlineFD is the supervisor's end of the deadline pipe (Spec.Deadline),
+	// close-on-exec in the supervisor, so the worker never has it.
+	deadlineFD = 5
 )
 
 var initHookCalled atomic.Bool
@@ -114,6 +117,8 @@ type initConfig struct {
 	// KillGrace is how long processes the worker leaves behind get between
 	// SIGTERM and SIGKILL (read by the supervisor).
 	KillGrace time.Duration `json:"kill_grace"`
+	// Deadline: the supervisor reads deadlines on deadlineFD (Spec.Deadline).
+	Deadline bool `json:"deadline"`
 }
 
 func helperStatus(kind, msg string) {

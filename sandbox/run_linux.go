@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,6 +169,7 @@ type runner struct {
 	// Set by start (before it reports on startCh).
 	cmd       *exec.Cmd
 	statusR   *os.File
+	deadlineW *os.File // the executor's end of the deadline pipe, if any
 	pgid      int
 	nsUsed    nsVariant
 	cgUsed    bool
@@ -288,6 +290,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		MountProc:     v.flags&unix.CLONE_NEWPID != 0 && v.flags&unix.CLONE_NEWNS != 0,
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
 		KillGrace:     r.grace,
+		Deadline:      s.Deadline != nil,
 	}
 	if v.flags&unix.CLONE_NEWNS != 0 {
 		cfg.Hiding, cfg.Hide = len(r.spec.Hide) > 0, r.hide
@@ -358,6 +361,16 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	if err != nil {
 		return err
 	}
+	files := []*os.File{cfgF, statusW} // fds 3 and 4
+	var deadlineR, deadlineW *os.File
+	if r.spec.Deadline != nil {
+		if deadlineR, deadlineW, err = os.Pipe(); err != nil {
+			statusR.Close()
+			statusW.Close()
+			return err
+		}
+		files = append(files, deadlineR) // fd 5
+	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{initArgv0},
@@ -365,17 +378,23 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		Dir:         r.workdir,
 		Stdout:      r.outW,
 		Stderr:      r.errW,
-		ExtraFiles:  []*os.File{cfgF, statusW}, // fds 3 and 4
+		ExtraFiles:  files,
 		SysProcAttr: attr,
 	}
 	err = cmd.Start()
 	statusW.Close()
+	if deadlineR != nil {
+		deadlineR.Close()
+	}
 	if err != nil {
 		statusR.Close()
+		if deadlineW != nil {
+			deadlineW.Close()
+		}
 		return err
 	}
 	r.startTime = time.Now()
-	r.cmd, r.statusR, r.pgid = cmd, statusR, cmd.Process.Pid
+	r.cmd, r.statusR, r.deadlineW, r.pgid = cmd, statusR, deadlineW, cmd.Process.Pid
 	return nil
 }
 
@@ -476,6 +495,12 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 	go func() { defer wg.Done(); defer rwg.Done(); r.pump(r.errR, r.spec.Stderr, r.errTail, "stderr") }()
 	go func() { defer wg.Done(); rwg.Wait(); close(readersDone) }()
 
+	stopDeadlines := make(chan struct{})
+	if r.deadlineW != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.tellDeadlines(stopDeadlines) }()
+	}
+
 	var timerC <-chan time.Time
 	if r.spec.Timeout > 0 {
 		t := time.NewTimer(r.spec.Timeout)
@@ -509,6 +534,7 @@ loop:
 			break loop
 		}
 	}
+	close(stopDeadlines) // the supervisor keeps the last one while the tree is stopped
 
 	switch {
 	case execFailed:
@@ -785,6 +811,33 @@ func (r *runner) collect(res *Result, reason string, status []string) {
 		used := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		if used >= cpuSeconds(r.spec.CPUTime)*9/10 {
 			res.StoppedBy = StoppedCPU
+		}
+	}
+}
+
+// deadlineEvery is how often Run reads Spec.Deadline again.
+const deadlineEvery = 25 * time.Millisecond
+
+// tellDeadlines hands the supervisor every new value of Spec.Deadline, as
+// CLOCK_MONOTONIC nanoseconds, until stop closes; then it closes the pipe.
+func (r *runner) tellDeadlines(stop <-chan struct{}) {
+	defer r.deadlineW.Close()
+	t := time.NewTicker(deadlineEvery)
+	defer t.Stop()
+	var last time.Time
+	for {
+		if d := r.spec.Deadline(); !d.Equal(last) {
+			last = d
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], uint64(monotonicNow()+int64(time.Until(d))))
+			if _, err := r.deadlineW.Write(b[:]); err != nil {
+				return // the supervisor is gone
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
 		}
 	}
 }

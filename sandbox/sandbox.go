@@ -65,6 +65,14 @@ type Spec struct {
 	// PID 1 of its namespace gets SIGTERM only if it handles it, so a
 	// plain command would otherwise run on for the whole KillGrace.)
 	LostGrace time.Duration
+	// Deadline, if set, is when the work must be dead at the latest: the
+	// lease's deadline (lease.Lease.Deadline), read again every few tens of
+	// milliseconds while the worker runs. Run hands each new value to the
+	// supervisor, which kills the whole worker tree when the last one it was
+	// told passes, even if this process can no longer act (frozen, stopped,
+	// starved): work never outlives its lease. The worker cannot reach the
+	// channel it is told on.
+	Deadline func() time.Time
 }
 
 // Result describes how a run ended.

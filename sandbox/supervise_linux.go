@@ -3,7 +3,9 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -86,9 +88,25 @@ func runSupervisor() {
 	reap := make(chan reaped, 16)
 	go reapChildren(reap)
 
+	var deadlines <-chan int64
+	if cfg.Deadline {
+		unix.CloseOnExec(deadlineFD)
+		deadlines = readDeadlines()
+	}
+	expired := deadlineTimer()
 	var status *unix.WaitStatus
 	for {
 		select {
+		case d, ok := <-deadlines:
+			if !ok {
+				deadlines = nil // the executor is gone: PDEATHSIG follows
+				continue
+			}
+			expired.set(d)
+		case <-expired.c:
+			helperStatus("note", "the lease deadline passed with no word from the executor: the worker tree was killed")
+			killTree(reap, &status, worker)
+			finishSupervisor(status)
 		case c, ok := <-reap:
 			if !ok {
 				finishSupervisor(status)
@@ -326,4 +344,55 @@ func descendantStates() map[int]byte {
 		}
 	}
 	return out
+}
+
+// readDeadlines reads the deadlines the executor writes on deadlineFD, each
+// 8 bytes: CLOCK_MONOTONIC nanoseconds, big-endian. The channel closes at
+// EOF or on a read error.
+func readDeadlines() <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		defer close(out)
+		f := os.NewFile(deadlineFD, "deadline")
+		var b [8]byte
+		for {
+			if _, err := io.ReadFull(f, b[:]); err != nil {
+				return
+			}
+			d := int64(binary.BigEndian.Uint64(b[:]))
+			select {
+			case out <- d:
+			case <-out: // keep only the latest
+				out <- d
+			}
+		}
+	}()
+	return out
+}
+
+// deadline is the supervisor's dead-man timer: c fires when the last
+// deadline set passes; no deadline, no firing.
+type deadline struct {
+	t *time.Timer
+	c <-chan time.Time
+}
+
+func deadlineTimer() *deadline {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &deadline{t: t, c: t.C}
+}
+
+// set arms the timer for d, in CLOCK_MONOTONIC nanoseconds.
+func (d *deadline) set(mono int64) {
+	d.t.Stop()
+	d.t.Reset(time.Duration(mono - monotonicNow()))
+}
+
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds, the clock the executor
+// and the supervisor share (no time namespace is used).
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }

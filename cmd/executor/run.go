@@ -161,7 +161,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	res, err := sandbox.Run(ctx, sandbox.Spec{
 		Command: cmd, Env: workerEnv(l, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
-		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: l.LossGrace(), CaptureBytes: -1,
+		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: l.LossGrace(), Deadline: l.Deadline, CaptureBytes: -1,
 		Hide: hide,
 	}, l.Done())
 	if err != nil {

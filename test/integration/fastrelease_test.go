@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -95,4 +96,48 @@ func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
 		return q == 1
 	})
 	t.Logf("a killed queued executor's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
+
+// An executor frozen while it holds a slot (SIGSTOP: it can do nothing, and
+// its connection stays open, so no fast release) cannot stop its worker.
+// The sandbox's supervisor does, at the lease deadline the executor last
+// told it, before the manager can give the slot to anyone else (the TTL
+// path): work never outlives its lease. With and without namespaces and
+// cgroups.
+func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
+	env, httpAddr := managerEnv(t, "frozen", "gpu=1", "3s")
+	startManager(t, env, httpAddr)
+	for _, mode := range []struct {
+		name string
+		env  []string
+	}{{"default", nil}, {"plain", []string{plainSandbox}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			m := treeMarkers()
+			holder := start(t, append(append([]string{}, env...), mode.env...), "executor", "run", "--pool", "gpu", "--", "sh", "-c", escapingTree(m))
+			eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) >= 4 })
+			waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+			eventually(t, 10*time.Second, "the waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 1 })
+			if err := syscall.Kill(holder.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			frozen := time.Now()
+			t.Cleanup(func() { _ = syscall.Kill(holder.cmd.Process.Pid, syscall.SIGCONT) })
+			eventually(t, 5*time.Second, "the frozen executor's worker to die", func() bool { return len(treeProcs(m)) == 0 })
+			dead := time.Since(frozen)
+			if code := waiter.Wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("waiter exit %d:\n%s", code, waiter.Output())
+			}
+			granted := time.Since(frozen)
+			t.Logf("worker of the frozen executor dead %v after SIGSTOP; the next executor done %v after it (TTL 3s)", dead.Round(time.Millisecond), granted.Round(time.Millisecond))
+			if dead >= granted {
+				t.Fatalf("the worker died %v after the freeze, not before the next holder ran (%v)", dead, granted)
+			}
+			if err := syscall.Kill(holder.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if code := holder.Wait(t, 20*time.Second); code == 0 {
+				t.Fatalf("the thawed executor exited 0; want a failure saying its lease was lost:\n%s", holder.Output())
+			}
+		})
+	}
 }

@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -253,6 +252,11 @@ func wave(ctx context.Context, c *lease.Client, o options, env []string, kind st
 		killed time.Time
 		got    chan time.Time
 	}
+	// The last wave's waiters released their slots; wait until the
+	// manager has freed them, or a waiter could queue before its holder.
+	if err := waitInUse(ctx, c, n, 0); err != nil {
+		return nil, 0, err
+	}
 	slots := make([]*slot, n)
 	for i := range slots {
 		s := &slot{pool: fmt.Sprintf("p%d", i), got: make(chan time.Time, 1)}
@@ -271,7 +275,7 @@ func wave(ctx context.Context, c *lease.Client, o options, env []string, kind st
 			_ = s.holder.Wait()
 		}
 	}()
-	if err := waitHeld(ctx, c, n); err != nil {
+	if err := waitInUse(ctx, c, n, 1); err != nil {
 		return nil, 0, fmt.Errorf("%s holders: %w", kind, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 3*15*time.Second+30*time.Second)
@@ -319,8 +323,8 @@ func wave(ctx context.Context, c *lease.Client, o options, env []string, kind st
 	return lat, lost, nil
 }
 
-// waitHeld waits until pools p0..p<n-1> each have their slot in use.
-func waitHeld(ctx context.Context, c *lease.Client, n int) error {
+// waitInUse waits until pools p0..p<n-1> each have inUse slots in use.
+func waitInUse(ctx context.Context, c *lease.Client, n int, inUse int64) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -330,7 +334,7 @@ func waitHeld(ctx context.Context, c *lease.Client, n int) error {
 			held := 0
 			for _, s := range stats {
 				var i int
-				if _, e := fmt.Sscanf(s.Name, "p%d", &i); e == nil && i < n && s.Stats.InUse == 1 {
+				if _, e := fmt.Sscanf(s.Name, "p%d", &i); e == nil && i < n && s.Stats.InUse == inUse {
 					held++
 				}
 			}
@@ -339,7 +343,7 @@ func waitHeld(ctx context.Context, c *lease.Client, n int) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return errors.New("not all holding after 60s")
+			return fmt.Errorf("pools not at %d in use after 60s", inUse)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
