@@ -22,12 +22,12 @@ const (
 	// passed (fast release): its lease was freed, or its queued request
 	// dropped.
 	CodeHolderDisconnected Code = "holder_disconnected"
-	CodeLeaseNotFound   Code = "lease_not_found"  // no live lease with that id (released, expired, never granted)
-	CodeTokenMismatch   Code = "token_mismatch"   // the token does not match the lease's fencing token
-	CodeConflict        Code = "conflict"         // the request id is in use by another holder
-	CodePoolBusy        Code = "pool_busy"        // a resize would remove a pool that has holders or waiters
-	CodeUnavailable     Code = "unavailable"      // the manager could not reach its store or is shutting down; retry
-	CodeInternal        Code = "internal"         // a bug; please report
+	CodeLeaseNotFound      Code = "lease_not_found" // no live lease with that id (released, expired, never granted)
+	CodeTokenMismatch      Code = "token_mismatch"  // the token does not match the lease's fencing token
+	CodeConflict           Code = "conflict"        // the request id is in use by another holder
+	CodePoolBusy           Code = "pool_busy"       // a resize would remove a pool that has holders or waiters
+	CodeUnavailable        Code = "unavailable"     // the manager could not reach its store or is shutting down; retry
+	CodeInternal           Code = "internal"        // a bug; please report
 )
 
 // Error is a lease error with a wire code. Compare with errors.Is against

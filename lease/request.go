@@ -90,7 +90,7 @@ type held struct {
 	// releaseCode is the event code of that release: why the manager let
 	// the lease go ("" for the holder's own release).
 	releaseCode Code
-	renewal   renewSeq
+	renewal     renewSeq
 }
 
 // poolToken returns the pool token of a request subject
