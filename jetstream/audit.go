@@ -12,7 +12,7 @@ import (
 
 // AuditConfig describes the stream that keeps lease events for replay.
 type AuditConfig struct {
-	Stream   string        // lease.EventStreamName(prefix)
+	Stream   string        // NamesFor(prefix).Events
 	Subjects string        // lease.EventFilter(prefix, "", "", "") with '>' : <prefix>.events.>
 	MaxAge   time.Duration // retention; required (> 0)
 	MaxBytes int64         // size cap; 256 MiB if zero

@@ -72,7 +72,7 @@ func kvRights(b string) []string {
 }
 
 func readerPublish(p string) []string {
-	s := lease.EventStreamName(p)
+	s := NamesFor(p).Events
 	return []string{
 		p + ".*.stats",
 		"$SRV.PING." + lease.ServiceName,

@@ -23,7 +23,7 @@ const MarkerTTL = time.Minute
 
 // BucketConfig describes the lease bucket.
 type BucketConfig struct {
-	Name     string // lease.BucketName(prefix)
+	Name     string // NamesFor(prefix).Leases
 	Replicas int    // 1 for a single server, 3 on a cluster
 }
 

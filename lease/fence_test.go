@@ -53,7 +53,7 @@ func lastSeq(t *testing.T, nc *nats.Conn) uint64 {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "KV_"+lease.BucketName(lease.DefaultPrefix))
+	s, err := js.Stream(ctx, "KV_"+jetstream.NamesFor(lease.DefaultPrefix).Leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestDeposedManagerLeavesSuccessorsGrantAndStops(t *testing.T) {
 	nc := harness.Connect(t, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)})
+	st, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leases})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -27,7 +28,7 @@ import (
 // fuzzInboxes are inboxes the manager answers.
 var fuzzReplies = []string{
 	"_INBOX.fuzz", "_INBOX_executor_a.fuzz", // answered
-	"$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node, "$JS.API.STREAM.DELETE", "$SYS.fuzz",
+	"$KV." + jetstream.NamesFor(lease.DefaultPrefix).Leaders + "." + node, "$JS.API.STREAM.DELETE", "$SYS.fuzz",
 	"lease.events.fuzz", lease.Subject(lease.DefaultPrefix, node, "p", lease.VerbAcquire), "_INBOXX.fuzz", "fuzz",
 }
 

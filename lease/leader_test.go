@@ -33,11 +33,11 @@ func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration,
 	ctx, cancel := context.WithCancel(context.Background())
 	setup, cancelSetup := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelSetup()
-	store, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: lease.BucketName("lease")})
+	store, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leases})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaders, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName("lease")})
+	leaders, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func TestLeaderFenceEndsAtTheDeadlineFromSendTime(t *testing.T) {
 	defer cancel()
 	setup, cancelSetup := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelSetup()
-	leaders, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName("lease")})
+	leaders, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,15 @@ package lease
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
 )
 
-// DefaultPrefix is the subject prefix when none is configured.
-const DefaultPrefix = "lease"
+// DefaultPrefix is the subject prefix when none is configured
+// (config.DefaultSubjectPrefix, LEASE_SUBJECT_PREFIX's default).
+const DefaultPrefix = config.DefaultSubjectPrefix
 
 // Verbs: the last token of a request subject.
 const (
@@ -32,9 +33,9 @@ func StatsSubject(prefix, node string) string {
 }
 
 // ReservedNode cannot be a node id: <prefix>.events.<pool>.<verb> would
-// match subscriptions to <prefix>.events.>. It is refused in any case,
-// as config refuses NODE_ID=EVENTS.
-const ReservedNode = "events"
+// match subscriptions to <prefix>.events.>. It is refused in any case, as
+// config refuses NODE_ID=EVENTS (config.ReservedNodeID, the one definition).
+const ReservedNode = config.ReservedNodeID
 
 // EventSubject is where events of one kind for one pool go:
 // <prefix>.events.<node>.<pool>.<kind>.
@@ -52,34 +53,6 @@ func EventFilter(prefix, node, pool string, kind EventKind) string {
 		return s
 	}
 	return prefix + ".events." + star(node) + "." + star(pool) + "." + star(string(kind))
-}
-
-// BucketName is the KV bucket holding lease records for a prefix. Bucket
-// names cannot hold dots, so a multi-token prefix is joined with '_'.
-func BucketName(prefix string) string {
-	return bucketPrefix(prefix) + "_leases"
-}
-
-// bucketPrefix maps a subject prefix to a bucket name part. Bucket names
-// cannot hold dots: '_' becomes "__" and '.' becomes '_', so distinct
-// prefixes ("a.b", "a_b") never share a bucket.
-func bucketPrefix(prefix string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(prefix, "_", "__"), ".", "_")
-}
-
-// LeaderBucketName is the KV bucket holding one leadership key per node.
-func LeaderBucketName(prefix string) string {
-	return bucketPrefix(prefix) + "_leaders"
-}
-
-// PoolBucketName is the KV bucket holding each node's runtime pool changes.
-func PoolBucketName(prefix string) string {
-	return bucketPrefix(prefix) + "_pools"
-}
-
-// EventStreamName is the JetStream stream that keeps events for replay.
-func EventStreamName(prefix string) string {
-	return bucketPrefix(prefix) + "_events"
 }
 
 // RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id

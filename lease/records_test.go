@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
@@ -45,7 +46,7 @@ func forge(t *testing.T, url, inst, round string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, lease.BucketName(lease.DefaultPrefix))
+	kv, err := js.KeyValue(ctx, sljs.NamesFor(lease.DefaultPrefix).Leases)
 	if err != nil {
 		t.Fatal(err)
 	}

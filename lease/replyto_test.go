@@ -72,7 +72,7 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 	// The leadership key the first attack in issue 13 overwrote.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
+	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 	rec := held.Record()
 
 	bad := []string{
-		"$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node,
+		"$KV." + jetstream.NamesFor(lease.DefaultPrefix).Leaders + "." + node,
 		"$JS.API.STREAM.DELETE.x",
 		"$SYS.x",
 		"lease.events.x",

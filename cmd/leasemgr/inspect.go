@@ -168,7 +168,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *since > 0 {
 		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-*since).Format(time.TimeOnly))
-		return jetstream.ReplayEvents(ctx, nc, lease.EventStreamName(cfg.SubjectPrefix), subject, time.Now().Add(-*since), show)
+		return jetstream.ReplayEvents(ctx, nc, jetstream.NamesFor(cfg.SubjectPrefix).Events, subject, time.Now().Add(-*since), show)
 	}
 	msgs := make(chan *nats.Msg, 1024)
 	sub, err := nc.ChanSubscribe(subject, msgs)

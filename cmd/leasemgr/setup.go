@@ -14,7 +14,6 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/lease"
 )
 
 // Set-up retries: the first after setupMinBackoff, each next one twice as
@@ -101,13 +100,13 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	}
 	s := &natsSetup{nc: *nc}
 	var err error
-	if s.store, err = open(lease.BucketName(cfg.SubjectPrefix)); err != nil {
+	if s.store, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Leases); err != nil {
 		return nil, err
 	}
-	if s.leaders, err = open(lease.LeaderBucketName(cfg.SubjectPrefix)); err != nil {
+	if s.leaders, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Leaders); err != nil {
 		return nil, err
 	}
-	if s.poolStore, err = open(lease.PoolBucketName(cfg.SubjectPrefix)); err != nil {
+	if s.poolStore, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Pools); err != nil {
 		return nil, err
 	}
 	if cfg.NATSURL == "" {
@@ -120,7 +119,7 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{
-			Stream: lease.EventStreamName(cfg.SubjectPrefix), Subjects: cfg.SubjectPrefix + ".events.>",
+			Stream: jetstream.NamesFor(cfg.SubjectPrefix).Events, Subjects: cfg.SubjectPrefix + ".events.>",
 			MaxAge: cfg.EventRetention, Replicas: cfg.Replicas,
 		})
 		if err != nil {

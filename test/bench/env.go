@@ -139,7 +139,7 @@ func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts man
 	n := &node{nc: nc}
 	store := parts.store
 	if store == nil {
-		if n.store, err = sljs.OpenLeaseStore(ctx, nc, sljs.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)}); err != nil {
+		if n.store, err = sljs.OpenLeaseStore(ctx, nc, sljs.BucketConfig{Name: sljs.NamesFor(lease.DefaultPrefix).Leases}); err != nil {
 			return nil, err
 		}
 		store = n.store

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
@@ -200,7 +201,7 @@ func managerWaiters(ctx context.Context, cfg config, n int) (*result, error) {
 	// The manager may write something per queued request in the background
 	// (a queue entry): wait until the lease bucket's stream stops growing,
 	// so the heap figure does not count writes still in flight.
-	if err := waitStreamSettled(ctx, nc, "KV_"+lease.BucketName(lease.DefaultPrefix)); err != nil {
+	if err := waitStreamSettled(ctx, nc, "KV_"+sljs.NamesFor(lease.DefaultPrefix).Leases); err != nil {
 		return nil, err
 	}
 	perWaiter := float64(heapInUse()-before) / float64(n)

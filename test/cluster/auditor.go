@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
 )
@@ -79,8 +80,8 @@ func StartAuditor(ctx context.Context, url, prefix string) (*Auditor, error) {
 		bucket string
 		into   *[]Observation
 	}{
-		{lease.BucketName(prefix), &a.leases},
-		{lease.LeaderBucketName(prefix), &a.leaders},
+		{sljs.NamesFor(prefix).Leases, &a.leases},
+		{sljs.NamesFor(prefix).Leaders, &a.leaders},
 	} {
 		subjPrefix := "$KV." + b.bucket + "."
 		err := a.consume(ctx, actx, "KV_"+b.bucket, subjPrefix+">", func(msg jetstream.Msg, md *jetstream.MsgMetadata) {
@@ -103,7 +104,7 @@ func StartAuditor(ctx context.Context, url, prefix string) (*Auditor, error) {
 			return nil, fmt.Errorf("auditor: watch %s: %w", b.bucket, err)
 		}
 	}
-	err = a.consume(ctx, actx, lease.EventStreamName(prefix), prefix+".events.>", func(msg jetstream.Msg, md *jetstream.MsgMetadata) {
+	err = a.consume(ctx, actx, sljs.NamesFor(prefix).Events, prefix+".events.>", func(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 		var ev lease.Event
 		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 			a.mu.Lock()

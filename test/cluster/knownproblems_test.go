@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
@@ -63,7 +64,7 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctx, lease.BucketName(st.Prefix))
+	kv, err := js.KeyValue(ctx, sljs.NamesFor(st.Prefix).Leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func (p *pair) acquireOther(t *testing.T) *lease.Lease {
 func TestLostGrantAckIsNotOrphaned(t *testing.T) {
 	p := startPair(t, 8*time.Second)
 	key := lease.RecordKey("node1", "gpu", "victim")
-	p.a.Proxy.CutOn("$KV." + lease.BucketName(p.st.Prefix) + "." + key)
+	p.a.Proxy.CutOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
 	r := p.rawAcquire(t, "victim", "victim-holder", "s3cret")
 	if _, err := p.kv.Get(context.Background(), key); err != nil {
 		// The cut came before the write was stored: then unavailable is
@@ -154,7 +155,7 @@ func TestLostGrantAckIsNotOrphaned(t *testing.T) {
 func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 	p := startPair(t, 8*time.Second)
 	key := lease.RecordKey("node1", "gpu", "late")
-	p.a.Proxy.StallOn("$KV." + lease.BucketName(p.st.Prefix) + "." + key)
+	p.a.Proxy.StallOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
 	go func() {
 		// No answer will come while the write is held.
 		body, _ := json.Marshal(lease.AcquireRequest{RequestID: "late", Holder: "late-holder", Slots: 1, Secret: "s3cret"})
@@ -204,7 +205,7 @@ func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
 	defer l.Release(context.Background())
 	// The first stored record the standby's rebuild watch receives is
 	// lost with a connection reset.
-	p.b.Proxy.CutOnServer("$KV." + lease.BucketName(p.st.Prefix) + ".node1.")
+	p.b.Proxy.CutOnServer("$KV." + sljs.NamesFor(p.st.Prefix).Leases + ".node1.")
 	crashed := time.Now()
 	p.a.Crash()
 	for !p.b.Serving() && time.Since(crashed) < 30*time.Second {
@@ -259,7 +260,7 @@ func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
 		_, err := p.kv.Get(context.Background(), key)
 		return err == nil
 	})
-	p.a.Proxy.DropOn("$KV." + lease.BucketName(p.st.Prefix) + "." + key)
+	p.a.Proxy.DropOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
 	cancel()
 	<-done
 	time.Sleep(2 * p.st.StoreTimeout)
@@ -318,7 +319,7 @@ func TestRenewalAfterLostAckKeepsLease(t *testing.T) {
 	}
 	defer c.Close()
 	key := lease.RecordKey("node1", "gpu", "renewer")
-	subject := "$KV." + lease.BucketName(p.st.Prefix) + "." + key
+	subject := "$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key
 	var mu sync.Mutex
 	armed, ackDropped := false, false
 	p.a.Proxy.FilterServer(func(subj string, payload []byte) bool {
@@ -330,7 +331,7 @@ func TestRenewalAfterLostAckKeepsLease(t *testing.T) {
 		if subj == subject {
 			return true // the manager's watch never sees the record change
 		}
-		if !ackDropped && bytes.Contains(payload, []byte(`"stream":"KV_`+lease.BucketName(p.st.Prefix)+`"`)) {
+		if !ackDropped && bytes.Contains(payload, []byte(`"stream":"KV_`+sljs.NamesFor(p.st.Prefix).Leases+`"`)) {
 			ackDropped = true // the next write acknowledgement of the lease bucket
 			return true
 		}

@@ -96,12 +96,12 @@ func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) 
 	var st Stores
 	for {
 		var err error
-		st.Leases, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(s.Prefix), Replicas: s.Replicas})
+		st.Leases, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Leases, Replicas: s.Replicas})
 		if err == nil {
-			st.Leaders, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(s.Prefix), Replicas: s.Replicas})
+			st.Leaders, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Leaders, Replicas: s.Replicas})
 		}
 		if err == nil {
-			st.Pools, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(s.Prefix), Replicas: s.Replicas})
+			st.Pools, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Pools, Replicas: s.Replicas})
 		}
 		if err == nil {
 			return st, nil

@@ -396,7 +396,7 @@ func Provision(ctx context.Context, url string, st Settings) error {
 		return err
 	}
 	return jetstream.EnsureAuditStream(ctx, nc, jetstream.AuditConfig{
-		Stream: lease.EventStreamName(st.Prefix), Subjects: st.Prefix + ".events.>", MaxAge: time.Hour, Replicas: st.Replicas,
+		Stream: jetstream.NamesFor(st.Prefix).Events, Subjects: st.Prefix + ".events.>", MaxAge: time.Hour, Replicas: st.Replicas,
 	})
 }
 
@@ -516,7 +516,7 @@ func (s *suite) faultLoop(ctx context.Context) {
 		}
 		if s.serverOut >= 0 {
 			f := &s.servers[len(s.servers)-1]
-			if slices.Contains(f.Led, lease.BucketName(s.cfg.Prefix)) && f.LeaseLeaderAt.IsZero() && s.cluster.StreamLeader("KV_"+lease.BucketName(s.cfg.Prefix)) >= 0 {
+			if slices.Contains(f.Led, jetstream.NamesFor(s.cfg.Prefix).Leases) && f.LeaseLeaderAt.IsZero() && s.cluster.StreamLeader("KV_"+jetstream.NamesFor(s.cfg.Prefix).Leases) >= 0 {
 				f.LeaseLeaderAt = time.Now()
 			}
 			if s.cluster.Up(s.serverOut) {
@@ -708,7 +708,7 @@ func (s *suite) led(i int) []string {
 	if s.cluster.MetaLeader() == i {
 		out = append(out, "meta")
 	}
-	for _, b := range []string{lease.BucketName(s.cfg.Prefix), lease.LeaderBucketName(s.cfg.Prefix)} {
+	for _, b := range []string{jetstream.NamesFor(s.cfg.Prefix).Leases, jetstream.NamesFor(s.cfg.Prefix).Leaders} {
 		if s.cluster.StreamLeader("KV_"+b) == i {
 			out = append(out, b)
 		}

@@ -82,12 +82,12 @@ func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wra
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.BucketName(cfg.Prefix)})
+	store, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(cfg.Prefix).Leases})
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
 	if cfg.PoolStore == nil {
-		ps, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.PoolBucketName(cfg.Prefix)})
+		ps, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(cfg.Prefix).Pools})
 		if err != nil {
 			tb.Fatalf("%v", err)
 		}
@@ -149,7 +149,7 @@ func StartManagerStore(tb testing.TB, url string) *jetstream.LeaseStore {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := jetstream.OpenLeaseStore(ctx, Connect(tb, url), jetstream.BucketConfig{Name: lease.BucketName(lease.DefaultPrefix)})
+	store, err := jetstream.OpenLeaseStore(ctx, Connect(tb, url), jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leases})
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 )
@@ -190,12 +191,12 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		}
 		return keys
 	}
-	buckets := []string{lease.BucketName(lease.DefaultPrefix), lease.LeaderBucketName(lease.DefaultPrefix), lease.PoolBucketName(lease.DefaultPrefix)}
+	buckets := []string{jetstream.NamesFor(lease.DefaultPrefix).Leases, jetstream.NamesFor(lease.DefaultPrefix).Leaders, jetstream.NamesFor(lease.DefaultPrefix).Pools}
 	before := map[string][]string{}
 	for _, b := range buckets {
 		before[b] = kvKeys(b)
 	}
-	if len(before[lease.LeaderBucketName(lease.DefaultPrefix)]) == 0 {
+	if len(before[jetstream.NamesFor(lease.DefaultPrefix).Leaders]) == 0 {
 		t.Fatal("no leadership key to protect")
 	}
 	events := make(chan *nats.Msg, 64)

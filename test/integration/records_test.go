@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
@@ -45,7 +46,7 @@ func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, lease.BucketName(lease.DefaultPrefix))
+	kv, err := js.KeyValue(ctx, sljs.NamesFor(lease.DefaultPrefix).Leases)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func verbSubjects(node, pool string) []string {
 // two requests per subject.
 func replyToLeadershipKey(t *testing.T, nc *nats.Conn, node string, subjs []string) {
 	t.Helper()
-	key := "$KV." + lease.LeaderBucketName(lease.DefaultPrefix) + "." + node
+	key := "$KV." + jetstream.NamesFor(lease.DefaultPrefix).Leaders + "." + node
 	for _, subj := range subjs {
 		for _, b := range attackBodies(subj) {
 			if err := nc.PublishRequest(subj, key, []byte(b)); err != nil {
@@ -83,7 +83,7 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 	nc := mustConnectAs(t, envValue(env, "HOME"), url, config.RoleManager)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
+	leaders, err := jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,11 +281,11 @@ func TestSecurityLayout(t *testing.T) {
 
 	// b cannot write or read the lease bucket, use JetStream, resize, or
 	// listen where secrets travel.
-	forged := "$KV." + lease.BucketName(lease.DefaultPrefix) + "." + lease.RecordKey(node, pool, "forged")
+	forged := "$KV." + jetstream.NamesFor(lease.DefaultPrefix).Leases + "." + lease.RecordKey(node, pool, "forged")
 	if err := bNC.Publish(forged, []byte(`{"id":"forged","slots":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	streamInfo := "$JS.API.STREAM.INFO.KV_" + lease.BucketName(lease.DefaultPrefix)
+	streamInfo := "$JS.API.STREAM.INFO.KV_" + jetstream.NamesFor(lease.DefaultPrefix).Leases
 	if _, err := bNC.Request(streamInfo, nil, 500*time.Millisecond); err == nil {
 		t.Errorf("executor b: %s answered", streamInfo)
 	}
@@ -496,7 +496,7 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]})
 	kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer kcancel()
-	leaders, err := jetstream.OpenLeaseStore(kctx, mgrNC, jetstream.BucketConfig{Name: lease.LeaderBucketName(lease.DefaultPrefix)})
+	leaders, err := jetstream.OpenLeaseStore(kctx, mgrNC, jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sljs "github.com/slotlease/slotlease/jetstream"
 	"golang.org/x/sys/unix"
 
 	"github.com/slotlease/slotlease/lease"
@@ -268,7 +269,7 @@ func (a *attack) deleteOwnLease(nc *nats.Conn, how string) {
 		a.result("JetStream "+how, err)
 		return
 	}
-	kv, err := js.KeyValue(ctx, lease.BucketName(prefix))
+	kv, err := js.KeyValue(ctx, sljs.NamesFor(prefix).Leases)
 	if err != nil {
 		a.result("open the lease bucket "+how, err)
 		return

@@ -1,0 +1,19 @@
+package jetstream
+
+import "strings"
+
+// Names are the JetStream buckets and stream of one subject prefix, as
+// jobs.Names are the job queue's. Bucket and stream names cannot hold dots,
+// so a multi-token prefix ("acme.lease") is joined with '_' ("acme_lease").
+type Names struct {
+	Leases  string // <p>_leases: lease records and queue entries, one key per lease
+	Leaders string // <p>_leaders: one leadership key per node
+	Pools   string // <p>_pools: each node's runtime pool changes (resize)
+	Events  string // <p>_events: the lease events, kept for replay
+}
+
+// NamesFor derives the names from a subject prefix.
+func NamesFor(prefix string) Names {
+	base := strings.ReplaceAll(prefix, ".", "_")
+	return Names{Leases: base + "_leases", Leaders: base + "_leaders", Pools: base + "_pools", Events: base + "_events"}
+}
