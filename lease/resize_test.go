@@ -82,6 +82,9 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server has the subscription before the first event
+		t.Fatal(err)
+	}
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
 
