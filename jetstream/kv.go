@@ -50,7 +50,7 @@ func OpenLeaseStore(ctx context.Context, nc *nats.Conn, cfg BucketConfig) (*Leas
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:         cfg.Name,
-		Description:    "slot leases: one record per live lease, expiring with its TTL",
+		Description:    bucketDescription(cfg.Name),
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       cfg.Replicas,

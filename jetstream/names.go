@@ -17,3 +17,17 @@ func NamesFor(prefix string) Names {
 	base := strings.ReplaceAll(prefix, ".", "_")
 	return Names{Leases: base + "_leases", Leaders: base + "_leaders", Pools: base + "_pools", Events: base + "_events"}
 }
+
+// bucketDescription says what a bucket of NamesFor holds, as `nats kv ls`
+// shows it.
+func bucketDescription(bucket string) string {
+	switch {
+	case strings.HasSuffix(bucket, "_leases"):
+		return "slotlease: lease records and queue entries, one key <node>.<pool>.<id> each, expiring with its TTL"
+	case strings.HasSuffix(bucket, "_leaders"):
+		return "slotlease: one leadership key per node; the lease manager holding it serves the node"
+	case strings.HasSuffix(bucket, "_pools"):
+		return "slotlease: each node's runtime pool changes (leasemgr resize), applied over its POOL_CAPACITIES"
+	}
+	return "slotlease"
+}
