@@ -211,7 +211,7 @@ func (h *Handler) pools(w http.ResponseWriter, _ *http.Request) {
 	if stats == nil {
 		stats = []lease.PoolStats{} // "[]", not "null"
 	}
-	writeJSON(w, http.StatusOK, stats)
+	writeJSON(w, http.StatusOK, lease.NodePools{Node: h.src.Node(), Pools: stats})
 }
 
 func (h *Handler) leases(w http.ResponseWriter, _ *http.Request) {

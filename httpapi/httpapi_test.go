@@ -151,10 +151,11 @@ func TestNotReadyWithoutNATS(t *testing.T) {
 
 func TestPoolsAndLeases(t *testing.T) {
 	e := newEnv(t)
-	var stats []lease.PoolStats
-	resp := e.getJSON("/v1/pools", &stats)
+	var np lease.NodePools
+	resp := e.getJSON("/v1/pools", &np)
 	wantStatus(t, resp, "", http.StatusOK)
-	if len(stats) != 2 || stats[0].Name != "cpu" || stats[1].Name != "gpu" || stats[1].Capacity != 2 || stats[1].Available != 2 || stats[1].InUse != 0 {
+	stats := np.Pools
+	if np.Node != "n1" || len(stats) != 2 || stats[0].Name != "cpu" || stats[1].Name != "gpu" || stats[1].Capacity != 2 || stats[1].Available != 2 || stats[1].InUse != 0 {
 		t.Fatalf("pools %+v", stats)
 	}
 
@@ -172,7 +173,8 @@ func TestPoolsAndLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.getJSON("/v1/pools", &stats)
+	e.getJSON("/v1/pools", &np)
+	stats = np.Pools
 	if stats[1].InUse != 2 || stats[1].Available != 0 {
 		t.Fatalf("gpu after acquiring 2: %+v", stats[1])
 	}

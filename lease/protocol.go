@@ -177,6 +177,13 @@ type Reply struct {
 	Existing bool `json:"existing,omitempty"`
 }
 
+// NodePools is one node's pools: the one JSON shape of `leasemgr pools
+// --json` (a list of them with --all) and of the HTTP API's /v1/pools.
+type NodePools struct {
+	Node  string      `json:"node"`
+	Pools []PoolStats `json:"pools"`
+}
+
 // PoolStats is one pool's figures in a stats reply.
 type PoolStats struct {
 	Name string `json:"name"`

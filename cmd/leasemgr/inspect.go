@@ -58,7 +58,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *node == "":
 		nodes = []string{cfg.NodeID}
 	}
-	var out []nodePools
+	var out []lease.NodePools
 	for _, n := range nodes {
 		c, err := lease.NewClient(nc, n, lease.WithPrefix(cfg.SubjectPrefix))
 		if err != nil {
@@ -69,7 +69,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n, err)
 		}
-		out = append(out, nodePools{Node: n, Pools: stats})
+		out = append(out, lease.NodePools{Node: n, Pools: stats})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -82,12 +82,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return printPools(stdout, out...)
 }
 
-type nodePools struct {
-	Node  string            `json:"node"`
-	Pools []lease.PoolStats `json:"pools"`
-}
-
-func printPools(w io.Writer, nodes ...nodePools) error {
+func printPools(w io.Writer, nodes ...lease.NodePools) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS\tPOLICY")
 	for _, n := range nodes {
@@ -268,5 +263,5 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("node %s: %w", *node, err)
 	}
-	return printPools(stdout, nodePools{Node: *node, Pools: stats})
+	return printPools(stdout, lease.NodePools{Node: *node, Pools: stats})
 }

@@ -1,35 +1,14 @@
 package integration
 
 import (
-	"encoding/json"
-	"net/http"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// poolFigures reads one pool's in-use and queued counts from /v1/pools.
-func poolFigures(t *testing.T, httpAddr, pool string) (inUse int64, queued int) {
-	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/v1/pools")
-	if err != nil {
-		return -1, -1
-	}
-	defer resp.Body.Close()
-	var pools []struct {
-		Name           string `json:"name"`
-		InUse          int64  `json:"in_use"`
-		QueuedRequests int    `json:"queued"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&pools) != nil {
-		return -1, -1
-	}
-	for _, p := range pools {
-		if p.Name == pool {
-			return p.InUse, p.QueuedRequests
-		}
-	}
-	return -1, -1
+// queuedIn is the number of requests queued in pool.
+func queuedIn(t *testing.T, httpAddr, pool string) int {
+	return httpPools(t, httpAddr)[pool].QueuedRequests
 }
 
 // With the default LEASE_TTL of 15s, the slot of an executor killed while
@@ -57,8 +36,7 @@ func TestKilledHoldersSlotComesBackFast(t *testing.T) {
 			eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) >= 4 })
 			waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
 			eventually(t, 10*time.Second, "the waiter to queue", func() bool {
-				_, q := poolFigures(t, httpAddr, "gpu")
-				return q == 1
+				return queuedIn(t, httpAddr, "gpu") == 1
 			})
 			if err := holder.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
@@ -84,16 +62,15 @@ func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
 	start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", m[0])
 	eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) == 1 })
 	queued := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
-	eventually(t, 10*time.Second, "the first waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 1 })
+	eventually(t, 10*time.Second, "the first waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 1 })
 	start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
-	eventually(t, 10*time.Second, "the second waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 2 })
+	eventually(t, 10*time.Second, "the second waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 2 })
 	if err := queued.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	eventually(t, 5*time.Second, "the killed executor's request to leave the queue", func() bool {
-		_, q := poolFigures(t, httpAddr, "gpu")
-		return q == 1
+		return queuedIn(t, httpAddr, "gpu") == 1
 	})
 	t.Logf("a killed queued executor's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 }
@@ -116,7 +93,7 @@ func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 			holder := start(t, append(append([]string{}, env...), mode.env...), "executor", "run", "--pool", "gpu", "--", "sh", "-c", escapingTree(m))
 			eventually(t, 30*time.Second, "the holder's worker to run", func() bool { return len(treeProcs(m)) >= 4 })
 			waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
-			eventually(t, 10*time.Second, "the waiter to queue", func() bool { _, q := poolFigures(t, httpAddr, "gpu"); return q == 1 })
+			eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 1 })
 			if err := syscall.Kill(holder.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

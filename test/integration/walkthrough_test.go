@@ -53,12 +53,12 @@ func httpPools(t *testing.T, httpAddr string) map[string]lease.PoolStats {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var stats []lease.PoolStats
-	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+	var np lease.NodePools
+	if err := json.NewDecoder(resp.Body).Decode(&np); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]lease.PoolStats{}
-	for _, s := range stats {
+	for _, s := range np.Pools {
 		out[s.Name] = s
 	}
 	return out

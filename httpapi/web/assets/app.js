@@ -131,7 +131,7 @@
     try {
       const resp = await fetch('/v1/pools', { cache: 'no-store' });
       if (resp.ok) {
-        applySnapshot(await resp.json());
+        applySnapshot((await resp.json()).pools);
         setNotice('');
       } else {
         let msg = resp.status + ' ' + resp.statusText;
