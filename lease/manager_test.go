@@ -218,17 +218,40 @@ func TestFIFOMultiSlotHeadIsNotJumped(t *testing.T) {
 func TestFIFOOrderAcrossWaiters(t *testing.T) {
 	srv, _ := startNode(t, 5*time.Second, lease.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
+	const waiters = 6
+	first, order := queueBehind(t, c, "p", make([][]lease.AcquireOption, waiters), true)
+	if err := first.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("grant %d went to waiter %d", want, got)
+		}
+		want++
+	}
+	if want != waiters {
+		t.Fatalf("%d of %d waiters granted", want, waiters)
+	}
+}
+
+// queueBehind takes the only slot of pool, then queues one request per
+// option set behind it (each checked to be queued at its own place if
+// checkPos). It returns the held lease and a channel of the waiters'
+// indexes in the order they are granted (each releases at once), closed
+// once every waiter has ended.
+func queueBehind(t *testing.T, c *lease.Client, pool string, opts [][]lease.AcquireOption, checkPos bool) (*lease.Lease, <-chan int) {
+	t.Helper()
 	ctx := context.Background()
-	first, err := c.Acquire(ctx, "p", 1)
+	h, err := c.Acquire(ctx, pool, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const waiters = 6
-	order := make(chan int, waiters)
+	order := make(chan int, len(opts))
 	var wg sync.WaitGroup
-	for i := range waiters {
-		got, errc, pos := queuedAcquire(t, c, ctx, "p", 1)
-		if pos != i+1 {
+	for i, o := range opts {
+		got, errc, pos := queuedAcquire(t, c, ctx, pool, 1, o...)
+		if checkPos && pos != i+1 {
 			t.Fatalf("waiter %d queued at %d", i, pos)
 		}
 		wg.Go(func() {
@@ -241,21 +264,8 @@ func TestFIFOOrderAcrossWaiters(t *testing.T) {
 			}
 		})
 	}
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(order)
-	want := 0
-	for got := range order {
-		if got != want {
-			t.Fatalf("grant %d went to waiter %d", want, got)
-		}
-		want++
-	}
-	if want != waiters {
-		t.Fatalf("%d of %d waiters granted", want, waiters)
-	}
+	go func() { wg.Wait(); close(order) }()
+	return h, order
 }
 
 func TestWaitDeadlineRemovesWaiter(t *testing.T) {

@@ -20,30 +20,10 @@ import (
 // granted (each releases at once).
 func grantOrder(t *testing.T, c *lease.Client, pool string, opts [][]lease.AcquireOption) []int {
 	t.Helper()
-	ctx := context.Background()
-	h, err := c.Acquire(ctx, pool, 1)
-	if err != nil {
+	h, order := queueBehind(t, c, pool, opts, false)
+	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	order := make(chan int, len(opts))
-	var wg sync.WaitGroup
-	for i, o := range opts {
-		got, errc, _ := queuedAcquire(t, c, ctx, pool, 1, o...)
-		wg.Go(func() {
-			select {
-			case l := <-got:
-				order <- i
-				_ = l.Release(ctx)
-			case err := <-errc:
-				t.Errorf("request %d: %v", i, err)
-			}
-		})
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(order)
 	var out []int
 	for i := range order {
 		out = append(out, i)

@@ -19,37 +19,17 @@ import (
 
 // queueFive holds the only slot and queues five waiters through clients that
 // do not poll during the test, so only the stored queue can bring their
-// grants. It returns the holder and a channel of waiter indexes in grant order.
-func queueFive(t *testing.T, url string, n *harness.Node) (*lease.Lease, <-chan int, *sync.WaitGroup) {
+// grants. It returns the holder and a channel of waiter indexes in grant
+// order, closed once all ended.
+func queueFive(t *testing.T, url string, n *harness.Node) (*lease.Lease, <-chan int) {
 	t.Helper()
-	ctx := context.Background()
 	c := harness.Client(t, url, node, lease.WithPollInterval(time.Minute), lease.WithRequestTimeout(time.Minute))
-	h, err := c.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	order := make(chan int, 5)
-	var wg sync.WaitGroup
-	for i := range 5 {
-		got, errc, pos := queuedAcquire(t, c, ctx, "p", 1)
-		if pos != i+1 {
-			t.Fatalf("waiter %d queued at %d", i, pos)
-		}
-		wg.Go(func() {
-			select {
-			case l := <-got:
-				order <- i
-				_ = l.Release(ctx)
-			case err := <-errc:
-				t.Errorf("waiter %d: %v", i, err)
-			}
-		})
-	}
+	h, order := queueBehind(t, c, "p", make([][]lease.AcquireOption, 5), true)
 	// Wait until the five entries are stored.
 	harness.Eventually(t, 5*time.Second, "queue entries stored", func() bool {
 		return storedQueueEntries(t, n) == 5
 	})
-	return h, order, &wg
+	return h, order
 }
 
 func storedQueueEntries(t *testing.T, n *harness.Node) int {
@@ -74,18 +54,20 @@ func storedQueueEntries(t *testing.T, n *harness.Node) int {
 	return count
 }
 
-func checkOrder(t *testing.T, order <-chan int, wg *sync.WaitGroup) {
+func checkOrder(t *testing.T, order <-chan int) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("waiters not all granted")
-	}
+	deadline := time.After(20 * time.Second)
 	for want := range 5 {
-		if got := <-order; got != want {
-			t.Fatalf("grant %d went to waiter %d", want, got)
+		select {
+		case got, ok := <-order:
+			if !ok {
+				t.Fatalf("only %d waiters granted", want)
+			}
+			if got != want {
+				t.Fatalf("grant %d went to waiter %d", want, got)
+			}
+		case <-deadline:
+			t.Fatal("waiters not all granted")
 		}
 	}
 }
@@ -94,7 +76,7 @@ func TestQueueSurvivesManagerRestartInOrder(t *testing.T) {
 	srv := harness.StartServer(t)
 	cfg := lease.ManagerConfig{Node: node, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}}
 	first := harness.StartManager(t, srv.URL, cfg)
-	h, order, wg := queueFive(t, srv.URL, first)
+	h, order := queueFive(t, srv.URL, first)
 	if err := first.Manager.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +87,7 @@ func TestQueueSurvivesManagerRestartInOrder(t *testing.T) {
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	checkOrder(t, order, wg)
+	checkOrder(t, order)
 	harness.Eventually(t, 5*time.Second, "queue entries cleaned up", func() bool {
 		return storedQueueEntries(t, second) == 0 && poolStats(t, second.Manager, "p").InUse == 0
 	})
@@ -118,13 +100,13 @@ func TestQueueSurvivesTakeoverInOrder(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "a leads", a.serving.Load)
 	b := startCandidate(t, srv.URL, "b", time.Second, &overlap, lease.PoolConfig{Name: "p", Capacity: 1})
 	store := harness.StartManagerStore(t, srv.URL)
-	h, order, wg := queueFive(t, srv.URL, &harness.Node{Store: store})
+	h, order := queueFive(t, srv.URL, &harness.Node{Store: store})
 	a.crash()
 	harness.Eventually(t, 3*time.Second, "b takes over", b.serving.Load)
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	checkOrder(t, order, wg)
+	checkOrder(t, order)
 }
 
 // inFlight is a 1-slot pool whose only lease, r1, has been released and

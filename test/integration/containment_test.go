@@ -103,6 +103,13 @@ func killAndCheckTree(t *testing.T, executor *proc, m [4]string, minProcs int) {
 // setting, see sandbox).
 const plainSandbox = "_SLOTLEASE_SANDBOX_TEST_PLAIN=1"
 
+// sandboxModes are the sandbox's default path and the forced plain one,
+// with the environment each adds.
+var sandboxModes = []struct {
+	name string
+	env  []string
+}{{"default", nil}, {"plain", []string{plainSandbox}}}
+
 func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
 	env, httpAddr := managerEnv(t, "contain", "gpu=4", "15s")
 	startManager(t, env, httpAddr)
@@ -129,10 +136,7 @@ func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
 func TestKilledExecutorServeLeavesNoJob(t *testing.T) {
 	env, httpAddr := managerEnv(t, "containserve", "p=2", "15s")
 	startManager(t, env, httpAddr)
-	for _, mode := range []struct {
-		name string
-		env  []string
-	}{{"default", nil}, {"plain", []string{plainSandbox}}} {
+	for _, mode := range sandboxModes {
 		t.Run(mode.name, func(t *testing.T) {
 			m := treeMarkers()
 			if code, out := runExecutor(t, env, "submit", "--pool", "p", "--max-attempts", "1", "--", "sh", "-c", escapingTree(m)); code != 0 {

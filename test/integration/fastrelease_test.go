@@ -84,10 +84,7 @@ func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
 func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 	env, httpAddr := managerEnv(t, "frozen", "gpu=1", "3s")
 	startManager(t, env, httpAddr)
-	for _, mode := range []struct {
-		name string
-		env  []string
-	}{{"default", nil}, {"plain", []string{plainSandbox}}} {
+	for _, mode := range sandboxModes {
 		t.Run(mode.name, func(t *testing.T) {
 			m := treeMarkers()
 			holder := start(t, append(append([]string{}, env...), mode.env...), "executor", "run", "--pool", "gpu", "--", "sh", "-c", escapingTree(m))
