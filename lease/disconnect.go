@@ -212,9 +212,13 @@ func (m *Manager) dropOnCloseLocked(r *request) {
 }
 
 // rebindLocked moves h to the connection a renewal came on, if it has fast
-// release and that is another one: the holder reconnected. The renewal's
-// write stores it.
-func (m *Manager) rebindLocked(h *held, server string, id uint64) *Error {
+// release and that is another one: the holder reconnected. The holder hears
+// "bound" at once, so it can count its new connection without waiting for
+// the renewal's write (a store stall after a server stop would otherwise
+// outlast its liveness deadline); the write stores the binding. Only this
+// manager's memory decides a free (freeOnCloseLocked), so the in-memory
+// binding is what protects the lease.
+func (m *Manager) rebindLocked(h *held, reply, server string, id uint64) *Error {
 	if e := checkConn(server, id); e != nil {
 		return e
 	}
@@ -226,5 +230,7 @@ func (m *Manager) rebindLocked(h *held, server string, id uint64) *Error {
 	if m.closedLocked(c) {
 		m.freeOnCloseLocked(h)
 	}
+	rec := h.rec
+	m.respond(reply, Reply{Status: StatusBound, Lease: &rec})
 	return nil
 }

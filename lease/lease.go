@@ -201,18 +201,11 @@ func (l *Lease) heartbeat() {
 		cancel()
 		switch {
 		case err == nil:
-			d := sent.Add(ttl - margin(ttl))
 			l.mu.Lock()
-			l.deadline = d
-			was := l.bound
-			if rec != nil && l.grace > 0 && rec.ConnServer != "" {
-				l.bound = recordConn(rec)
-			}
-			moved := l.bound != was
+			l.deadline = sent.Add(ttl - margin(ttl))
 			l.mu.Unlock()
-			if moved {
-				// Only a PING answered on the new connection dates it.
-				l.c.live.ping(l.grace / 2)
+			if rec != nil {
+				l.bindTo(recordConn(rec))
 			}
 			lost.Reset(time.Until(l.Deadline()))
 			// A renewal that waited long for its answer dates from its
@@ -224,6 +217,22 @@ func (l *Lease) heartbeat() {
 		default:
 			next.Reset(retry)
 		}
+	}
+}
+
+// bindTo notes that the manager has bound the lease to c (a renewal's
+// answer) and, if that moved it, has the server answer a PING on c: only
+// that dates the new connection.
+func (l *Lease) bindTo(c conn) {
+	if l.grace <= 0 || !c.known() {
+		return
+	}
+	l.mu.Lock()
+	moved := l.bound != c
+	l.bound = c
+	l.mu.Unlock()
+	if moved {
+		l.c.live.ping(liveDeadline(l.grace))
 	}
 }
 

@@ -112,7 +112,9 @@ func (v *liveness) run(every time.Duration, stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			v.ping(4 * every)
+			// A slow answer still counts (by its send time), up to when
+			// it could no longer help: 6 intervals, the live deadline.
+			v.ping(6 * every)
 		}
 	}
 }

@@ -156,6 +156,10 @@ const (
 	StatusRenewed   = "renewed"
 	StatusReleased  = "released"
 	StatusCancelled = "cancelled"
+	// StatusBound answers a renewal that moved a lease with fast release
+	// to the connection it came on, at once, before the renewal's write;
+	// the renewal's own answer follows on the same reply subject.
+	StatusBound = "bound"
 	StatusOK        = "ok"
 	StatusError     = "error"
 )

@@ -41,10 +41,13 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
 	defer func() { telemetry.End(span, err) }()
 	first = time.Now()
-	cn := l.c.live.identity() // a lease with fast release moves to it
-	body, err := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: cn.server, ConnID: cn.id})
-	if err != nil {
-		return first, nil, err
+	// Every attempt names the connection it goes on: a lease with fast
+	// release moves to it (disconnect.go).
+	var sentOn conn
+	body := func() []byte {
+		sentOn = l.c.live.identity()
+		b, _ := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: sentOn.server, ConnID: sentOn.id})
+		return b // plain strings and numbers: cannot fail
 	}
 	ch := make(chan *nats.Msg, 4)
 	id, err := l.c.registerFresh(ch)
@@ -54,19 +57,32 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	defer l.c.unregister(id)
 	subject := Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRenew)
 	reply := l.c.inbox + "." + id
-	if err := l.c.publish(ctx, subject, reply, body); err != nil {
+	if err := l.c.publish(ctx, subject, reply, body()); err != nil {
 		return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	resend := time.NewTicker(renewRetry(l.rec.TTL()))
 	defer resend.Stop()
+	var moved <-chan time.Time // fast release: re-send at once on a new connection
+	if l.grace > 0 {
+		t := time.NewTicker(l.grace / 8)
+		defer t.Stop()
+		moved = t.C
+	}
 	for {
 		select {
 		case <-stop:
 			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
 		case <-ctx.Done():
 			return first, nil, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
+		case <-moved:
+			if now := l.c.live.identity(); !now.known() || now == sentOn {
+				continue
+			}
+			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
+				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
 		case <-resend.C:
-			if err := l.c.publish(ctx, subject, reply, body); err != nil {
+			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
 				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		case msg := <-ch:
@@ -81,6 +97,12 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			}
 			if r.Status == StatusError {
 				return first, nil, replyError(&r)
+			}
+			if r.Status == StatusBound {
+				if r.Lease != nil {
+					l.bindTo(recordConn(r.Lease))
+				}
+				continue // the renewal's own answer follows
 			}
 			return first, r.Lease, nil
 		}

@@ -64,7 +64,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e == nil {
-		e = m.rebindLocked(h, req.ConnServer, req.ConnID)
+		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID)
 	}
 	if e != nil {
 		m.mu.Unlock()
