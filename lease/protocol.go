@@ -160,8 +160,8 @@ const (
 	// to the connection it came on, at once, before the renewal's write;
 	// the renewal's own answer follows on the same reply subject.
 	StatusBound = "bound"
-	StatusOK        = "ok"
-	StatusError     = "error"
+	StatusOK    = "ok"
+	StatusError = "error"
 )
 
 // Reply is the one reply shape for every request. An acquire may get a
