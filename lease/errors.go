@@ -79,6 +79,11 @@ var (
 // the holder's own deadline.
 var ErrLeaseLost = errors.New("lease: lease lost")
 
+// ErrConnectionSilent is the cause of a fast-release lease's loss when its
+// server answered no PING on the lease's connection for 3/4 of the grace
+// (liveness.go): the connection was down or cut off that long.
+var ErrConnectionSilent = errors.New("the server did not answer on the lease's connection in time (fast release)")
+
 // errorf builds an error whose message may quote client input: every
 // string and error argument is bounded (clipArgs), so no request makes an
 // answer or an event larger than a few hundred bytes.

@@ -188,7 +188,7 @@ func (l *Lease) heartbeat() {
 				lost.Reset(time.Until(d)) // the connection was confirmed meanwhile
 				continue
 			}
-			l.end(fmt.Errorf("%w: %s", ErrLeaseLost, l.lossCause()))
+			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, l.lossCause()))
 			return
 		case <-moved:
 			if now := l.c.live.identity(); !now.known() || now == l.boundConn() {
@@ -243,14 +243,14 @@ func (l *Lease) boundConn() conn {
 }
 
 // lossCause says why the deadline passed.
-func (l *Lease) lossCause() string {
+func (l *Lease) lossCause() error {
 	l.mu.Lock()
 	ttlDeadline := l.deadline
 	l.mu.Unlock()
 	if l.grace > 0 && l.Deadline().Before(ttlDeadline) {
-		return fmt.Sprintf("the server did not answer on the lease's connection for %v (fast release: its slots go to others %v after the connection closes)", liveDeadline(l.grace), l.grace)
+		return fmt.Errorf("%w: none for %v (its slots go to others %v after the connection closes)", ErrConnectionSilent, liveDeadline(l.grace), l.grace)
 	}
-	return "no renewal succeeded before the deadline"
+	return errors.New("no renewal succeeded before the deadline")
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -601,6 +601,11 @@ func Audit(in AuditInput) *Report {
 
 // excuse names the fault that may legitimately have cost h, or "".
 func excuse(in AuditInput, h Hold, from time.Time) string {
+	if h.ConnDown {
+		// Fast release's cost: a holder whose server answers no PING for
+		// 3/4 of the grace gives its leases up (docs/guarantees.md 2.1).
+		return "fast release: holder's connection down"
+	}
 	for _, f := range in.NetFaults {
 		// A reset connection is re-established at once: it must not cost
 		// a lease. A partition may.

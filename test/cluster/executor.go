@@ -25,6 +25,9 @@ type Hold struct {
 	Start, End time.Time
 	Outcome    HoldOutcome
 	Err        string // the loss, if lost
+	// ConnDown: lost by fast release's liveness rule while the holder's
+	// connection was down (docs/guarantees.md 2.1: what it costs).
+	ConnDown bool
 }
 
 // HoldOutcome says how a hold ended.
@@ -170,7 +173,8 @@ type Executor struct {
 	crash chan chan struct{} // a kill request; the reply closes once handled
 
 	mu    sync.Mutex
-	proxy *Proxy // guarded by mu: replaced on restart
+	proxy *Proxy    // guarded by mu: replaced on restart
+	down  *connDown // guarded by mu: the current incarnation's connection
 	incar int
 }
 
@@ -238,11 +242,16 @@ func (e *Executor) incarnation(ctx context.Context) error {
 	e.mu.Lock()
 	e.proxy = p
 	e.mu.Unlock()
-	nc, err := dial(ctx, p.URL(), holder)
+	var down connDown
+	nc, err := dial(ctx, p.URL(), holder, nats.DisconnectErrHandler(func(*nats.Conn, error) { down.set(true) }),
+		nats.ReconnectHandler(func(*nats.Conn) { down.set(false) }))
 	if err != nil {
 		p.Close()
 		return err
 	}
+	e.mu.Lock()
+	e.down = &down
+	e.mu.Unlock()
 	defer func() {
 		nc.Close()
 		p.Close()
@@ -310,6 +319,7 @@ func (e *Executor) cycle(ctx context.Context, c *lease.Client, nc *nats.Conn, p 
 		_ = l.Release(rctx)
 		rcancel()
 	case <-l.Done():
+		h.ConnDown = errors.Is(l.Err(), lease.ErrConnectionSilent) && e.connDownSince(lossTime(l).Add(-time.Second))
 		cfg.Recorder.endHold(h, lossTime(l), HoldLost, l.Err())
 		// As an executor would on its way out: harmless if the record is
 		// gone, and it frees the slots at once if only we lost touch.
@@ -368,4 +378,33 @@ func sanitizeID(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// connDown records when an executor's connection was last down.
+type connDown struct {
+	mu       sync.Mutex
+	down     bool
+	lastDown time.Time // when it was last seen down (now, if down)
+}
+
+func (c *connDown) set(down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = down
+	c.lastDown = time.Now()
+}
+
+// since reports whether the connection was down at some moment after t.
+func (c *connDown) since(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down || c.lastDown.After(t)
+}
+
+// connDownSince reports whether the executor's connection was down after t.
+func (e *Executor) connDownSince(t time.Time) bool {
+	e.mu.Lock()
+	d := e.down
+	e.mu.Unlock()
+	return d != nil && d.since(t)
 }

@@ -61,14 +61,15 @@ func (s *Settings) defaults() {
 }
 
 // dial connects a long-lived client the way jetstream.Connect does
-// (reconnect forever, 250ms apart), retrying the first connect until ctx
+// (reconnect forever, 50-100ms apart), retrying the first connect until ctx
 // ends, and never learning other servers' addresses: a client behind a
 // proxy must stay behind it.
 func dial(ctx context.Context, url, name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
 		nats.IgnoreDiscoveredServers(),
 		nats.Timeout(time.Second),
 	}, extra...)
