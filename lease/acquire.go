@@ -32,14 +32,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		// Close has begun: start no store operation it would not wait for.
-		m.respond(msg.Reply, errReply(m.closingError()))
-		return
-	}
-	p := m.pools[poolName]
-	if p == nil {
-		m.rejectLocked(span, msg.Reply, nil, poolName, req, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName))
+	p, e := m.poolLocked(poolName)
+	if e != nil {
+		// Closing (start no store operation Close would not wait for), or
+		// no such pool.
+		m.rejectLocked(span, msg.Reply, nil, poolName, req, e)
 		return
 	}
 	// A retry: answer from what is already known, never grant twice.

@@ -73,13 +73,9 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 	poolName := poolToken(msg.Subject)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		m.respond(msg.Reply, errReply(m.closingError()))
-		return
-	}
-	p := m.pools[poolName]
-	if p == nil {
-		m.respond(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)))
+	p, e := m.poolLocked(poolName)
+	if e != nil {
+		m.respond(msg.Reply, errReply(e))
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {

@@ -13,6 +13,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// poolLocked returns the pool a request names, or the error to answer it
+// with: the manager is closing, or has no such pool.
+func (m *Manager) poolLocked(name string) (*pool, *Error) {
+	if m.closed {
+		return nil, m.closingError()
+	}
+	if p := m.pools[name]; p != nil {
+		return p, nil
+	}
+	return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, name)
+}
+
 // closingError answers requests that arrive once Close has begun.
 func (m *Manager) closingError() *Error {
 	return errorf(CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
@@ -20,12 +32,9 @@ func (m *Manager) closingError() *Error {
 
 // lookupLocked finds the lease a renew or release names and checks its token.
 func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, secret string) (*held, *Error) {
-	if m.closed {
-		return nil, m.closingError()
-	}
 	poolName := poolToken(subject)
-	if m.pools[poolName] == nil {
-		return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, poolName)
+	if _, e := m.poolLocked(poolName); e != nil {
+		return nil, e
 	}
 	if leaseID == "" {
 		return nil, errorf(CodeBadRequest, "lease_id is required")
