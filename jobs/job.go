@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/lease"
 )
 
 // Priority orders jobs of one pool: high is taken before normal, normal
@@ -102,6 +105,23 @@ type Spec struct {
 	MaxOpenFiles int      `json:"max_open_files,omitempty"`
 	Isolate      bool     `json:"isolate,omitempty"`
 	NoNetwork    bool     `json:"no_network,omitempty"`
+	// Tenant is the lease request's tenant: fair pools share by it, and
+	// tenant caps count it (at most lease.MaxTenantLen bytes).
+	Tenant string `json:"tenant,omitempty"`
+	// IdempotencyKey, if set and ID is not, makes the id: the same key
+	// always names the same job (IDForKey), so a retried submit finds it.
+	// At most MaxIdempotencyKeyLen bytes.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// MaxIdempotencyKeyLen bounds Spec.IdempotencyKey.
+const MaxIdempotencyKeyLen = 256
+
+// IDForKey is the job id an idempotency key names: "k-" and 32 hex digits
+// of its SHA-256, a valid job id whatever the key holds.
+func IDForKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "k-" + hex.EncodeToString(sum[:16])
 }
 
 // NewSpec returns a spec holding the defaults, for callers that fill it in
@@ -221,6 +241,15 @@ func (s *Spec) Validate() error {
 	if s.MemoryBytes < 0 || s.MaxProcs < 0 || s.MaxOpenFiles < 0 {
 		bad("memory_bytes, max_procs and max_open_files must not be negative")
 	}
+	if len(s.Tenant) > lease.MaxTenantLen || strings.IndexByte(s.Tenant, 0) >= 0 {
+		bad("tenant: at most %d bytes, without NUL", lease.MaxTenantLen)
+	}
+	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
+		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)
+	}
+	if s.IdempotencyKey != "" && s.ID != "" && s.ID != IDForKey(s.IdempotencyKey) {
+		bad("id %q and idempotency_key: give one of them (the key makes the id %s)", s.ID, IDForKey(s.IdempotencyKey))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -313,6 +342,10 @@ type Record struct {
 	// job is dead.
 	Error         string    `json:"error,omitempty"`
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+
+	// Existing is set by Submit when the job was submitted before: the
+	// record is that job's, in whatever state it is now. Not stored.
+	Existing bool `json:"-"`
 }
 
 // Duration returns the latest attempt's run time.

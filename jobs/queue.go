@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -19,8 +20,9 @@ var (
 	// ErrNotFound: no record for that job id (never submitted, or its
 	// record expired after the results TTL).
 	ErrNotFound = errors.New("jobs: job not found")
-	// ErrDuplicate: a client-chosen id names a job that already finished.
-	ErrDuplicate = errors.New("jobs: job id already used by a finished job")
+	// ErrDuplicate: a client-chosen id (or idempotency key) names a job
+	// submitted before with another spec.
+	ErrDuplicate = errors.New("jobs: job id already used by another job")
 	// ErrNoQueue: Bind found no job stream or bucket for the prefix: no job
 	// was ever submitted with it.
 	ErrNoQueue = errors.New("jobs: no job queue for this prefix")
@@ -150,19 +152,24 @@ func bucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstr
 func (q *Queue) Names() Names { return q.names }
 
 // Submit validates spec, stores the job in the stream and its record as
-// queued, and returns the record. With spec.ID set, submitting the same id
-// again while the job is not finished returns the existing record;
-// ErrDuplicate once it finished.
+// queued, and returns the record. With spec.ID or spec.IdempotencyKey set,
+// submitting the same spec again returns the job submitted first, in
+// whatever state it is now (Record.Existing); another spec under that id
+// is ErrDuplicate.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.ID == "" && spec.IdempotencyKey != "" {
+		spec.ID = IDForKey(spec.IdempotencyKey)
+	}
 	if spec.ID == "" {
 		spec.ID = nuid.Next()
 	} else if rec, _, err := q.get(ctx, q.results, spec.ID); err == nil {
-		if rec.State.Final() {
-			return nil, fmt.Errorf("%w: %s is %s", ErrDuplicate, spec.ID, rec.State)
+		if !sameSpec(rec.Spec, spec) {
+			return nil, fmt.Errorf("%w: %s was submitted with another spec (it is %s)", ErrDuplicate, spec.ID, rec.State)
 		}
+		rec.Existing = true
 		return rec, nil
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
@@ -187,6 +194,7 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
 	rec := &Record{ID: spec.ID, State: StateQueued, Spec: spec, SubmittedAt: now, UpdatedAt: now}
 	if ack.Duplicate {
 		if got, _, err := q.get(ctx, q.results, spec.ID); err == nil {
+			got.Existing = true
 			return got, nil
 		}
 	}
@@ -356,4 +364,12 @@ func (q *Queue) Depths(ctx context.Context) ([]Depth, error) {
 		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(b.Priority.rank(), a.Priority.rank()))
 	})
 	return out, nil
+}
+
+// sameSpec compares two specs as stored: by their JSON, so an empty env
+// and none are the same.
+func sameSpec(a, b Spec) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
 }

@@ -455,7 +455,7 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 	t.stopClaim = s.keepClaim(msg)
 	l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots,
 		lease.WithRequestID(job.ID+"-d"+strconv.FormatUint(meta.NumDelivered, 10)),
-		lease.WithWait(s.cfg.AcquireWait))
+		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant))
 	if err != nil {
 		switch {
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),

@@ -84,6 +84,9 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1, err
 	}
 	fmt.Fprintln(stdout, rec.ID)
+	if rec.Existing {
+		fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", rec.ID, rec.State)
+	}
 	return 0, nil
 }
 
@@ -112,6 +115,8 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) (jobs.Spec, e
 	fs.BoolVar(&s.Isolate, "isolate", false, "own PID and mount namespace where the machine allows it")
 	fs.BoolVar(&s.NoNetwork, "no-network", false, "own network namespace with only loopback")
 	fs.Var(&env, "env", "KEY=VALUE for the job's environment (repeatable)")
+	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
+	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	if err := fs.Parse(args); err != nil {
 		return jobs.Spec{}, err
 	}

@@ -231,3 +231,25 @@ func TestServeKilledMidJob(t *testing.T) {
 		t.Fatalf("runs of the job: %q, %v; want a then b", runs, err)
 	}
 }
+
+// `executor submit --idempotency-key` run twice prints the same job id and
+// says the second time that the job exists; another command under the same
+// key is refused with a usage error.
+func TestSubmitIdempotencyKey(t *testing.T) {
+	env, httpAddr := managerEnv(t, "idem", "p=1", "15s")
+	startManager(t, env, httpAddr)
+	submit := func(cmd ...string) (int, string) {
+		return runExecutor(t, env, append([]string{"submit", "--pool", "p", "--tenant", "team-a", "--idempotency-key", "release 1.4 / linux-arm64", "--"}, cmd...)...)
+	}
+	code, first := submit("echo", "hi")
+	if code != 0 || !strings.HasPrefix(first, "k-") {
+		t.Fatalf("first submit: exit %d\n%s", code, first)
+	}
+	code, again := submit("echo", "hi")
+	if code != 0 || !strings.HasPrefix(again, strings.TrimSpace(first)) || !strings.Contains(again, "exists (queued)") {
+		t.Fatalf("second submit: exit %d\n%s\nwant the id %s and that it exists", code, again, first)
+	}
+	if code, out := submit("echo", "bye"); code != 2 || !strings.Contains(out, "another spec") {
+		t.Fatalf("another command under the same key: exit %d\n%s", code, out)
+	}
+}
