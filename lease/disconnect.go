@@ -80,6 +80,7 @@ type disconnects struct {
 	// when: a grant or renewal for one of them, which raced the advisory,
 	// is freed as if it had been bound before.
 	closed map[conn]time.Time
+	pruned time.Time // when closed was last pruned
 	// timers are the pending frees; Close stops them.
 	timers map[*time.Timer]struct{}
 }
@@ -128,9 +129,12 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 	if m.closed {
 		return
 	}
-	for k, t := range m.gone.closed {
-		if now.Sub(t) > closedMemory {
-			delete(m.gone.closed, k)
+	if now.Sub(m.gone.pruned) > time.Second { // not on every advisory: churn
+		m.gone.pruned = now
+		for k, t := range m.gone.closed {
+			if now.Sub(t) > closedMemory {
+				delete(m.gone.closed, k)
+			}
 		}
 	}
 	m.gone.closed[c] = now
