@@ -115,3 +115,33 @@ func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// The same for a job under `executor serve`: its worker dies at the lease
+// deadline while the serving executor is frozen.
+func TestFrozenServeJobDiesByItsDeadline(t *testing.T) {
+	env, httpAddr := managerEnv(t, "frozenserve", "gpu=1", "3s")
+	startManager(t, env, httpAddr)
+	m := treeMarkers()
+	if code, out := runExecutor(t, env, "submit", "--pool", "gpu", "--max-attempts", "1", "--", "sh", "-c", escapingTree(m)); code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, out)
+	}
+	serve := start(t, env, "executor", "serve", "--pools", "gpu")
+	eventually(t, 30*time.Second, "the job's worker to run", func() bool { return len(treeProcs(m)) >= 4 })
+	waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 1 })
+	if err := syscall.Kill(serve.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(serve.cmd.Process.Pid, syscall.SIGCONT) })
+	eventually(t, 5*time.Second, "the frozen executor's job to die", func() bool { return len(treeProcs(m)) == 0 })
+	dead := time.Since(frozen)
+	if code := waiter.Wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("waiter exit %d:\n%s", code, waiter.Output())
+	}
+	granted := time.Since(frozen)
+	t.Logf("job of the frozen executor serve dead %v after SIGSTOP; the next executor done %v after it (TTL 3s)", dead.Round(time.Millisecond), granted.Round(time.Millisecond))
+	if dead >= granted {
+		t.Fatalf("the job died %v after the freeze, not before the next holder ran (%v)", dead, granted)
+	}
+}
