@@ -37,19 +37,7 @@ func TestNamesFor(t *testing.T) {
 // Every bucket and stream slotlease creates says what it holds, each its
 // own description, as `nats kv ls` and `nats stream ls` show them.
 func TestBucketDescriptions(t *testing.T) {
-	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Anonymous: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
-	nc, err := Connect(srv.ClientURL(), Auth{}, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testConn(t)
 	ctx := t.Context()
 	const prefix = "acme.lease"
 	n, jn := NamesFor(prefix), jobs.NamesFor(prefix)
