@@ -6,7 +6,8 @@ import "strings"
 // jobs.Names are the job queue's. Bucket and stream names cannot hold dots,
 // so the prefix becomes a bucket prefix: every '_' doubled, then every '.'
 // turned into '_' ("acme.lease" → "acme_lease", "my_co" → "my__co"), so
-// that distinct prefixes ("a.b", "a_b") never share a bucket.
+// that distinct prefixes ("a.b", "a_b") do not share a bucket; only a '_'
+// next to a dot is ambiguous ("a_.b" and "a._b" are both "a___b").
 type Names struct {
 	Leases  string // <p>_leases: lease records and queue entries, one key per lease
 	Leaders string // <p>_leaders: one leadership key per node
