@@ -30,14 +30,14 @@ func toFastPath(r *Reply) { r.Pools, r.Error, r.Node = nil, nil, "" }
 // zero T; adjust, if not nil, runs on each value before it is encoded.
 func checkEveryField[T any](t *testing.T, enc func(*T) ([]byte, error), adjust func(*T)) {
 	t.Helper()
-	check := func(what string, v *T) {
+	check := func(v *T) {
 		t.Helper()
 		if adjust != nil {
 			adjust(v)
 		}
 		got, err := enc(v)
 		if err != nil {
-			t.Fatalf("%T %s: %v", v, what, err)
+			t.Fatalf("%T: %v", v, err)
 		}
 		sameJSON(t, got, v)
 	}
@@ -46,14 +46,14 @@ func checkEveryField[T any](t *testing.T, enc func(*T) ([]byte, error), adjust f
 	if leaves < 3 {
 		t.Fatalf("%T: only %d fields filled", full, leaves)
 	}
-	check("with every field set", &full)
+	check(&full)
 	for k := range leaves {
 		var v T
 		fillEvery(t, reflect.ValueOf(&v).Elem(), distinct(k), always)
-		check("with one field zero", &v)
+		check(&v)
 	}
 	var zero T
-	check("zero", &zero)
+	check(&zero)
 }
 
 // always fills every pointer, slice and map.

@@ -2,14 +2,20 @@ package lease
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
-// sameJSON checks that got decodes to the same value as json.Marshal(v).
+// sameJSON checks that got decodes to the same value as json.Marshal(v):
+// the same keys, at every level, with the same values. A difference is
+// named key by key.
 func sameJSON(t *testing.T, got []byte, v any) {
 	t.Helper()
 	want, err := json.Marshal(v)
@@ -24,8 +30,35 @@ func sameJSON(t *testing.T, got []byte, v any) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(g, w) {
-		t.Fatalf("encoded\n%s\nencoding/json\n%s", got, want)
+		t.Fatalf("%T: %s\nencoded\n%s\nencoding/json\n%s", v, strings.Join(jsonDiff("", g, w), "; "), got, want)
 	}
+}
+
+// jsonDiff names what differs between two decoded JSON values: keys
+// missing from g, keys g has that w lacks, and values that differ.
+func jsonDiff(path string, g, w any) []string {
+	gm, gok := g.(map[string]any)
+	wm, wok := w.(map[string]any)
+	if !gok || !wok {
+		if reflect.DeepEqual(g, w) {
+			return nil
+		}
+		return []string{fmt.Sprintf("%s is %v, encoding/json has %v", path, g, w)}
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(wm)) {
+		if _, ok := gm[k]; !ok {
+			out = append(out, "missing key "+path+"."+k)
+		} else {
+			out = append(out, jsonDiff(path+"."+k, gm[k], wm[k])...)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(gm)) {
+		if _, ok := wm[k]; !ok {
+			out = append(out, "extra key "+path+"."+k)
+		}
+	}
+	return out
 }
 
 func randomString(r *rand.Rand) string {
