@@ -14,7 +14,8 @@
 //	GET /readyz      200 "ready", or 503 and the reason (standing by, NATS down,
 //	                 the leadership term over: checked on every probe)
 //	GET /v1/status   {"node", "ready", "reason"}
-//	GET /v1/pools    lease.NodePools: {"node", "pools": [lease.PoolStats]}, pools sorted by name (as leasemgr pools --json)
+//	GET /v1/pools    lease.NodePools: {"node", "pools": [lease.PoolStats]}, pools sorted by name (as leasemgr pools --json
+//	                 and the "pools" snapshot of /v1/events)
 //	GET /v1/leases   [lease.Record]: holder, slots, token, expires_at, ...
 //	GET /v1/events   text/event-stream: "event: <kind>" + "data: <lease.Event>",
 //	                 a "pools" snapshot first, a comment heartbeat every 15s

@@ -14,9 +14,9 @@ import (
 
 // SSE event names besides the lease event kinds.
 const (
-	// EventPools carries a []lease.PoolStats snapshot, sent first on every
-	// stream, so a (re)connected page is current without waiting for a
-	// transition.
+	// EventPools carries a lease.NodePools snapshot ({"node", "pools"},
+	// as GET /v1/pools), sent first on every stream, so a (re)connected
+	// page is current without waiting for a transition.
 	EventPools = "pools"
 )
 
@@ -53,11 +53,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
-	if stats, err := h.src.Stats(); err == nil {
-		if stats == nil {
-			stats = []lease.PoolStats{}
-		}
-		if writeEvent(w, EventPools, stats) != nil {
+	if np, err := h.nodePools(); err == nil {
+		if writeEvent(w, EventPools, np) != nil {
 			return
 		}
 	}

@@ -203,15 +203,22 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *Handler) pools(w http.ResponseWriter, _ *http.Request) {
-	stats, err := h.src.Stats()
+	np, err := h.nodePools()
 	if err != nil {
 		h.sourceError(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, np)
+}
+
+// nodePools is the node's pools in the one shape of /v1/pools, the event
+// stream's first event and `leasemgr pools --json`.
+func (h *Handler) nodePools() (lease.NodePools, error) {
+	stats, err := h.src.Stats()
 	if stats == nil {
 		stats = []lease.PoolStats{} // "[]", not "null"
 	}
-	writeJSON(w, http.StatusOK, lease.NodePools{Node: h.src.Node(), Pools: stats})
+	return lease.NodePools{Node: h.src.Node(), Pools: stats}, err
 }
 
 func (h *Handler) leases(w http.ResponseWriter, _ *http.Request) {

@@ -402,8 +402,8 @@ func TestEventsStream(t *testing.T) {
 	s := openSSE(t, e.ts.URL)
 
 	first := s.next(t, "the pools snapshot", func(sseEvent) bool { return true })
-	var snap []lease.PoolStats
-	if first.name != httpapi.EventPools || json.Unmarshal([]byte(first.data), &snap) != nil || len(snap) != 2 {
+	var snap lease.NodePools
+	if first.name != httpapi.EventPools || json.Unmarshal([]byte(first.data), &snap) != nil || snap.Node != "n1" || len(snap.Pools) != 2 {
 		t.Fatalf("first event %+v, want a pools snapshot", first)
 	}
 

@@ -38,7 +38,7 @@ func EnsureAuditStream(ctx context.Context, nc *nats.Conn, cfg AuditConfig) erro
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "lease events, kept for replay (leasemgr watch --since)",
+		Description: "slotlease: lease events, kept for replay (leasemgr watch --since)",
 		Subjects:    []string{cfg.Subjects},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.MaxAge,

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
 )
@@ -197,41 +196,5 @@ func TestEmbeddedDisconnectAdvisories(t *testing.T) {
 		if ev.Client.ID == cid && ev.Server.ID == server {
 			return
 		}
-	}
-}
-
-// Each bucket says what it holds.
-func TestBucketDescriptions(t *testing.T) {
-	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Anonymous: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
-	nc, err := Connect(srv.ClientURL(), Auth{}, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	n := NamesFor("acme.lease")
-	seen := map[string]string{}
-	for _, b := range []string{n.Leases, n.Leaders, n.Pools} {
-		s, err := OpenLeaseStore(t.Context(), nc, BucketConfig{Name: b})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := s.kv.Status(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := st.(interface {
-			Config() jetstream.KeyValueConfig
-		}).Config().Description
-		if other, dup := seen[d]; dup || d == "slotlease" {
-			t.Fatalf("bucket %s: description %q (also %s's)", b, d, other)
-		}
-		seen[d] = b
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/slotlease/slotlease/lease"
 )
 
-// openTestStore starts an embedded server with JetStream and opens the
-// lease bucket on it.
-func openTestStore(t *testing.T) *LeaseStore {
+// testConn starts an embedded server with JetStream and connects to it;
+// both end with the test.
+func testConn(t *testing.T) *nats.Conn {
 	t.Helper()
 	srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Anonymous: true})
 	if err != nil {
@@ -30,6 +30,13 @@ func openTestStore(t *testing.T) *LeaseStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return nc
+}
+
+// openTestStore opens the lease bucket on a server of its own.
+func openTestStore(t *testing.T) *LeaseStore {
+	t.Helper()
+	nc := testConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := OpenLeaseStore(ctx, nc, BucketConfig{Name: "test_leases"})

@@ -4,7 +4,10 @@ import "strings"
 
 // Names are the JetStream buckets and stream of one subject prefix, as
 // jobs.Names are the job queue's. Bucket and stream names cannot hold dots,
-// so a multi-token prefix ("acme.lease") is joined with '_' ("acme_lease").
+// so the prefix becomes a bucket prefix: every '_' doubled, then every '.'
+// turned into '_' ("acme.lease" → "acme_lease", "my_co" → "my__co"), so
+// that distinct prefixes ("a.b", "a_b") do not share a bucket; only a '_'
+// next to a dot is ambiguous ("a_.b" and "a._b" are both "a___b").
 type Names struct {
 	Leases  string // <p>_leases: lease records and queue entries, one key per lease
 	Leaders string // <p>_leaders: one leadership key per node
@@ -14,7 +17,7 @@ type Names struct {
 
 // NamesFor derives the names from a subject prefix.
 func NamesFor(prefix string) Names {
-	base := strings.ReplaceAll(prefix, ".", "_")
+	base := strings.ReplaceAll(strings.ReplaceAll(prefix, "_", "__"), ".", "_")
 	return Names{Leases: base + "_leases", Leaders: base + "_leaders", Pools: base + "_pools", Events: base + "_events"}
 }
 

@@ -223,16 +223,7 @@ func TestFIFOOrderAcrossWaiters(t *testing.T) {
 	if err := first.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := 0
-	for got := range order {
-		if got != want {
-			t.Fatalf("grant %d went to waiter %d", want, got)
-		}
-		want++
-	}
-	if want != waiters {
-		t.Fatalf("%d of %d waiters granted", want, waiters)
-	}
+	checkOrder(t, order, waiters)
 }
 
 // queueBehind takes the only slot of pool, then queues one request per

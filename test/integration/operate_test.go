@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/lease"
 )
 
 // Two nodes share one NATS: the first runs the embedded server, the second
@@ -37,6 +40,18 @@ func TestPoolsAllAndWatchSince(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(all.Output()) {
 			t.Fatalf("pools --all lacks %s:\n%s", re, all.Output())
 		}
+	}
+
+	// --json: an array of {node, pools}, one per node, sorted by node.
+	allJSON := start(t, env1, "leasemgr", "pools", "--all", "--json")
+	if code := allJSON.Wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("pools --all --json exit %d:\n%s", code, allJSON.Output())
+	}
+	var nodes []lease.NodePools
+	if err := json.Unmarshal([]byte(allJSON.Output()), &nodes); err != nil || len(nodes) != 2 ||
+		nodes[0].Node != "alpha" || len(nodes[0].Pools) != 2 || nodes[1].Node != "beta" || len(nodes[1].Pools) != 2 ||
+		nodes[1].Pools[1].Name != "io" || nodes[1].Pools[1].Capacity != 3 {
+		t.Fatalf("pools --all --json: %v\n%s", err, allJSON.Output())
 	}
 
 	watch := start(t, env1, "leasemgr", "watch", "--since", "1h", "--node", "*")

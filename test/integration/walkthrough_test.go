@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -46,7 +47,18 @@ func startManager(t *testing.T, env []string, httpAddr string) *proc {
 	return m
 }
 
+// httpPools is the node's pools by name, as GET /v1/pools shows them.
 func httpPools(t *testing.T, httpAddr string) map[string]lease.PoolStats {
+	t.Helper()
+	out := map[string]lease.PoolStats{}
+	for _, s := range httpNodePools(t, httpAddr).Pools {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// httpNodePools is GET /v1/pools, strictly decoded: {"node", "pools"}.
+func httpNodePools(t *testing.T, httpAddr string) lease.NodePools {
 	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/v1/pools")
 	if err != nil {
@@ -54,14 +66,12 @@ func httpPools(t *testing.T, httpAddr string) map[string]lease.PoolStats {
 	}
 	defer resp.Body.Close()
 	var np lease.NodePools
-	if err := json.NewDecoder(resp.Body).Decode(&np); err != nil {
-		t.Fatal(err)
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&np); err != nil {
+		t.Fatalf("GET /v1/pools: %v", err)
 	}
-	out := map[string]lease.PoolStats{}
-	for _, s := range np.Pools {
-		out[s.Name] = s
-	}
-	return out
+	return np
 }
 
 // The README's walk-through: gpu=1, two executors at once, the second waits
@@ -115,12 +125,13 @@ func TestWalkthrough(t *testing.T) {
 	}
 	pj := start(t, env, "leasemgr", "pools", "--json")
 	pj.Wait(t, 10*time.Second)
-	var parsed struct {
-		Node  string            `json:"node"`
-		Pools []lease.PoolStats `json:"pools"`
-	}
+	var parsed lease.NodePools
 	if err := json.Unmarshal([]byte(pj.Output()), &parsed); err != nil || parsed.Node != "laptop" || len(parsed.Pools) != 2 {
 		t.Fatalf("leasemgr pools --json: %v\n%s", err, pj.Output())
+	}
+	// One shape, one content: the CLI and the HTTP API agree.
+	if web := httpNodePools(t, httpAddr); !reflect.DeepEqual(web, parsed) {
+		t.Fatalf("GET /v1/pools %+v, leasemgr pools --json %+v", web, parsed)
 	}
 
 	// SIGTERM stops the manager cleanly.

@@ -209,7 +209,7 @@
     };
     source.addEventListener('pools', (e) => {
       setMode('live');
-      applySnapshot(JSON.parse(e.data));
+      applySnapshot(JSON.parse(e.data).pools);
     });
     for (const kind of KINDS) {
       source.addEventListener(kind, (e) => {
