@@ -102,8 +102,10 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 
 	// Still the leader, still ready, still serving executors; the resize
 	// aimed at the key changed nothing.
+	// (Its revision moves with the leader's own renewals, every
+	// LEADER_TTL/3, which write the same value.)
 	after, rev2, err := leaders.Get(ctx, node)
-	if err != nil || rev2 != rev || string(after) != string(before) {
+	if err != nil || string(after) != string(before) {
 		t.Fatalf("leadership key after the attack: revision %d (was %d), %q (was %q), %v", rev2, rev, after, before, err)
 	}
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
