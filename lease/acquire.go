@@ -83,7 +83,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
-	if m.closedLocked(r.conn) {
+	if m.knownClosedLocked(r.conn) {
 		// Sent just before its connection closed: nobody would hear of it.
 		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(CodeHolderDisconnected, "the requester's connection has closed"))
 		return

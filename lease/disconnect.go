@@ -11,9 +11,11 @@ import (
 // Fast release. A holder names its NATS connection in every acquire and
 // renewal (conn_server, conn_id), and the lease is bound to it. The NATS
 // server publishes an advisory when a client connection closes; a manager
-// that hears them (ManagerConfig.DisconnectEvents) frees a lease whose
-// connection closed DisconnectGrace after it heard of it, unless the holder
-// moved the lease to a new connection first (a renewal sent on it). So a
+// that hears them (ManagerConfig.DisconnectEvents) asks the connection's
+// server to confirm the close (closecheck.go: an advisory can be forged),
+// and frees a lease bound to it DisconnectGrace after the confirmation,
+// unless the holder moved the lease to a new connection first (a renewal
+// sent on it). So a
 // holder that crashed, was killed or lost its host's network gives its
 // slots back in under a second instead of a TTL.
 //
@@ -76,13 +78,23 @@ func recordConn(r *Record) conn { return conn{r.ConnServer, r.ConnID} }
 
 // disconnects is the manager's fast-release state. Guarded by Manager.mu.
 type disconnects struct {
-	// closed holds the connections whose close was heard recently, with
-	// when: a grant or renewal for one of them, which raced the advisory,
-	// is freed as if it had been bound before.
+	// heard holds the connections an advisory named, with when, until
+	// their server confirms the close or not (closecheck.go).
+	heard map[conn]time.Time
+	// checking holds the connections whose server is being asked.
+	checking map[conn]struct{}
+	// closed holds the connections whose close was confirmed recently,
+	// with when: a grant or renewal for one of them, which raced the
+	// advisory, is freed as if it had been bound before.
 	closed map[conn]time.Time
-	pruned time.Time // when closed was last pruned
+	pruned time.Time // when heard and closed were last pruned
 	// timers are the pending frees; Close stops them.
 	timers map[*time.Timer]struct{}
+}
+
+func newDisconnects() disconnects {
+	return disconnects{heard: make(map[conn]time.Time), checking: make(map[conn]struct{}),
+		closed: make(map[conn]time.Time), timers: make(map[*time.Timer]struct{})}
 }
 
 // closedMemory is how long a closed connection is remembered: far longer
@@ -103,8 +115,8 @@ func (m *Manager) subscribeDisconnects() error {
 	return nil
 }
 
-// handleDisconnect schedules the frees of the leases and queued requests
-// bound to the connection an advisory says closed.
+// handleDisconnect notes the connection an advisory says closed and, if
+// a lease or a queued request is bound to it, asks its server to confirm.
 func (m *Manager) handleDisconnect(msg *nats.Msg) {
 	if len(msg.Data) > maxAdvisory {
 		return
@@ -131,12 +143,45 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 	}
 	if now.Sub(m.gone.pruned) > time.Second { // not on every advisory: churn
 		m.gone.pruned = now
-		for k, t := range m.gone.closed {
-			if now.Sub(t) > closedMemory {
-				delete(m.gone.closed, k)
+		for _, memory := range []map[conn]time.Time{m.gone.closed, m.gone.heard} {
+			for k, t := range memory {
+				if now.Sub(t) > closedMemory {
+					delete(memory, k)
+				}
 			}
 		}
 	}
+	if _, ok := m.gone.closed[c]; ok {
+		return
+	}
+	if len(m.gone.heard) < maxHeard {
+		m.gone.heard[c] = now
+	}
+	if m.boundLocked(c) {
+		m.checkCloseLocked(c)
+	}
+}
+
+// boundLocked reports whether a lease or a queued request is bound to c.
+func (m *Manager) boundLocked(c conn) bool {
+	for _, h := range m.leases {
+		if recordConn(&h.rec) == c {
+			return true
+		}
+	}
+	for _, p := range m.pools {
+		for _, r := range p.waiting {
+			if r.conn == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// closedLocked records that c's server confirmed its close, and frees
+// what is bound to it after the grace.
+func (m *Manager) closedLocked(c conn, now time.Time) {
 	m.gone.closed[c] = now
 	for _, h := range m.leases {
 		if recordConn(&h.rec) == c {
@@ -152,10 +197,20 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 	}
 }
 
-// closedLocked reports whether c's close was heard recently.
-func (m *Manager) closedLocked(c conn) bool {
-	_, ok := m.gone.closed[c]
-	return c.known() && ok
+// knownClosedLocked reports whether c's close was confirmed recently. Called
+// as something is bound to c: if a close was heard but not confirmed yet,
+// it asks c's server, whose answer frees what is bound by then.
+func (m *Manager) knownClosedLocked(c conn) bool {
+	if !c.known() {
+		return false
+	}
+	if _, ok := m.gone.closed[c]; ok {
+		return true
+	}
+	if _, ok := m.gone.heard[c]; ok {
+		m.checkCloseLocked(c)
+	}
+	return false
 }
 
 // afterGraceLocked runs f with the lock held, d from now, unless the
@@ -231,7 +286,7 @@ func (m *Manager) rebindLocked(h *held, reply, server string, id uint64) *Error 
 		return nil
 	}
 	h.rec.ConnServer, h.rec.ConnID = c.server, c.id
-	if m.closedLocked(c) {
+	if m.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h)
 	}
 	rec := h.rec

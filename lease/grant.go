@@ -122,7 +122,7 @@ func (m *Manager) grant(r *request) {
 	if m.cfg.GrantLatency != nil {
 		m.cfg.GrantLatency(p.name, time.Since(r.since))
 	}
-	if m.closedLocked(c) {
+	if m.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h) // its connection closed while the record was written
 	}
 	if r.state == grantCancelled {

@@ -181,7 +181,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
 		deposedCh: make(chan struct{}),
-		gone:      disconnects{closed: make(map[conn]time.Time), timers: make(map[*time.Timer]struct{})},
+		gone:      newDisconnects(),
 	}
 	m.ownMark = ownMark(cfg.Instance, m.term())
 	if cfg.Fence != nil {

@@ -1,0 +1,166 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Confirming a close. An advisory is a hint, never proof: the advisory
+// subject lies in the slotlease account, and any client of that account
+// can make the server publish on it. JetStream answers a request on its
+// reply subject, a direct get without headers answers with bytes the
+// client stored, and publish permissions cover subjects, not reply
+// subjects (forgeddisconnect_test.go does it with the executor's rights).
+// So before it frees anything, the manager asks the connection's own
+// server whether it lists that connection as closed: a CONNZ request on
+// $SYS.REQ.ACCOUNT.PING.CONNZ, which every server imports into every
+// account and only servers answer, with a reply subject under the
+// manager's own inbox prefix, which no other role may read or learn. The
+// grace starts when the server says so. A server that does not answer, or
+// does not list the connection as closed (it is open: the advisory was
+// forged), frees nothing; the TTL still ends a lease whose holder died.
+
+// connzSubject is the servers' connection listing for the caller's account.
+const connzSubject = "$SYS.REQ.ACCOUNT.PING.CONNZ"
+
+// connzClosed is the server's ConnClosed state filter.
+const connzClosed = 1
+
+// closeCheckWaits are the pauses before each question. The server sends
+// the advisory just before it records the connection as closed, so the
+// first answer may not list it yet.
+var closeCheckWaits = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
+
+const (
+	// closeCheckTimeout bounds the wait for the named server's answer.
+	closeCheckTimeout = 2 * time.Second
+	// maxCloseChecks bounds the checks in flight. Only connections
+	// something is bound to are checked, one check each, so a flood of
+	// forged advisories costs at most one check per live holder.
+	maxCloseChecks = 256
+	// maxHeard bounds the advisories remembered but not yet confirmed.
+	maxHeard = 4096
+	// maxConnzAnswer bounds an answer the manager decodes: one lists one
+	// connection at most.
+	maxConnzAnswer = 64 << 10
+)
+
+// checkCloseLocked starts asking c's server whether c is closed, unless a
+// check is under way or the manager is closing.
+func (m *Manager) checkCloseLocked(c conn) {
+	if m.closed || !c.known() {
+		return
+	}
+	if _, ok := m.gone.checking[c]; ok {
+		return
+	}
+	if len(m.gone.checking) >= maxCloseChecks {
+		m.log.Warn("too many connection checks in flight: leaving a closed connection's leases to the TTL", "conn_id", c.id)
+		return
+	}
+	m.gone.checking[c] = struct{}{}
+	m.ops.Add(1)
+	go m.confirmClose(c)
+}
+
+// confirmClose asks c's server until it lists c as closed or the questions
+// run out, then frees what is bound to c if it did.
+func (m *Manager) confirmClose(c conn) {
+	defer m.ops.Done()
+	closed := m.askClosed(m.ctx, c)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.gone.checking, c)
+	delete(m.gone.heard, c)
+	if !closed {
+		if m.ctx.Err() == nil {
+			m.log.Warn("ignoring a disconnect advisory that the connection's server does not confirm", "conn_server", c.server, "conn_id", c.id)
+		}
+		return
+	}
+	m.closedLocked(c, time.Now())
+}
+
+// askClosed reports whether c's server lists c as closed, asking again
+// after each of closeCheckWaits while it does not.
+func (m *Manager) askClosed(ctx context.Context, c conn) bool {
+	for _, wait := range closeCheckWaits {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		closed, answered := m.askConnz(ctx, c)
+		if closed {
+			return true
+		}
+		if !answered {
+			return false // the server is gone or unreachable: the TTL decides
+		}
+	}
+	return false
+}
+
+// askConnz asks every server for the closed connection c.id of this
+// account and waits for the answer of c's server.
+func (m *Manager) askConnz(ctx context.Context, c conn) (closed, answered bool) {
+	nc := m.cfg.Conn
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return false, false
+	}
+	defer sub.Unsubscribe()
+	body := fmt.Appendf(nil, `{"cid":%d,"state":%d}`, c.id, connzClosed)
+	if err := nc.PublishRequest(connzSubject, inbox, body); err != nil {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, closeCheckTimeout)
+	defer cancel()
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false, false
+		}
+		if closed, ok := connzAnswer(msg, c); ok {
+			return closed, true
+		}
+	}
+}
+
+// connzAnswer decodes one server's answer: ok is false for another
+// server's answer or anything that is not an answer.
+func connzAnswer(msg *nats.Msg, c conn) (closed, ok bool) {
+	if len(msg.Data) > maxConnzAnswer {
+		return false, false
+	}
+	var a struct {
+		Server struct {
+			ID string `json:"id"`
+		} `json:"server"`
+		Data struct {
+			Conns []struct {
+				CID uint64 `json:"cid"`
+			} `json:"connections"`
+		} `json:"data"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(msg.Data, &a) != nil || a.Server.ID != c.server {
+		return false, false
+	}
+	if a.Error != nil {
+		return false, true
+	}
+	for _, x := range a.Data.Conns {
+		if x.CID == c.id {
+			return true, true
+		}
+	}
+	return false, true
+}
