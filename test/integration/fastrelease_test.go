@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -143,5 +144,44 @@ func TestFrozenServeJobDiesByItsDeadline(t *testing.T) {
 	t.Logf("job of the frozen executor serve dead %v after SIGSTOP; the next executor done %v after it (TTL 3s)", dead.Round(time.Millisecond), granted.Round(time.Millisecond))
 	if dead >= granted {
 		t.Fatalf("the job died %v after the freeze, not before the next holder ran (%v)", dead, granted)
+	}
+}
+
+// A Go program holding a slot through lease.Client (test/integration/
+// goholder) gets fast release too: SIGKILLed while it holds the slot, the
+// slot goes to the next waiter in about the disconnect grace, not the 15s
+// TTL; SIGKILLed while it waits, its request leaves the queue and does not
+// hold up the one behind it.
+func TestKilledGoClientsSlotComesBackFast(t *testing.T) {
+	env, httpAddr := managerEnv(t, "fastgo", "gpu=1", "15s")
+	startManager(t, env, httpAddr)
+	says := func(p *proc, what string) func() bool {
+		return func() bool { return strings.Contains(p.Output(), what) }
+	}
+
+	holder := start(t, env, "goholder", "gpu")
+	eventually(t, 10*time.Second, "the Go holder to hold the slot", says(holder, "goholder: holding"))
+	queued := start(t, env, "goholder", "gpu")
+	eventually(t, 10*time.Second, "the second Go holder to queue", says(queued, "goholder: queued"))
+	waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
+	eventually(t, 10*time.Second, "the executor to queue behind it", func() bool { return queuedIn(t, httpAddr, "gpu") == 2 })
+
+	if err := queued.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 7*time.Second, "the killed Go client's request to leave the queue", func() bool {
+		return queuedIn(t, httpAddr, "gpu") == 1
+	})
+	t.Logf("a killed queued Go client's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+
+	if err := holder.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed = time.Now()
+	eventually(t, 7*time.Second, "the killed Go holder's slot to go to the executor", says(waiter, "executor: lease "))
+	t.Logf("a killed Go holder's slot was granted to the next executor %v after the SIGKILL (LEASE_TTL 15s)", time.Since(killed).Round(time.Millisecond))
+	if code := waiter.Wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("waiter exit %d:\n%s", code, waiter.Output())
 	}
 }

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-race", "-o", dir, "../../cmd/leasemgr", "../../cmd/executor")
+	build := exec.Command("go", "build", "-race", "-o", dir, "../../cmd/leasemgr", "../../cmd/executor", "./goholder")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)
