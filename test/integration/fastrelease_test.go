@@ -66,14 +66,21 @@ func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
 	eventually(t, 10*time.Second, "the first waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 1 })
 	start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
 	eventually(t, 10*time.Second, "the second waiter to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 2 })
-	if err := queued.cmd.Process.Kill(); err != nil {
+	killQueued(t, queued, httpAddr, "executor")
+}
+
+// killQueued SIGKILLs p, whose request is one of two queued in pool gpu
+// with LEASE_TTL 15s, and waits for the request to leave the queue.
+func killQueued(t *testing.T, p *proc, httpAddr, who string) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	eventually(t, 5*time.Second, "the killed executor's request to leave the queue", func() bool {
+	eventually(t, 5*time.Second, "the killed "+who+"'s request to leave the queue", func() bool {
 		return queuedIn(t, httpAddr, "gpu") == 1
 	})
-	t.Logf("a killed queued executor's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	t.Logf("a killed queued %s's request left the queue %v after the SIGKILL", who, time.Since(killed).Round(time.Millisecond))
 }
 
 // An executor frozen while it holds a slot (SIGSTOP: it can do nothing, and
@@ -166,19 +173,12 @@ func TestKilledGoClientsSlotComesBackFast(t *testing.T) {
 	waiter := start(t, env, "executor", "run", "--pool", "gpu", "--", "true")
 	eventually(t, 10*time.Second, "the executor to queue behind it", func() bool { return queuedIn(t, httpAddr, "gpu") == 2 })
 
-	if err := queued.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	eventually(t, 7*time.Second, "the killed Go client's request to leave the queue", func() bool {
-		return queuedIn(t, httpAddr, "gpu") == 1
-	})
-	t.Logf("a killed queued Go client's request left the queue %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	killQueued(t, queued, httpAddr, "Go client")
 
 	if err := holder.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	killed = time.Now()
+	killed := time.Now()
 	eventually(t, 7*time.Second, "the killed Go holder's slot to go to the executor", says(waiter, "executor: lease "))
 	t.Logf("a killed Go holder's slot was granted to the next executor %v after the SIGKILL (LEASE_TTL 15s)", time.Since(killed).Round(time.Millisecond))
 	if code := waiter.Wait(t, 10*time.Second); code != 0 {
