@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,15 @@ func TestExecutorCrashKillsWholeTree(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 				if pids := left(); len(pids) != 0 {
+					for _, pid := range pids {
+						st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+						cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+						t.Logf("survivor: stat %s cmdline %q", st, cl)
+					}
+					for len(left()) != 0 && time.Since(killed) < 5*time.Second {
+						time.Sleep(5 * time.Millisecond)
+					}
+					t.Logf("the survivors were gone %v after the SIGKILL (or 5s passed)", time.Since(killed).Round(time.Millisecond))
 					t.Fatalf("%d processes of the worker tree (%d seen before the kill) survived the executor's SIGKILL by %v: %v", len(pids), n, containmentLimit, pids[:min(len(pids), 10)])
 				}
 				t.Logf("%d processes of the worker tree, all gone %v after the executor's SIGKILL", n, time.Since(killed).Round(time.Millisecond))

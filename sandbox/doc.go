@@ -50,9 +50,10 @@
 //     worker forks, double-forks or setsid()s stays below it) and learns of
 //     the executor's death through PR_SET_PDEATHSIG with a catchable signal
 //     (SIGUSR1). It then kills the whole tree — kill(-1) as PID 1 of its
-//     namespace, else a walk of /proc that stops every descendant with
-//     SIGSTOP (so a fork bomb cannot outrun it) and then SIGKILLs them —
-//     reaps, and exits: within 500 ms, with or without namespaces and
+//     namespace, else walks of /proc that SIGKILL every descendant (the
+//     members of its process group as the walk reads them), repeated
+//     until a walk finds none, so a fork bomb cannot outrun it — reaps,
+//     and exits: within 500 ms, with or without namespaces and
 //     cgroups. The worker gets SIGKILL if the supervisor itself dies.
 //     Setting _SLOTLEASE_SANDBOX_TEST_PLAIN=1 in the executor's environment
 //     forces the path without namespaces and cgroup; only tests do.

@@ -265,33 +265,44 @@ func killTree(reap chan reaped, status **unix.WaitStatus, worker int) {
 	}
 }
 
-// freezeAndKill stops every descendant with SIGSTOP, rescanning until a scan
-// finds no new one (so a fork bomb cannot outrun the walk), then SIGKILLs
-// them. A process that forked after its SIGSTOP was sent but before it took
-// effect leaves a child the caller's next round finds (it is reparented to
-// us if its parent is gone).
+// freezeAndKill SIGKILLs every descendant, rescanning until a scan finds
+// no new one, so a fork bomb cannot outrun the walk: a process with a
+// fatal signal pending cannot fork (the kernel aborts the fork), and a
+// child forked before the signal arrived is in the next scan, reparented
+// to us (the subreaper) if its parent is gone. Members of our process
+// group (the worker and whatever did not leave it) are killed as the scan
+// reads them, without waiting for the scan to end: a fork bomb's hundreds
+// of runnable shells leave a scan of /proc a small share of the CPU, and
+// the first scan took 300 ms when it only listed them (the executor
+// signals the same group, so nothing else is reached). A pid is killed
+// once per call: one reused by a new descendant is found by the caller's
+// next round.
 func freezeAndKill() {
-	stopped := map[int]bool{}
-	var tree map[int]byte
+	self, group := os.Getpid(), unix.Getpgrp()
+	killed := map[int]bool{}
+	kill := func(pid int) bool {
+		if killed[pid] {
+			return false
+		}
+		_ = unix.Kill(pid, unix.SIGKILL)
+		killed[pid] = true
+		return true
+	}
 	for round := 0; round < 100; round++ {
-		tree = descendantStates()
 		found := false
+		tree := scanDescendants(func(pid int, st procStat) {
+			if st.pgrp == group && pid != self && st.state != 'Z' && kill(pid) {
+				found = true
+			}
+		})
 		for pid := range tree {
-			if !stopped[pid] {
-				_ = unix.Kill(pid, unix.SIGSTOP)
-				stopped[pid] = true
+			if kill(pid) {
 				found = true
 			}
 		}
 		if !found {
-			break
+			return
 		}
-	}
-	// Only pids of the last scan, which found nothing new: a stopped
-	// process is still below us (we are its subreaper), and one that died
-	// may have been reaped already and its pid reused.
-	for pid := range tree {
-		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 }
 
@@ -307,7 +318,11 @@ func descendants() []int {
 // descendantStates maps each live (non-zombie) descendant of this process to
 // its state, from one scan of /proc (the only way that works on every
 // kernel: /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN).
-func descendantStates() map[int]byte {
+func descendantStates() map[int]byte { return scanDescendants(nil) }
+
+// scanDescendants is descendantStates, calling visit (if not nil) with
+// each process of the machine as the scan reads it.
+func scanDescendants(visit func(pid int, st procStat)) map[int]byte {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -324,6 +339,9 @@ func descendantStates() map[int]byte {
 		st, ok := readProcStat(pid)
 		if !ok {
 			continue
+		}
+		if visit != nil {
+			visit(pid, st)
 		}
 		children[st.ppid] = append(children[st.ppid], pid)
 		states[pid] = st.state
