@@ -82,5 +82,7 @@ func readerPublish(p string) []string {
 		// stream, which deletes and recreates itself when it falls behind.
 		"$JS.API.CONSUMER.CREATE." + s + ".>", "$JS.API.CONSUMER.DELETE." + s + ".*",
 		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
+		// The cluster page's last events: where the stream ends.
+		"$JS.API.STREAM.INFO." + s,
 	}
 }
