@@ -128,9 +128,9 @@ func TestWebUI(t *testing.T) {
 }
 
 // serveAPI serves httpapi for node on a loopback port until the test ends.
-func serveAPI(t *testing.T, natsURL, node string, manager func() *lease.Manager) (string, *httpapi.Handler) {
+func serveAPI(t *testing.T, natsURL, node string, manager func() *lease.Manager, opts ...httpapi.SourceOption) (string, *httpapi.Handler) {
 	t.Helper()
-	src, err := httpapi.NewNATSSource(harness.Connect(t, natsURL), lease.DefaultPrefix, node, manager)
+	src, err := httpapi.NewNATSSource(harness.Connect(t, natsURL), lease.DefaultPrefix, node, manager, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,12 @@
     for (const n of c.nodes) {
       names.add(n.node);
       nodes.set(n.node, n);
-      if (n.stale) continue; // no sample while it does not answer: a gap
+      if (n.stale) {
+        // No figures while it does not answer: mark the gap, so the
+        // sparkline breaks there however short it was.
+        for (const p of n.pools) addPoint(key(n.node, p.name), t, null, null);
+        continue;
+      }
       for (const p of n.pools) {
         const k = key(n.node, p.name);
         for (const h of p.history || []) {
@@ -229,8 +234,9 @@
     return tr;
   }
 
-  // spark draws the last hour as a step line, broken where samples are
-  // more than GAP_MS apart; the dashed line is the queue's length.
+  // spark draws the last hour as a step line, broken where the node did
+  // not answer or samples are more than GAP_MS apart (the page was closed);
+  // the dashed line is the queue's length.
   function spark(k, now, live) {
     const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
     svg.setAttribute('class', 'spark');
@@ -238,22 +244,29 @@
     svg.setAttribute('preserveAspectRatio', 'none');
     const s = series.get(k) || [];
     svg.dataset.points = String(s.length);
+    if (s.length) svg.dataset.first = String(s[0].t);
     const from = now - HOUR_MS;
     const x = (t) => (Math.max(0, Math.min(HOUR_MS, t - from)) / HOUR_MS * SW).toFixed(1);
     const y = (r) => (SH - 1 - r * (SH - 2)).toFixed(1);
-    const qmax = Math.max(1, ...s.map((p) => p.q));
+    const qmax = Math.max(1, ...s.map((p) => p.q || 0));
+    let gaps = 0;
     const path = (val) => {
-      let d = '';
-      for (let i = 0; i < s.length; i++) {
-        const gap = i === 0 || s[i].t - s[i - 1].t > GAP_MS;
-        if (gap) {
-          if (i > 0) svg.dataset.gaps = String((+svg.dataset.gaps || 0) + (val === 'r' ? 1 : 0));
-          d += ' M' + x(s[i].t) + ' ' + y(val === 'r' ? s[i].r : s[i].q / qmax);
+      let d = '', prev = null, broken = false;
+      gaps = 0;
+      for (const p of s) {
+        if (p.r === null) { broken = prev !== null; continue; } // the node did not answer
+        const v = y(val === 'r' ? p.r : p.q / qmax);
+        if (prev === null || broken || p.t - prev.t > GAP_MS) {
+          if (prev !== null) gaps++;
+          d += ' M' + x(p.t) + ' ' + v;
         } else {
-          d += ' H' + x(s[i].t) + ' V' + y(val === 'r' ? s[i].r : s[i].q / qmax);
+          d += ' H' + x(p.t) + ' V' + v;
         }
+        prev = p;
+        broken = false;
       }
-      if (s.length && live && now - s[s.length - 1].t <= GAP_MS) d += ' H' + x(now);
+      const last = s[s.length - 1];
+      if (prev && last === prev && live && now - prev.t <= GAP_MS) d += ' H' + x(now);
       return d.trim();
     };
     for (const [cls, val] of [['queue', 'q'], ['line', 'r']]) {
@@ -262,6 +275,7 @@
       el.setAttribute('d', path(val));
       svg.appendChild(el);
     }
+    svg.dataset.gaps = String(gaps);
     const title = document.createElementNS('http://www.w3.org/2000/svg', 'title');
     title.textContent = 'utilisation (line) and queue (dashed) over the last hour';
     svg.appendChild(title);
