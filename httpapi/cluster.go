@@ -105,6 +105,9 @@ func (h *Handler) clusterView(w http.ResponseWriter, r *http.Request) {
 		h.sourceError(w, err)
 		return
 	}
+	// A node id is a subject token: one that is not (from a ping answer
+	// nobody should have sent) is not asked.
+	nodes = slices.DeleteFunc(nodes, func(n string) bool { return config.ValidToken(n) != nil })
 	res := cs.Snapshots(r.Context(), nodes, history)
 	writeJSON(w, http.StatusOK, Cluster{Prefix: cs.Prefix(), Time: time.Now().UTC(), Nodes: h.cl.merge(res, q.Get("node") == "", time.Now())})
 }

@@ -9,6 +9,7 @@
 (function () {
   const POLL_MS = 2000;
   const HOUR_MS = 3600 * 1000;
+  const MIN_WINDOW_MS = 60 * 1000;
   // Samples further apart than this are a gap (the manager or this page
   // was away); the sparkline breaks there instead of bridging it.
   const GAP_MS = 20 * 1000;
@@ -161,6 +162,8 @@
     }
     const frag = document.createDocumentFragment();
     const now = Date.now();
+    win = sparkWindow(now);
+    $('spark-window').textContent = win >= HOUR_MS ? 'last hour' : 'last ' + Math.round(win / 60000) + ' min';
     for (const g of order) {
       if (group !== 'none') frag.appendChild(groupRow(g, group, groups.get(g)));
       for (const x of groups.get(g)) frag.appendChild(poolRow(x.n, x.p, now));
@@ -234,6 +237,16 @@
     return tr;
   }
 
+  // sparkWindow is how far back the sparklines reach: the last hour, or
+  // less while the oldest sample is younger (but at least MIN_WINDOW_MS),
+  // the same for every row so they compare.
+  let win = HOUR_MS;
+  function sparkWindow(now) {
+    let oldest = now;
+    for (const s of series.values()) if (s.length && s[0].t < oldest) oldest = s[0].t;
+    return Math.min(HOUR_MS, Math.max(MIN_WINDOW_MS, Math.ceil((now - oldest) / 60000) * 60000));
+  }
+
   // spark draws the last hour as a step line, broken where the node did
   // not answer or samples are more than GAP_MS apart (the page was closed);
   // the dashed line is the queue's length.
@@ -245,8 +258,8 @@
     const s = series.get(k) || [];
     svg.dataset.points = String(s.length);
     if (s.length) svg.dataset.first = String(s[0].t);
-    const from = now - HOUR_MS;
-    const x = (t) => (Math.max(0, Math.min(HOUR_MS, t - from)) / HOUR_MS * SW).toFixed(1);
+    const from = now - win;
+    const x = (t) => (Math.max(0, Math.min(win, t - from)) / win * SW).toFixed(1);
     const y = (r) => (SH - 1 - r * (SH - 2)).toFixed(1);
     const qmax = Math.max(1, ...s.map((p) => p.q || 0));
     let gaps = 0;
@@ -277,7 +290,7 @@
     }
     svg.dataset.gaps = String(gaps);
     const title = document.createElementNS('http://www.w3.org/2000/svg', 'title');
-    title.textContent = 'utilisation (line) and queue (dashed) over the last hour';
+    title.textContent = 'utilisation (line) and queue length (dashed), ' + $('spark-window').textContent;
     svg.appendChild(title);
     return svg;
   }
