@@ -183,6 +183,19 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
+		// An event to replay, made with the executor's rights.
+		client, err := lease.NewClient(mustConnectAs(t, home, url, config.RoleExecutor), "sec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		l, err := client.Acquire(ctx, "gpu", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 		nodes, err := src.Discover(ctx)
 		if err != nil || !slices.Equal(nodes, []string{"sec"}) {
 			t.Fatalf("discover: %v, %v", nodes, err)
@@ -191,9 +204,13 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		if res[0].Err != nil || len(res[0].Snapshot.Pools) == 0 || len(res[0].Snapshot.Pools[0].History) == 0 {
 			t.Fatalf("snapshot: %+v", res[0])
 		}
-		if evs, err := src.RecentEvents(ctx, 10); err != nil || len(evs) == 0 {
-			t.Fatalf("recent events: %d, %v", len(evs), err)
-		}
+		eventually(t, 5*time.Second, "the release in the event stream", func() bool {
+			evs, err := src.RecentEvents(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(evs) > 0 && evs[len(evs)-1].Kind == lease.EventReleased
+		})
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
