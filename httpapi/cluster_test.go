@@ -95,17 +95,7 @@ func TestClusterEvents(t *testing.T) {
 	for _, n := range []string{"n1", "n2"} {
 		harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: n, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
 	}
-	src, err := httpapi.NewNATSSource(harness.Connect(t, srv.URL), lease.DefaultPrefix, "n1", func() *lease.Manager { return nil }, httpapi.WithEventStream(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(api)
-	t.Cleanup(ts.Close)
-	t.Cleanup(api.Close)
+	ts := serveSource(t, srv.URL, func() *lease.Manager { return nil }, httpapi.WithEventStream(stream))
 
 	// Three holds on each node: 3 events each (requested, granted, released).
 	for _, n := range []string{"n1", "n2"} {
@@ -163,4 +153,22 @@ func TestClusterEvents(t *testing.T) {
 		}
 		_ = l.Release(ctx)
 	}
+}
+
+// serveSource serves the API of node n1 over a NATSSource on its own
+// connection to url until the test ends.
+func serveSource(t *testing.T, url string, manager func() *lease.Manager, opts ...httpapi.SourceOption) *httptest.Server {
+	t.Helper()
+	src, err := httpapi.NewNATSSource(harness.Connect(t, url), lease.DefaultPrefix, "n1", manager, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(api)
+	t.Cleanup(ts.Close)
+	t.Cleanup(api.Close) // before ts.Close, which waits for open streams
+	return ts
 }

@@ -231,7 +231,7 @@ func TestOperatorClusterPage(t *testing.T) {
 	dom, _ := page.eval(t, `document.documentElement.outerHTML`).(string)
 	bodies := map[string]string{"DOM": dom}
 	for _, path := range []string{"/v1/cluster?history=1", "/v1/cluster?node=alpha", "/v1/cluster/events?limit=500", "/v1/pools", "/v1/leases", "/v1/status"} {
-		bodies[path] = httpBody(t, "http://"+addr+path)
+		bodies[path] = harness.GetOK(t, "http://"+addr+path)
 	}
 	for _, path := range []string{"/v1/events", "/v1/cluster/stream"} {
 		bodies[path] = streamFor(t, "http://"+addr+path, time.Second, func() {
@@ -332,20 +332,6 @@ func (p *cdpPage) clusterState(t *testing.T) clusterState {
 		}
 	}
 	return st
-}
-
-func httpBody(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, b)
-	}
-	return string(b)
 }
 
 // streamFor reads an event stream for d, with traffic made by act once it

@@ -295,13 +295,7 @@
     return svg;
   }
 
-  function two(n) { return String(n).padStart(2, '0'); }
-
-  function clock(t) {
-    const d = new Date(t);
-    return two(d.getHours()) + ':' + two(d.getMinutes()) + ':' + two(d.getSeconds()) +
-      '.' + String(d.getMilliseconds()).padStart(3, '0');
-  }
+  const { two, clock } = slotleaseFormat;
 
   function span(ms) {
     if (!(ms >= 0)) return '';
