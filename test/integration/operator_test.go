@@ -353,3 +353,69 @@ func streamFor(t *testing.T, url string, d time.Duration, act func()) string {
 	b, _ := io.ReadAll(resp.Body) // ends with the deadline
 	return string(b)
 }
+
+// The operator's page at the scale it is for: 50 nodes of 4 pools each,
+// some of them busy. It lists them all, filtering by a node's name leaves
+// that node's pools, and sorted by saturation the full pools come first.
+// It writes docs/operator-50-nodes.png.
+func TestOperatorClusterPageAt50Nodes(t *testing.T) {
+	chromium := ensureChromium(t)
+	srv := harness.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nc := harness.Connect(t, srv.URL) // one connection serves every manager
+	const nodes = 50
+	for i := range nodes {
+		harness.StartManagerConn(t, nc, lease.ManagerConfig{Node: fmt.Sprintf("node-%02d", i), Pools: []lease.PoolConfig{
+			{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 2}, {Name: "io", Capacity: 16}, {Name: "cpu", Capacity: 32}}})
+	}
+	addr, _ := serveAPI(t, srv.URL, "node-00", func() *lease.Manager { return nil })
+	// Every seventh node's gpu full, every third node's cpu half used.
+	for i := 0; i < nodes; i += 3 {
+		c := harness.Client(t, srv.URL, fmt.Sprintf("node-%02d", i), lease.WithHolder(fmt.Sprintf("job-%02d", i)))
+		for _, a := range []struct {
+			pool  string
+			slots int64
+			want  bool
+		}{{"gpu", 2, i%7 == 0}, {"cpu", 16, true}} {
+			if !a.want {
+				continue
+			}
+			l, err := c.Acquire(ctx, a.pool, a.slots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+		}
+	}
+
+	b := startBrowser(t, chromium)
+	page := b.newPage(t)
+	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": false}, nil)
+	page.call(t, "Page.navigate", map[string]any{"url": "http://" + addr + "/cluster"}, nil)
+	var st clusterState
+	eventually(t, 20*time.Second, "the page to list 50 nodes of 4 pools", func() bool {
+		st = page.clusterState(t)
+		return len(st.Nodes) == nodes && len(st.Rows) == 4*nodes
+	})
+
+	page.eval(t, `(() => { const f = document.getElementById('filter'); f.value = 'node-07'; f.dispatchEvent(new Event('input')); })()`)
+	eventually(t, 5*time.Second, "filtering by node-07", func() bool {
+		st = page.clusterState(t)
+		return len(st.Rows) == 4 && st.Rows[0].Node == "node-07" && st.Rows[3].Node == "node-07"
+	})
+	page.eval(t, `(() => {
+	  const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input'));
+	  const s = document.getElementById('sort'); s.value = 'saturation'; s.dispatchEvent(new Event('input'));
+	})()`)
+	// gpu full on nodes 0, 21 and 42 (multiples of 3 and 7): their groups lead.
+	eventually(t, 5*time.Second, "the full pools first", func() bool {
+		st = page.clusterState(t)
+		return len(st.Rows) == 4*nodes && st.Rows[0].Pool == "gpu" && st.Rows[0].InUse == "2" &&
+			st.Rows[4].Pool == "gpu" && st.Rows[4].InUse == "2" && st.Rows[8].Pool == "gpu" && st.Rows[8].InUse == "2"
+	})
+	page.screenshot(t, "../../docs/operator-50-nodes.png")
+	if ex := b.exceptions(); len(ex) > 0 {
+		t.Errorf("the page threw: %v", ex)
+	}
+}
