@@ -205,11 +205,13 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 			t.Fatalf("snapshot: %+v", res[0])
 		}
 		eventually(t, 5*time.Second, "the release in the event stream", func() bool {
-			evs, err := src.RecentEvents(ctx, 10)
+			evs, err := src.RecentEvents(ctx, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return len(evs) > 0 && evs[len(evs)-1].Kind == lease.EventReleased
+			return slices.ContainsFunc(evs, func(ev lease.Event) bool {
+				return ev.Kind == lease.EventReleased && ev.LeaseID == l.Record().ID
+			})
 		})
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
