@@ -85,6 +85,9 @@ func (s *NATSSource) RecentEvents(ctx context.Context, limit int) ([]lease.Event
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   start,
+		// Used once: the server drops it soon, not after the default 5 min,
+		// however often pages open.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("event stream %q: %w", s.stream, err)

@@ -82,10 +82,12 @@ type WaiterView struct {
 }
 
 // Snapshot returns every pool of the node, sorted by name, with its
-// holders and waiters; with its history if history is set.
+// holders and waiters; with its history if history is set (kept from
+// Start on: call it after Start).
 func (m *Manager) Snapshot(history bool) NodeSnapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	history = history && m.disc != nil
 	now := time.Now().UTC()
 	holders := make(map[*pool][]HolderView, len(m.pools))
 	for _, h := range m.leases {
