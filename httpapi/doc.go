@@ -19,8 +19,18 @@
 //	GET /v1/leases   [lease.Record]: holder, slots, token, expires_at, ...
 //	GET /v1/events   text/event-stream: "event: <kind>" + "data: <lease.Event>",
 //	                 a "pools" snapshot first, a comment heartbeat every 15s
+//	GET /v1/cluster  Cluster: every node serving the prefix (found as
+//	                 leasemgr pools --all finds them), each pool with its
+//	                 holders and waiters in grant order (lease.NodeSnapshot);
+//	                 ?history=1 adds each pool's last hour (5 s apart);
+//	                 ?node=<id> asks one node only. A node that stops
+//	                 answering stays listed, "stale", for an hour
+//	GET /v1/cluster/events  [lease.Event]: every node's last ?limit= (100,
+//	                 at most 500) events from the event stream, oldest first
+//	GET /v1/cluster/stream  text/event-stream: every node's events, live
 //	    /metrics     the handler given WithMetrics, if any
-//	GET /            the live page (assets under /assets/)
+//	GET /            the node's live page (assets under /assets/)
+//	GET /cluster     the operator's page: the whole cluster, live
 //
 // JSON errors have the shape {"error": {"code": "...", "message": "..."}}.
 package httpapi

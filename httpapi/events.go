@@ -20,10 +20,22 @@ const (
 	EventPools = "pools"
 )
 
-// events streams lease events as server-sent events until the client goes
-// away, the source ends, or Close is called. The source's goroutine ends
-// with ctx, which is cancelled when this returns.
+// events streams the node's lease events, after a "pools" snapshot.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	h.stream(w, r, h.src.SubscribeEvents, func(w io.Writer) error {
+		np, err := h.nodePools()
+		if err != nil {
+			return nil // standing by: events only
+		}
+		return writeEvent(w, EventPools, np)
+	})
+}
+
+// stream writes the events of subscribe as server-sent events, after what
+// first writes, until the client goes away, the source ends, or Close is
+// called. The source's goroutine ends with ctx, which is cancelled when
+// this returns.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, subscribe func(context.Context) (<-chan lease.Event, error), first func(io.Writer) error) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if h.closed.Err() != nil {
@@ -33,7 +45,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	// End the stream when the handler closes, as well as with the request.
 	defer context.AfterFunc(h.closed, cancel)()
 
-	ch, err := h.src.SubscribeEvents(ctx)
+	ch, err := subscribe(ctx)
 	if err != nil {
 		h.log.Warn("http api: subscribing to lease events", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "subscribing to lease events: "+err.Error())
@@ -53,10 +65,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
-	if np, err := h.nodePools(); err == nil {
-		if writeEvent(w, EventPools, np) != nil {
-			return
-		}
+	if first != nil && first(w) != nil {
+		return
 	}
 	if err := rc.Flush(); err != nil {
 		h.log.Warn("http api: event stream cannot flush", "err", err)

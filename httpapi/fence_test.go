@@ -3,13 +3,11 @@ package httpapi_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -27,17 +25,7 @@ func TestNotReadyOnceTheFenceIsInvalid(t *testing.T) {
 	fence.valid.Store(true)
 	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 10 * time.Second, Fence: fence,
 		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}})
-	src, err := httpapi.NewNATSSource(harness.Connect(t, srv.URL), lease.DefaultPrefix, "n1", func() *lease.Manager { return n.Manager })
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(api)
-	t.Cleanup(ts.Close)
-	t.Cleanup(api.Close)
+	ts := serveSource(t, srv.URL, func() *lease.Manager { return n.Manager })
 	readyz := func() (int, string) {
 		t.Helper()
 		resp, err := http.Get(ts.URL + "/readyz")

@@ -97,6 +97,8 @@ type Handler struct {
 	heartbeat time.Duration
 	log       *slog.Logger
 	index     []byte
+	clusterPg []byte
+	cl        cluster // nodes seen by /v1/cluster
 
 	closed context.Context // done after Close; event streams end with it
 	close  context.CancelFunc
@@ -120,6 +122,9 @@ func New(src Source, opts ...Option) (*Handler, error) {
 		return nil, fmt.Errorf("httpapi: embedded page: %w", err)
 	}
 	h.index = index
+	if h.clusterPg, err = webFS.ReadFile("web/cluster.html"); err != nil {
+		return nil, fmt.Errorf("httpapi: embedded page: %w", err)
+	}
 	h.closed, h.close = context.WithCancel(context.Background())
 	assets, err := fs.Sub(webFS, "web/assets")
 	if err != nil {
@@ -133,13 +138,17 @@ func New(src Source, opts ...Option) (*Handler, error) {
 	mux.Handle("/v1/pools", only(h.pools, http.MethodGet, http.MethodHead))
 	mux.Handle("/v1/leases", only(h.leases, http.MethodGet, http.MethodHead))
 	mux.Handle("/v1/events", only(h.events, http.MethodGet))
+	mux.Handle("/v1/cluster", only(h.clusterView, http.MethodGet, http.MethodHead))
+	mux.Handle("/v1/cluster/events", only(h.clusterEvents, http.MethodGet, http.MethodHead))
+	mux.Handle("/v1/cluster/stream", only(h.clusterStream, http.MethodGet))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint "+r.URL.Path+"; see /v1/pools, /v1/leases, /v1/events, /v1/status")
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint "+r.URL.Path+"; see /v1/pools, /v1/leases, /v1/events, /v1/status, /v1/cluster")
 	})
 	if h.metrics != nil {
 		mux.Handle("/metrics", h.metrics)
 	}
-	mux.Handle("/{$}", only(h.page, http.MethodGet, http.MethodHead))
+	mux.Handle("/{$}", only(h.page(h.index), http.MethodGet, http.MethodHead))
+	mux.Handle("/cluster", only(h.page(h.clusterPg), http.MethodGet, http.MethodHead))
 	mux.Handle("/assets/", only(http.StripPrefix("/assets/", http.FileServerFS(assets)).ServeHTTP, http.MethodGet, http.MethodHead))
 	h.mux = mux
 	return h, nil
@@ -233,13 +242,15 @@ func (h *Handler) leases(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, recs)
 }
 
-func (h *Handler) page(w http.ResponseWriter, _ *http.Request) {
-	hd := w.Header()
-	hd.Set("Content-Type", "text/html; charset=utf-8")
-	hd.Set("Cache-Control", "no-cache")
-	// Everything the page needs is served from here; nothing else may load.
-	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-	_, _ = w.Write(h.index)
+func (h *Handler) page(html []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Type", "text/html; charset=utf-8")
+		hd.Set("Cache-Control", "no-cache")
+		// Everything the page needs is served from here; nothing else may load.
+		hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		_, _ = w.Write(html)
+	}
 }
 
 func (h *Handler) sourceError(w http.ResponseWriter, err error) {

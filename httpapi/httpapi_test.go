@@ -319,8 +319,13 @@ type sseEvent struct {
 
 func openSSE(t *testing.T, url string) *sse {
 	t.Helper()
+	return openSSEAt(t, url+"/v1/events")
+}
+
+func openSSEAt(t *testing.T, url string) *sse {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/events", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,17 @@ type NATSSource struct {
 	prefix  string
 	node    string
 	manager func() *lease.Manager
+	stream  string // the event stream replayed by RecentEvents; "" for none
+}
+
+// SourceOption configures a NATSSource.
+type SourceOption func(*NATSSource)
+
+// WithEventStream names the JetStream stream that keeps the lease events
+// (jetstream.NamesFor(prefix).Events), so the cluster page lists the events
+// from before it opened. Without it, RecentEvents says there is none.
+func WithEventStream(name string) SourceOption {
+	return func(s *NATSSource) { s.stream = name }
 }
 
 var _ Source = (*NATSSource)(nil)
@@ -31,7 +42,7 @@ const eventBuffer = 512
 // NewNATSSource returns a source for node. manager returns the active
 // manager, or nil while this process stands by or rebuilds; with an
 // atomic.Pointer[lease.Manager] that is its Load method.
-func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *lease.Manager) (*NATSSource, error) {
+func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *lease.Manager, opts ...SourceOption) (*NATSSource, error) {
 	switch {
 	case nc == nil:
 		return nil, errors.New("httpapi: nil NATS connection")
@@ -43,7 +54,11 @@ func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *lease.Man
 	if prefix == "" {
 		prefix = lease.DefaultPrefix
 	}
-	return &NATSSource{nc: nc, prefix: prefix, node: node, manager: manager}, nil
+	s := &NATSSource{nc: nc, prefix: prefix, node: node, manager: manager}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Node implements Source.
@@ -96,8 +111,17 @@ func (s *NATSSource) Leases() ([]lease.Record, error) {
 // goroutine per call decodes and forwards; it unsubscribes and closes the
 // channel when ctx ends.
 func (s *NATSSource) SubscribeEvents(ctx context.Context) (<-chan lease.Event, error) {
+	return s.subscribe(ctx, lease.EventFilter(s.prefix, s.node, "", ""))
+}
+
+// SubscribeClusterEvents implements ClusterSource: every node's events.
+func (s *NATSSource) SubscribeClusterEvents(ctx context.Context) (<-chan lease.Event, error) {
+	return s.subscribe(ctx, lease.EventFilter(s.prefix, "", "", ""))
+}
+
+func (s *NATSSource) subscribe(ctx context.Context, filter string) (<-chan lease.Event, error) {
 	msgs := make(chan *nats.Msg, eventBuffer)
-	sub, err := s.nc.ChanSubscribe(lease.EventFilter(s.prefix, s.node, "", ""), msgs)
+	sub, err := s.nc.ChanSubscribe(filter, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to lease events: %w", err)
 	}

@@ -19,7 +19,8 @@ import (
 //     plus the job queue's stream, consumers and buckets, named in full.
 //     No lease, leader or pool bucket, no event publishing, no stream or
 //     bucket creation (leasemgr creates the job queue's at start).
-//   - reader: stats, discovery, events, and replaying the event stream.
+//   - reader: stats, snapshots, discovery, events, and replaying the event
+//     stream.
 func EmbeddedUsers(keys map[config.Role]string, p string) []User {
 	return []User{
 		{Role: config.RoleManager, NKey: keys[config.RoleManager]},
@@ -75,10 +76,13 @@ func readerPublish(p string) []string {
 	s := NamesFor(p).Events
 	return []string{
 		p + ".*.stats",
+		p + ".*.snapshot", // the operator's page: holders, waiters, history
 		"$SRV.PING." + lease.ServiceName,
 		// leasemgr watch --since: an ordered pull consumer on the event
 		// stream, which deletes and recreates itself when it falls behind.
 		"$JS.API.CONSUMER.CREATE." + s + ".>", "$JS.API.CONSUMER.DELETE." + s + ".*",
 		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
+		// The cluster page's last events: where the stream ends.
+		"$JS.API.STREAM.INFO." + s,
 	}
 }

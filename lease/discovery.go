@@ -28,7 +28,9 @@ type discovery struct {
 	identity   micro.ServiceIdentity
 	started    time.Time
 
-	stats, resize *endpoint
+	stats, resize, snapshot *endpoint
+
+	hist history // the pools' utilisation history (history.go); guarded by Manager.mu
 }
 
 // endpoint is one admin endpoint and its figures for $SRV.STATS.
@@ -61,6 +63,8 @@ func (m *Manager) serveDiscovery() error {
 		started: time.Now().UTC(),
 		stats:   &endpoint{name: "stats", subject: StatsSubject(m.cfg.Prefix, m.cfg.Node)},
 		resize:  &endpoint{name: "resize", subject: ResizeSubject(m.cfg.Prefix, m.cfg.Node)},
+		// snapshot.go: holders, waiters and history for the operator's page.
+		snapshot: &endpoint{name: "snapshot", subject: SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
 	}
 	var err error
 	if d.ping, err = json.Marshal(micro.Ping{ServiceIdentity: d.identity, Type: micro.PingResponseType}); err != nil {
@@ -84,7 +88,7 @@ func (m *Manager) serveDiscovery() error {
 		m.subs = append(m.subs, sub)
 		return nil
 	}
-	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize}
+	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize, d.snapshot: m.handleSnapshot}
 	for _, e := range d.endpoints() {
 		if err := subscribe(e.subject, e.timed(admin[e])); err != nil {
 			return err
@@ -109,10 +113,12 @@ func (m *Manager) serveDiscovery() error {
 			}
 		}
 	}
+	m.ops.Add(1)
+	go m.sampleHistory() // ends with m.ctx; Close waits for it
 	return nil
 }
 
-func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize} }
+func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
 
 // answer sends data to msg's reply subject; guard has checked it.
 func (m *Manager) answer(msg *nats.Msg, data []byte) {

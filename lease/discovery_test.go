@@ -38,7 +38,8 @@ func TestDiscoveryAnswersLikeMicro(t *testing.T) {
 	}
 	var info micro.Info
 	ask("$SRV.INFO."+lease.ServiceName+"."+ping.ID, nil, &info)
-	if info.Type != micro.InfoResponseType || len(info.Endpoints) != 2 || info.Endpoints[1].Subject != lease.ResizeSubject(lease.DefaultPrefix, node) {
+	if info.Type != micro.InfoResponseType || len(info.Endpoints) != 3 || info.Endpoints[1].Subject != lease.ResizeSubject(lease.DefaultPrefix, node) ||
+		info.Endpoints[2].Subject != lease.SnapshotSubject(lease.DefaultPrefix, node) {
 		t.Fatalf("info %+v", info)
 	}
 
@@ -54,7 +55,7 @@ func TestDiscoveryAnswersLikeMicro(t *testing.T) {
 	}
 	var stats micro.Stats
 	ask("$SRV.STATS."+lease.ServiceName, nil, &stats)
-	if stats.Type != micro.StatsResponseType || stats.ID != ping.ID || len(stats.Endpoints) != 2 {
+	if stats.Type != micro.StatsResponseType || stats.ID != ping.ID || len(stats.Endpoints) != 3 {
 		t.Fatalf("stats %+v", stats)
 	}
 	st, rs := stats.Endpoints[0], stats.Endpoints[1]

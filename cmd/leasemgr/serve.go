@@ -116,7 +116,11 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
-		src, err := httpapi.NewNATSSource(nc, cfg.SubjectPrefix, cfg.NodeID, active.Load)
+		var replay []httpapi.SourceOption // the cluster page's events from before it opened
+		if cfg.EventRetention > 0 {
+			replay = append(replay, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
+		}
+		src, err := httpapi.NewNATSSource(nc, cfg.SubjectPrefix, cfg.NodeID, active.Load, replay...)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
@@ -163,6 +165,54 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		if _, err := q.Depths(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if e := errs.all(); len(e) > 0 {
+			t.Fatalf("permission violations: %v", e)
+		}
+	})
+
+	t.Run("reader role reads the cluster view without violations", func(t *testing.T) {
+		var errs asyncErrs
+		nc := mustConnectAs(t, home, url, config.RoleReader, nats.ErrorHandler(errs.handler))
+		src, err := httpapi.NewNATSSource(nc, lease.DefaultPrefix, "sec", func() *lease.Manager { return nil },
+			httpapi.WithEventStream(jetstream.NamesFor(lease.DefaultPrefix).Events))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// An event to replay, made with the executor's rights.
+		client, err := lease.NewClient(mustConnectAs(t, home, url, config.RoleExecutor), "sec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		l, err := client.Acquire(ctx, "gpu", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := src.Discover(ctx)
+		if err != nil || !slices.Equal(nodes, []string{"sec"}) {
+			t.Fatalf("discover: %v, %v", nodes, err)
+		}
+		res := src.Snapshots(ctx, nodes, true)
+		if res[0].Err != nil || len(res[0].Snapshot.Pools) == 0 || len(res[0].Snapshot.Pools[0].History) == 0 {
+			t.Fatalf("snapshot: %+v", res[0])
+		}
+		eventually(t, 5*time.Second, "the release in the event stream", func() bool {
+			evs, err := src.RecentEvents(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.ContainsFunc(evs, func(ev lease.Event) bool {
+				return ev.Kind == lease.EventReleased && ev.LeaseID == l.Record().ID
+			})
+		})
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}

@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/httpapi"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
-// The web page, end to end in headless Chromium: load it, acquire a lease,
+// The web page, end to end in headless Chromium: load it, see the event
+// from before it opened (replayed), acquire a lease,
 // and see the pool's numbers and the event list change without a reload;
 // then end the event stream and see the page keep up by polling.
 //
@@ -46,7 +48,13 @@ func TestWebUI(t *testing.T) {
 	})
 	var active atomic.Pointer[lease.Manager]
 	active.Store(node.Manager)
-	addr, api := serveAPI(t, srv.URL, "web", active.Load)
+	events := jetstream.NamesFor(lease.DefaultPrefix).Events
+	if err := jetstream.EnsureAuditStream(context.Background(), harness.Connect(t, srv.URL), jetstream.AuditConfig{
+		Stream: events, Subjects: lease.DefaultPrefix + ".events.>", MaxAge: time.Hour,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	addr, api := serveAPI(t, srv.URL, "web", active.Load, httpapi.WithEventStream(events))
 	client := harness.Client(t, srv.URL, "web", lease.WithHolder("webui-test"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -72,6 +80,12 @@ func TestWebUI(t *testing.T) {
 	if st.GPUCapacity != "2" {
 		t.Fatalf("page before the acquire: %+v", st)
 	}
+	// The cpu grant from before the page opened is listed, replayed from
+	// the event stream.
+	eventually(t, 10*time.Second, "the page to list the cpu grant from before it opened", func() bool {
+		st = page.state(t)
+		return st.hasRow("granted", "cpu", "webui-test")
+	})
 	// A reload would drop this.
 	page.eval(t, "window.__slotleaseMarker = 42")
 
@@ -128,9 +142,9 @@ func TestWebUI(t *testing.T) {
 }
 
 // serveAPI serves httpapi for node on a loopback port until the test ends.
-func serveAPI(t *testing.T, natsURL, node string, manager func() *lease.Manager) (string, *httpapi.Handler) {
+func serveAPI(t *testing.T, natsURL, node string, manager func() *lease.Manager, opts ...httpapi.SourceOption) (string, *httpapi.Handler) {
 	t.Helper()
-	src, err := httpapi.NewNATSSource(harness.Connect(t, natsURL), lease.DefaultPrefix, node, manager)
+	src, err := httpapi.NewNATSSource(harness.Connect(t, natsURL), lease.DefaultPrefix, node, manager, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

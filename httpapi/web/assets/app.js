@@ -145,19 +145,21 @@
     }
   }
 
-  function two(n) { return String(n).padStart(2, '0'); }
+  const clock = slotleaseFormat.clock;
 
-  function clock(t) {
-    const d = new Date(t);
-    return two(d.getHours()) + ':' + two(d.getMinutes()) + ':' + two(d.getSeconds()) +
-      '.' + String(d.getMilliseconds()).padStart(3, '0');
+  function eventKey(ev) {
+    return [ev.time, ev.node, ev.kind, ev.request_id || ev.lease_id || '', ev.token || 0].join('|');
   }
 
-  function addEvent(ev) {
+  // addEvent lists ev; a live one also updates its pool's card, a replayed
+  // one (from before the page opened) does not.
+  function addEvent(ev, replayed) {
     const tr = document.createElement('tr');
     tr.dataset.kind = ev.kind;
     tr.dataset.pool = ev.pool || '';
-    tr.className = 'fresh';
+    tr.dataset.key = eventKey(ev);
+    if (replayed) tr.dataset.replayed = '1';
+    else tr.className = 'fresh';
     const cells = [
       ['time', clock(ev.time)],
       ['kind', ev.kind],
@@ -185,7 +187,7 @@
     if (ev.message) tr.title = ev.message;
     eventsBody.insertBefore(tr, eventsBody.firstChild);
     while (eventsBody.rows.length > MAX_EVENTS) eventsBody.deleteRow(-1);
-    if (ev.pool && ev.stats) {
+    if (!replayed && ev.pool && ev.stats) {
       const t = Date.parse(ev.time);
       applyStats(ev.pool, Object.assign({ name: ev.pool }, ev.stats), isNaN(t) ? Date.now() : t);
     }
@@ -229,8 +231,44 @@
       document.getElementById('node').textContent = st.node;
       document.title = 'slotlease · ' + st.node;
       if (!st.ready) setNotice('Not ready: ' + st.reason);
+      return st.node;
     } catch (e) {
       setNotice('Cannot reach the lease manager: ' + e.message);
+    }
+  }
+
+  // seedHistory fills the charts from the manager's history (the cluster
+  // API), so they start with the last two minutes instead of empty.
+  async function seedHistory(node) {
+    const resp = await fetch('/v1/cluster?history=1&node=' + encodeURIComponent(node), { cache: 'no-store' });
+    if (!resp.ok) return;
+    const now = Date.now();
+    for (const n of (await resp.json()).nodes) {
+      for (const s of n.stale ? [] : n.pools) {
+        const p = pools.get(s.name);
+        if (!p) continue;
+        const first = p.samples.length ? p.samples[0].t : now;
+        const older = (s.history || []).map((h) => ({ t: h[0] * 1000, r: h[2] > 0 ? Math.min(1, h[1] / h[2]) : 0 }))
+          .filter((x) => x.t < first && x.t >= now - HISTORY_MS);
+        p.samples.unshift(...older);
+        draw(p, now);
+      }
+    }
+  }
+
+  // replayEvents lists the node's events from before the page opened.
+  async function replayEvents(node) {
+    const resp = await fetch('/v1/cluster/events?limit=' + 2 * MAX_EVENTS, { cache: 'no-store' });
+    if (!resp.ok) return;
+    const mine = (await resp.json()).filter((ev) => ev.node === node).slice(-MAX_EVENTS);
+    // Newest first, below the events streamed since the page opened; an
+    // event both streamed and replayed is listed once.
+    const listed = new Set([...eventsBody.rows].map((tr) => tr.dataset.key));
+    for (const ev of mine.reverse()) {
+      if (eventsBody.rows.length >= MAX_EVENTS) break;
+      if (listed.has(eventKey(ev))) continue;
+      addEvent(ev, true);
+      eventsBody.appendChild(eventsBody.firstChild);
     }
   }
 
@@ -241,8 +279,11 @@
     for (const p of pools.values()) draw(p, now);
   }
 
-  loadStatus();
-  poll();
+  Promise.all([loadStatus(), poll()]).then(([node]) => {
+    if (!node) return;
+    seedHistory(node).catch(() => {});
+    replayEvents(node).catch(() => {});
+  });
   connect();
   setInterval(tick, 1000);
 })();

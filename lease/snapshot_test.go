@@ -1,0 +1,76 @@
+package lease_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// A snapshot lists a pool's holders and its waiters in grant order (here a
+// priority pool, so not arrival order), with history, and never a secret.
+func TestSnapshotHoldersWaitersInGrantOrder(t *testing.T) {
+	srv, n := startNode(t, 5*time.Second,
+		lease.PoolConfig{Name: "gpu", Capacity: 2, Options: pools.Options{Policy: pools.PolicyPriority}},
+		lease.PoolConfig{Name: "io", Capacity: 8})
+	nc := harness.Connect(t, srv.URL)
+	acquire := lease.Subject(lease.DefaultPrefix, node, "gpu", lease.VerbAcquire)
+	for _, a := range []lease.AcquireRequest{
+		{RequestID: "hold-a", Holder: "alice", Slots: 2, Secret: "s3cret-hold", Tenant: "team-a"},
+		{RequestID: "wait-low", Holder: "bob", Slots: 1, Secret: "s3cret-low", Priority: 1},
+		{RequestID: "wait-high", Holder: "carol", Slots: 2, Secret: "s3cret-high", Priority: 9},
+	} {
+		if r := request(t, nc, acquire, a); r.Status == lease.StatusError {
+			t.Fatalf("acquire %s: %+v", a.RequestID, r.Error)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := lease.RequestSnapshot(ctx, nc, lease.DefaultPrefix, node, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Node != node || len(snap.Pools) != 2 || snap.Pools[0].Name != "gpu" || snap.Pools[1].Name != "io" {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	gpu := snap.Pools[0]
+	if gpu.InUse != 2 || gpu.QueuedRequests != 2 || len(gpu.Holders) != 1 || len(gpu.Waiters) != 2 {
+		t.Fatalf("gpu %+v", gpu)
+	}
+	if h := gpu.Holders[0]; h.Holder != "alice" || h.Slots != 2 || h.Token == 0 || h.Tenant != "team-a" || h.ExpiresAt.Before(h.GrantedAt) {
+		t.Fatalf("holder %+v", h)
+	}
+	w0, w1 := gpu.Waiters[0], gpu.Waiters[1]
+	if w0.Holder != "carol" || w0.Position != 1 || w0.Priority != 9 || w1.Holder != "bob" || w1.Position != 2 || w1.Since.IsZero() {
+		t.Fatalf("waiters, want carol then bob: %+v", gpu.Waiters)
+	}
+	for _, p := range snap.Pools {
+		if len(p.History) == 0 || p.History[len(p.History)-1][1] != p.InUse || p.History[len(p.History)-1][2] != p.Capacity {
+			t.Fatalf("pool %s history %v, want it to end with in_use %d of %d", p.Name, p.History, p.InUse, p.Capacity)
+		}
+	}
+	if m := n.Manager.Snapshot(false); len(m.Pools[0].History) != 0 {
+		t.Fatalf("history without asking: %v", m.Pools[0].History)
+	}
+
+	raw, err := nc.Request(lease.SnapshotSubject(lease.DefaultPrefix, node), []byte(`{"history":true}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw.Data), "s3cret") {
+		t.Fatalf("a secret in the snapshot: %s", raw.Data)
+	}
+
+	// A bad body gets a bounded bad_request naming what is wrong.
+	for _, body := range []string{`{"history":"yes"}`, `{"nope":1}`, `[`, strings.Repeat("x", 100000)} {
+		r := request(t, nc, lease.SnapshotSubject(lease.DefaultPrefix, node), body)
+		if r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "snapshot request") || len(r.Error.Message) > 400 {
+			t.Fatalf("body %.20q: %+v", body, r)
+		}
+	}
+}
