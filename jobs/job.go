@@ -112,7 +112,18 @@ type Spec struct {
 	// always names the same job (IDForKey), so a retried submit finds it.
 	// At most MaxIdempotencyKeyLen bytes.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Batch names the group of jobs this one belongs to; a follow-up job
+	// submitted from inside a job gets its parent's.
+	Batch string `json:"batch,omitempty"`
+	// Parent is the id of the job that submitted this one from inside
+	// (followup.go), and Depth how many such steps it is from a job
+	// submitted from outside (0). Both are set by the serving executor.
+	Parent string `json:"parent,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
 }
+
+// MaxDepth bounds Spec.Depth whatever an executor's --max-depth says.
+const MaxDepth = 100
 
 // MaxIdempotencyKeyLen bounds Spec.IdempotencyKey.
 const MaxIdempotencyKeyLen = 256
@@ -246,6 +257,19 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)
+	}
+	if s.Batch != "" {
+		if err := config.ValidToken(s.Batch); err != nil {
+			bad("batch %q: %v", s.Batch, err)
+		}
+	}
+	if s.Parent != "" {
+		if err := config.ValidToken(s.Parent); err != nil {
+			bad("parent %q: %v", s.Parent, err)
+		}
+	}
+	if s.Depth < 0 || s.Depth > MaxDepth || (s.Depth > 0) != (s.Parent != "") {
+		bad("depth %d: must be from 0 to %d, and positive exactly when parent is set", s.Depth, MaxDepth)
 	}
 	if s.IdempotencyKey != "" && s.ID != "" && s.ID != IDForKey(s.IdempotencyKey) {
 		bad("id %q and idempotency_key: give one of them (the key makes the id %s)", s.ID, IDForKey(s.IdempotencyKey))

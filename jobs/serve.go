@@ -72,6 +72,12 @@ type ServerConfig struct {
 	// Hide lists paths hidden from every job (sandbox.Spec.Hide):
 	// credentials and the lease store.
 	Hide []string
+	// Executable is put on every job's PATH as `executor` (the serving
+	// binary); "" gives jobs the command channel without it. MaxDepth
+	// (DefaultMaxDepth) and MaxChildren (DefaultMaxChildren, per attempt)
+	// bound follow-up jobs (followup.go).
+	Executable            string
+	MaxDepth, MaxChildren int
 	// OutputBytes caps the stdout and stderr tails kept in a result.
 	OutputBytes int
 	// Env builds a worker's whole environment from its lease and the job's
@@ -135,6 +141,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg.AcquireWait = cmp.Or(cfg.AcquireWait, DefaultAcquireWait)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.OutputBytes = cmp.Or(cfg.OutputBytes, DefaultOutputBytes)
+	cfg.MaxDepth = min(cmp.Or(cfg.MaxDepth, DefaultMaxDepth), MaxDepth)
+	cfg.MaxChildren = cmp.Or(cfg.MaxChildren, DefaultMaxChildren)
 	if cfg.AckWait < time.Second {
 		return nil, fmt.Errorf("jobs: ack wait %v must be at least 1s", cfg.AckWait)
 	}
@@ -526,12 +534,22 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		jobEnv = map[string]string{}
 	}
 	jobEnv["JOB_ID"], jobEnv["JOB_ATTEMPT"] = rec.ID, strconv.Itoa(t.attempt)
+	env := s.cfg.Env(l, jobEnv)
+	ch, cerr := s.openChannel(t.job)
+	if cerr != nil {
+		s.log.Warn("the job runs without a command channel", "job", rec.ID, "err", cerr)
+	} else {
+		ch.env(env, sandbox.DefaultPath)
+	}
 	res, err := sandbox.Run(s.runCtx, sandbox.Spec{
-		Command: spec.Command, Env: s.cfg.Env(l, jobEnv),
+		Command: spec.Command, Env: env,
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
 		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: l.LossGrace(), Deadline: l.Deadline, Hide: s.cfg.Hide,
 	}, l.Done())
+	if ch != nil {
+		ch.close() // the channel dies with the job
+	}
 
 	// Slots back first: the result write does not need them.
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

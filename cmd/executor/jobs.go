@@ -71,6 +71,9 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return usageErr(err)
 	}
+	if socket := os.Getenv(jobs.SocketEnv); socket != "" {
+		return submitFromJob(ctx, socket, s, stdout, stderr)
+	}
 	_, nc, q, err := connectQueue(ctx, "executor submit", true)
 	if err != nil {
 		return codeOf(err), err

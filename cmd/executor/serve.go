@@ -48,6 +48,8 @@ type serveFlags struct {
 	acquireWait time.Duration
 	killGrace   time.Duration
 	poll        time.Duration
+	maxDepth    int
+	maxChildren int
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -65,8 +67,13 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.acquireWait, "acquire-wait", jobs.DefaultAcquireWait, "give a taken job back if its lease is not granted within this time")
 	fs.DurationVar(&f.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a job (on lease loss at most TTL/20)")
 	fs.DurationVar(&f.poll, "poll", jobs.DefaultPollInterval, "how often to look for retries coming due")
+	fs.IntVar(&f.maxDepth, "max-depth", jobs.DefaultMaxDepth, fmt.Sprintf("follow-up jobs submitted from inside jobs nest at most this deep (1 to %d)", jobs.MaxDepth))
+	fs.IntVar(&f.maxChildren, "max-children", jobs.DefaultMaxChildren, "follow-up submits one job attempt may make")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.maxDepth < 1 || f.maxDepth > jobs.MaxDepth || f.maxChildren < 1 {
+		return nil, fmt.Errorf("--max-depth %d, --max-children %d: depth must be from 1 to %d, children positive", f.maxDepth, f.maxChildren, jobs.MaxDepth)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
@@ -138,6 +145,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
 		Env: workerEnv, Logger: log, Hide: secretsToHide(cfg, stderr),
+		Executable: executable(stderr), MaxDepth: f.maxDepth, MaxChildren: f.maxChildren,
 	})
 	if err != nil {
 		return usageErr(err)

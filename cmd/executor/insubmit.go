@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/slotlease/slotlease/jobs"
+)
+
+// submitFromJob submits a follow-up job from inside a job run by `executor
+// serve`: through the command channel its executor gave it (jobs.SocketEnv),
+// with no NATS connection or credential of its own. The serving executor
+// sets the parent, depth, batch and tenant and submits it.
+func submitFromJob(ctx context.Context, socket string, spec jobs.Spec, stdout, stderr io.Writer) (int, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return 1, err
+	}
+	reply, err := jobs.SubmitFollowUp(ctx, socket, os.Getenv(jobs.TokenEnv), data)
+	if err != nil {
+		return ExitUnavailable, fail(ExitUnavailable, "submitting a follow-up job through %s=%s: %v", jobs.SocketEnv, socket, err)
+	}
+	if reply.Error != "" {
+		if reply.Invalid {
+			return usageErr(errors.New(reply.Error))
+		}
+		return 1, errors.New(reply.Error)
+	}
+	fmt.Fprintln(stdout, reply.ID)
+	if reply.Existing {
+		fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", reply.ID, reply.State)
+	}
+	return 0, nil
+}
+
+// executable is this binary, which serve puts on every job's PATH as
+// `executor`; "" (jobs then have the channel but must find executor
+// themselves) if it cannot be found.
+func executable(stderr io.Writer) string {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "executor: warning: jobs will not find executor on their PATH: %v\n", err)
+		return ""
+	}
+	return exe
+}
