@@ -290,20 +290,27 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	}
 	defer nc.Close()
 	var out struct {
-		Queues []jobs.Depth  `json:"queues"`
-		Jobs   []jobs.Record `json:"jobs"`
+		Queues []jobs.Depth    `json:"queues"`
+		Pools  []jobs.PoolLoad `json:"pools"`
+		Jobs   []jobs.Record   `json:"jobs"`
 	}
 	if q != nil {
 		if out.Queues, err = q.Depths(ctx); err != nil {
 			return 1, err
 		}
-		if out.Jobs, err = q.List(ctx, *limit, jobs.State(*state)); err != nil {
+		all, err := q.List(ctx, 0, "")
+		if err != nil {
 			return 1, err
 		}
+		out.Pools = jobs.Loads(all, time.Now())
+		out.Jobs = selectJobs(all, jobs.State(*state), *limit)
 	}
 	if *asJSON {
 		if out.Queues == nil {
 			out.Queues = []jobs.Depth{}
+		}
+		if out.Pools == nil {
+			out.Pools = []jobs.PoolLoad{}
 		}
 		if out.Jobs == nil {
 			out.Jobs = []jobs.Record{}
@@ -318,6 +325,7 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", d.Pool, d.Priority, d.Stored, d.Waiting, d.InFlight)
 	}
 	fmt.Fprintln(tw)
+	printLoads(tw, out.Pools)
 	fmt.Fprintln(tw, "JOB\tSTATE\tPOOL\tPRIORITY\tATTEMPTS\tNODE\tEXIT\tDURATION\tUPDATED")
 	for _, r := range out.Jobs {
 		exit, dur := "-", "-"
