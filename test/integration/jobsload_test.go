@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/jobs"
+)
+
+// `executor jobs` shows, per pool, the jobs queued by priority and tenant,
+// the jobs running by tenant, and how long the oldest ready job has
+// waited, exactly, for a known queue: one job of tenant r holds pool p's
+// only slot, so nothing else is taken.
+func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
+	env, httpAddr := managerEnv(t, "load", "p=1,q=1", "15s")
+	startManager(t, env, httpAddr)
+	dir := t.TempDir()
+	submit := func(args ...string) string {
+		t.Helper()
+		code, out := runExecutor(t, env, append([]string{"submit"}, args...)...)
+		if code != 0 {
+			t.Fatalf("submit %v: exit %d\n%s", args, code, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	// Before any job: no pools, in the JSON as an empty list.
+	var empty struct {
+		Pools []jobs.PoolLoad `json:"pools"`
+	}
+	if code, out := runExecutor(t, env, "jobs", "--json"); code != 0 || json.Unmarshal([]byte(out), &empty) != nil || empty.Pools == nil || len(empty.Pools) != 0 {
+		t.Fatalf("jobs --json before any job: exit %d\n%s", code, out)
+	}
+
+	holder := submit("--pool", "p", "--tenant", "r", "--env", "DIR="+dir, "--", "sh", "-c", `while [ ! -e "$DIR/stop" ]; do sleep 0.05; done`)
+	q := jobQueue(t, env)
+	start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
+	eventually(t, 20*time.Second, "the holder to run", func() bool { return record(q, holder).State == jobs.StateRunning })
+
+	before := time.Now()
+	oldest := submit("--pool", "p", "--priority", "low", "--tenant", "b", "--", "true")
+	submitted := time.Now()
+	submit("--pool", "p", "--priority", "low", "--tenant", "b", "--", "true")
+	submit("--pool", "p", "--priority", "high", "--tenant", "a", "--", "true")
+	submit("--pool", "p", "--priority", "high", "--tenant", "a", "--", "true")
+	submit("--pool", "p", "--priority", "high", "--", "true")
+	submit("--pool", "q", "--tenant", "a", "--", "true") // nobody serves q
+
+	asked := time.Now()
+	code, out := runExecutor(t, env, "jobs", "--json")
+	answered := time.Now()
+	var listing struct {
+		Pools []jobs.PoolLoad `json:"pools"`
+	}
+	if err := json.Unmarshal([]byte(out), &listing); code != 0 || err != nil {
+		t.Fatalf("jobs --json: exit %d, %v\n%s", code, err, out)
+	}
+	want := []jobs.PoolLoad{
+		{Pool: "p", Queued: []jobs.TenantCount{{Priority: "high", Tenant: "", Jobs: 1}, {Priority: "high", Tenant: "a", Jobs: 2}, {Priority: "low", Tenant: "b", Jobs: 2}},
+			Running: []jobs.TenantCount{{Tenant: "r", Jobs: 1}}, OldestReady: oldest},
+		{Pool: "q", Queued: []jobs.TenantCount{{Priority: "normal", Tenant: "a", Jobs: 1}}, Running: []jobs.TenantCount{}},
+	}
+	if len(listing.Pools) != 2 {
+		t.Fatalf("pools %+v, want p and q", listing.Pools)
+	}
+	age := time.Duration(listing.Pools[0].OldestReadySeconds * float64(time.Second))
+	if age < asked.Sub(submitted) || age > answered.Sub(before) {
+		t.Fatalf("oldest ready age %v, want between %v and %v", age, asked.Sub(submitted), answered.Sub(before))
+	}
+	qAge := listing.Pools[1].OldestReadySeconds
+	listing.Pools[0].OldestReadySeconds, listing.Pools[1].OldestReadySeconds = 0, 0
+	listing.Pools[1].OldestReady = "" // q's one job, checked by its age
+	got, _ := json.Marshal(listing.Pools)
+	if w, _ := json.Marshal(want); string(got) != string(w) || qAge <= 0 {
+		t.Fatalf("pools:\n%s\nwant:\n%s (and a positive age for q, got %v)", got, w, qAge)
+	}
+
+	code, out = runExecutor(t, env, "jobs")
+	for _, line := range []string{`p\s+queued\s+high\s+-\s+1\s+\d+s \(` + oldest + `\)`, `p\s+queued\s+high\s+a\s+2`, `p\s+queued\s+low\s+b\s+2`, `p\s+running\s+-\s+r\s+1`, `q\s+queued\s+normal\s+a\s+1\s+\d+s \(\w+\)`} {
+		if code != 0 || !regexp.MustCompile(`(?m)^`+line+`\s*$`).MatchString(out) {
+			t.Fatalf("jobs: exit %d, no line %q:\n%s", code, line, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
