@@ -87,8 +87,9 @@ type channel struct {
 }
 
 // openChannel makes the command channel of one attempt of job and starts
-// serving it; close stops it and removes its directory.
-func (s *Server) openChannel(job Job) (*channel, error) {
+// serving it; close stops it and removes its directory. ctx must not be
+// cancelled before close (it carries the attempt's span).
+func (s *Server) openChannel(ctx context.Context, job Job) (*channel, error) {
 	dir, err := os.MkdirTemp("", "slotlease-job-")
 	if err != nil {
 		return nil, fmt.Errorf("jobs: command channel: %w", err)
@@ -101,7 +102,7 @@ func (s *Server) openChannel(job Job) (*channel, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("jobs: command channel: %w", err)
 	}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ctx, c.cancel = context.WithCancel(ctx) // ctx carries the run's span: follow-ups' submit spans are its children
 	go c.serve()
 	return c, nil
 }

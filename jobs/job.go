@@ -329,6 +329,9 @@ type Job struct {
 	ID          string    `json:"id"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	Spec        Spec      `json:"spec"`
+	// Trace is the W3C trace context (traceparent, tracestate) of the
+	// submit span, which each run's span links to; none when not traced.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Record is a job's state and latest result, kept in the results bucket

@@ -151,12 +151,12 @@ func bucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstr
 // Names returns the queue's subjects, stream and bucket names.
 func (q *Queue) Names() Names { return q.names }
 
-// Submit validates spec, stores the job in the stream and its record as
+// submit validates spec, stores the job in the stream and its record as
 // queued, and returns the record. With spec.ID or spec.IdempotencyKey set,
 // submitting the same spec again returns the job submitted first, in
 // whatever state it is now (Record.Existing); another spec under that id
 // is ErrDuplicate.
-func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
+func (q *Queue) submit(ctx context.Context, spec Spec, trace map[string]string) (*Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
 		return nil, err
 	}
 	now := time.Now().UTC()
-	data, err := json.Marshal(Job{ID: spec.ID, SubmittedAt: now, Spec: spec})
+	data, err := json.Marshal(Job{ID: spec.ID, SubmittedAt: now, Spec: spec, Trace: trace})
 	if err != nil {
 		return nil, err
 	}

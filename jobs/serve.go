@@ -19,6 +19,7 @@ import (
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/sandbox"
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // Defaults of ServerConfig.
@@ -528,6 +529,9 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		s.log.Warn("storing a job's running state", "job", rec.ID, "err", err)
 	}
 	s.log.Info("job started", "job", rec.ID, "pool", t.pool, "attempt", t.attempt, "lease", l.ID())
+	spanCtx, span := telemetry.StartJobRun(t.job.Trace, telemetry.JobID(rec.ID), telemetry.Pool(t.pool), telemetry.Node(s.node),
+		telemetry.JobAttempt(t.attempt), telemetry.LeaseID(l.ID()))
+	defer span.End()
 
 	jobEnv := maps.Clone(spec.Env)
 	if jobEnv == nil {
@@ -535,7 +539,7 @@ func (s *Server) run(t *task, l *lease.Lease) {
 	}
 	jobEnv["JOB_ID"], jobEnv["JOB_ATTEMPT"] = rec.ID, strconv.Itoa(t.attempt)
 	env := s.cfg.Env(l, jobEnv)
-	ch, cerr := s.openChannel(t.job)
+	ch, cerr := s.openChannel(spanCtx, t.job)
 	if cerr != nil {
 		s.log.Warn("the job runs without a command channel", "job", rec.ID, "err", cerr)
 	} else {
@@ -549,6 +553,9 @@ func (s *Server) run(t *task, l *lease.Lease) {
 	}, l.Done())
 	if ch != nil {
 		ch.close() // the channel dies with the job
+	}
+	if err == nil {
+		telemetry.SetAttributes(span, telemetry.ExitCode(res.ExitCode))
 	}
 
 	// Slots back first: the result write does not need them.

@@ -72,8 +72,15 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usageErr(err)
 	}
 	if socket := os.Getenv(jobs.SocketEnv); socket != "" {
+		// The serving executor traces it: the job's follow-up is submitted
+		// in the trace of its run.
 		return submitFromJob(ctx, socket, s, stdout, stderr)
 	}
+	stopTelemetry, err := startTelemetry(ctx)
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer stopTelemetry()
 	_, nc, q, err := connectQueue(ctx, "executor submit", true)
 	if err != nil {
 		return codeOf(err), err

@@ -98,6 +98,11 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageErr(err)
 	}
+	stopTelemetry, err := startTelemetry(ctx)
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer stopTelemetry()
 	cfg, nc, q, err := connectQueue(ctx, "executor serve", true)
 	if err != nil {
 		return codeOf(err), err
