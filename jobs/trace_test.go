@@ -1,17 +1,13 @@
 package jobs_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
@@ -38,14 +34,7 @@ func spanOf(rec *tracetest.SpanRecorder, name, id string) sdktrace.ReadOnlySpan 
 // in a trace of its own); a follow-up submitted from inside the job is
 // submitted in the trace of its parent's run, and linked to its own run.
 func TestJobSpansLinkedAcrossTheQueue(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		_ = tp.Shutdown(context.Background())
-	})
+	rec := harness.RecordSpans(t)
 
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})

@@ -11,7 +11,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/test/harness"
@@ -21,15 +20,7 @@ import (
 // test ends, and installs the propagator Setup installs.
 func useRecorder(t *testing.T) *tracetest.SpanRecorder {
 	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		_ = tp.Shutdown(context.Background())
-	})
-	return rec
+	return harness.RecordSpans(t)
 }
 
 func endedByName(rec *tracetest.SpanRecorder) map[string][]sdktrace.ReadOnlySpan {

@@ -103,15 +103,11 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	if f.node == "" {
 		f.node = cfg.NodeID
 	}
-	shutdownTelemetry, err := telemetry.Setup(ctx, "executor")
+	stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
-		return ExitUsage, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
+		return ExitUsage, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTelemetry(sctx) // flush the run's spans before exiting
-	}()
+	defer stopTelemetry() // flush the run's spans before exiting
 	ctx, span := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun, telemetry.Node(f.node), telemetry.Pool(f.pool), telemetry.Slots(f.slots))
 	defer func() {
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))

@@ -9,8 +9,8 @@ import (
 )
 
 // startTelemetry sets up OTel from OTEL_* (nothing is exported unless
-// configured) for submit and serve, whose job.submit and job.run spans
-// are linked across the queue; the returned stop flushes them.
+// configured) for run, submit and serve (whose job.submit and job.run
+// spans are linked across the queue); the returned stop flushes the spans.
 func startTelemetry(ctx context.Context) (stop func(), err error) {
 	shutdown, err := telemetry.Setup(ctx, "executor")
 	if err != nil {
