@@ -111,6 +111,11 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return nil // standing by: this process reports no pools
 	})
+	jobMetrics, err := startJobMetrics(nc, cfg.SubjectPrefix, &active)
+	if err != nil {
+		return err
+	}
+	defer jobMetrics.Close()
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
