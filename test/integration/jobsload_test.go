@@ -12,7 +12,7 @@ import (
 	"github.com/slotlease/slotlease/jobs"
 )
 
-// `executor jobs` shows, per pool, the jobs queued by priority and tenant,
+// `executor jobs` and leasemgr's /metrics show, per pool, the jobs queued by priority and tenant,
 // the jobs running by tenant, and how long the oldest ready job has
 // waited, exactly, for a known queue: one job of tenant r holds pool p's
 // only slot, so nothing else is taken.
@@ -34,6 +34,21 @@ func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 	}
 	if code, out := runExecutor(t, env, "jobs", "--json"); code != 0 || json.Unmarshal([]byte(out), &empty) != nil || empty.Pools == nil || len(empty.Pools) != 0 {
 		t.Fatalf("jobs --json before any job: exit %d\n%s", code, out)
+	}
+
+	// On /metrics, every pool's series exist at 0 before any job.
+	for _, pool := range []string{"p", "q"} {
+		for _, pr := range jobs.Priorities {
+			if v := metricValue(t, httpAddr, "jobs_queued", "pool", pool, "priority", string(pr), "tenant", ""); v != 0 {
+				t.Fatalf("jobs_queued{pool=%q,priority=%q,tenant=\"\"} = %v before any job, want 0", pool, pr, v)
+			}
+		}
+		if v := metricValue(t, httpAddr, "jobs_running", "pool", pool, "tenant", ""); v != 0 {
+			t.Fatalf("jobs_running{pool=%q} = %v before any job, want 0", pool, v)
+		}
+		if v := metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "pool", pool); v != 0 {
+			t.Fatalf("jobs_oldest_ready_seconds{pool=%q} = %v before any job, want 0", pool, v)
+		}
 	}
 
 	holder := submit("--pool", "p", "--tenant", "r", "--env", "DIR="+dir, "--", "sh", "-c", `while [ ! -e "$DIR/stop" ]; do sleep 0.05; done`)
@@ -85,6 +100,28 @@ func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 			t.Fatalf("jobs: exit %d, no line %q:\n%s", code, line, out)
 		}
 	}
+	// /metrics has the same figures (read again at most every 5s).
+	series := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"jobs_queued", []string{"pool", "p", "priority", "high", "tenant", ""}, 1},
+		{"jobs_queued", []string{"pool", "p", "priority", "high", "tenant", "a"}, 2},
+		{"jobs_queued", []string{"pool", "p", "priority", "low", "tenant", "b"}, 2},
+		{"jobs_queued", []string{"pool", "p", "priority", "normal", "tenant", ""}, 0},
+		{"jobs_running", []string{"pool", "p", "tenant", "r"}, 1},
+		{"jobs_running", []string{"pool", "p", "tenant", ""}, 0},
+		{"jobs_queued", []string{"pool", "q", "priority", "normal", "tenant", "a"}, 1},
+	}
+	eventually(t, 15*time.Second, "/metrics to show the queue", func() bool {
+		for _, s := range series {
+			if metricValue(t, httpAddr, s.name, s.labels...) != s.want {
+				return false
+			}
+		}
+		return metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "pool", "p") > 0
+	})
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
