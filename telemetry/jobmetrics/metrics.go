@@ -12,9 +12,9 @@
 // last reading; a failed reading keeps it). Tenant labels are bounded: per
 // pool the MaxTenants tenants with the most jobs (queued and running) keep
 // their name, the rest are summed under OtherTenant; tenant "" is the
-// jobs without one. Every pool of the pools function has its series from
-// the start, at 0: jobs_queued{tenant=""} for each priority,
-// jobs_running{tenant=""} and jobs_oldest_ready_seconds.
+// jobs without one. Only the pools of the pools function (the node's) are
+// shown, each with its series from the start, at 0: jobs_queued{tenant=""}
+// for each priority, jobs_running{tenant=""} and jobs_oldest_ready_seconds.
 package jobmetrics
 
 import (
@@ -108,12 +108,16 @@ func (m *Metrics) current(ctx context.Context) []jobs.PoolLoad {
 	return Fold(m.loads, m.pools())
 }
 
-// Fold bounds the tenant labels of loads (see the package comment) and
-// adds the zero series of pools: the result is what is observed.
+// Fold keeps the loads of pools only (a job names any pool it likes: the
+// pool label is bounded by the node's pools), bounds their tenant labels
+// (see the package comment) and adds the zero series of pools: the result
+// is what is observed.
 func Fold(loads []jobs.PoolLoad, pools []string) []jobs.PoolLoad {
 	byPool := map[string]jobs.PoolLoad{}
 	for _, l := range loads {
-		byPool[l.Pool] = foldTenants(l)
+		if slices.Contains(pools, l.Pool) {
+			byPool[l.Pool] = foldTenants(l)
+		}
 	}
 	for _, p := range pools {
 		l := byPool[p]

@@ -21,9 +21,10 @@ func TestFoldBoundsTenantsAndAddsZeroSeries(t *testing.T) {
 	}
 	l.Queued = append(l.Queued, jobs.TenantCount{Priority: jobs.Low, Tenant: "", Jobs: 1})
 	l.Running = []jobs.TenantCount{{Tenant: "t20", Jobs: 3}, {Tenant: "t00", Jobs: 1}}
-	got := jobmetrics.Fold([]jobs.PoolLoad{l}, []string{"p", "empty"})
+	stranger := jobs.PoolLoad{Pool: "not-on-this-node", Queued: []jobs.TenantCount{{Priority: jobs.High, Jobs: 1}}}
+	got := jobmetrics.Fold([]jobs.PoolLoad{l, stranger}, []string{"p", "empty"})
 	if len(got) != 2 || got[0].Pool != "empty" || got[1].Pool != "p" {
-		t.Fatalf("pools %+v, want empty and p", got)
+		t.Fatalf("pools %+v, want empty and p only (not a pool of another node)", got)
 	}
 	empty := got[0]
 	if len(empty.Queued) != 3 || len(empty.Running) != 1 || empty.Running[0] != (jobs.TenantCount{}) {
