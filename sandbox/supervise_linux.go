@@ -5,7 +5,6 @@ package sandbox
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -104,6 +103,10 @@ func runSupervisor() {
 			}
 			expired.set(d)
 		case <-expired.c:
+			if d, ok := newerDeadline(deadlines); ok {
+				expired.set(d) // a later word had come, behind the one that passed
+				continue
+			}
 			helperStatus("note", "the lease deadline passed with no word from the executor: the worker tree was killed")
 			killTree(reap, &status, worker)
 			finishSupervisor(status)
@@ -372,12 +375,23 @@ func readDeadlines() <-chan int64 {
 	go func() {
 		defer close(out)
 		f := os.NewFile(deadlineFD, "deadline")
-		var b [8]byte
+		// Read whatever the pipe holds at once and keep the last value:
+		// a supervisor slow to start (or starved of CPU) finds many
+		// deadlines queued, and only the latest counts.
+		var buf [512]byte
+		have := 0
 		for {
-			if _, err := io.ReadFull(f, b[:]); err != nil {
+			n, err := f.Read(buf[have:])
+			if err != nil {
 				return
 			}
-			d := int64(binary.BigEndian.Uint64(b[:]))
+			have += n
+			if have < 8 {
+				continue
+			}
+			last := (have/8 - 1) * 8
+			d := int64(binary.BigEndian.Uint64(buf[last : last+8]))
+			have = copy(buf[:], buf[last+8:have])
 			select {
 			case out <- d:
 			case <-out: // keep only the latest
@@ -386,6 +400,18 @@ func readDeadlines() <-chan int64 {
 		}
 	}()
 	return out
+}
+
+// newerDeadline takes a deadline that is waiting in c, if any, and is
+// still ahead. The timer and the deadlines are both ready when a stale
+// deadline passed while a fresher one was on its way; select picks either.
+func newerDeadline(c <-chan int64) (int64, bool) {
+	select {
+	case d, ok := <-c:
+		return d, ok && d > monotonicNow()
+	default:
+		return 0, false
+	}
 }
 
 // deadline is the supervisor's dead-man timer: c fires when the last
