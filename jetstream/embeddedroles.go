@@ -27,11 +27,13 @@ func EmbeddedUsers(keys map[config.Role]string, p string) []User {
 		{Role: config.RoleExecutor, NKey: keys[config.RoleExecutor], Publish: executorPublish(p), Subscribe: []string{
 			config.RoleExecutor.InboxPrefix() + ".>",
 			p + ".events.>",
-			jobs.NamesFor(p).AllSubjects(), // executor serve hears submits
+			jobs.NamesFor(p).AllSubjects(),   // executor serve hears submits
+			jobs.NamesFor(p).EventSubjects(), // cancels and purges
 		}},
 		{Role: config.RoleReader, NKey: keys[config.RoleReader], Publish: readerPublish(p), Subscribe: []string{
 			config.RoleReader.InboxPrefix() + ".>",
 			p + ".events.>",
+			jobs.NamesFor(p).EventSubjects(),
 		}},
 	}
 }
@@ -43,7 +45,7 @@ func executorPublish(p string) []string {
 		"$SRV.PING." + lease.ServiceName,
 	}
 	n := jobs.NamesFor(p)
-	pub = append(pub, n.AllSubjects()) // submit
+	pub = append(pub, n.AllSubjects(), n.EventSubjects()) // submit; job events
 	// The job stream: bind, read a waiting job's time, durable pull
 	// consumers per pool and priority, fetch, ack.
 	s := n.Stream
@@ -51,6 +53,8 @@ func executorPublish(p string) []string {
 		"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
 		"$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".*", "$JS.API.CONSUMER.LIST."+s,
 		"$JS.API.CONSUMER.MSG.NEXT."+s+".*", "$JS.ACK."+s+".>",
+		// cancel and purge: a cancelled job's message leaves the stream.
+		"$JS.API.STREAM.MSG.DELETE."+s,
 	)
 	// The results and dead-letter buckets: get, put, create, watch (an
 	// ordered push consumer, deleted when the watch stops; $JS.FC answers

@@ -69,10 +69,13 @@ const (
 	// StateDead: every attempt failed (or it could not be decoded); it is in
 	// the dead-letter bucket with its last error. Final.
 	StateDead State = "dead"
+	// StateCancelled: cancelled (executor cancel, purge, a batch's
+	// --fail-fast) before it ran or while it ran; Error says why. Final.
+	StateCancelled State = "cancelled"
 )
 
 // Final reports whether no further attempt will be made.
-func (s State) Final() bool { return s == StateSucceeded || s == StateDead }
+func (s State) Final() bool { return s == StateSucceeded || s == StateDead || s == StateCancelled }
 
 // Defaults and limits of a job spec.
 const (
@@ -370,9 +373,15 @@ type Record struct {
 	Error         string    `json:"error,omitempty"`
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 
+	// Seq is the job's message in the stream, so a cancel can delete it.
+	Seq uint64 `json:"seq,omitempty"`
+
 	// Existing is set by Submit when the job was submitted before: the
 	// record is that job's, in whatever state it is now. Not stored.
 	Existing bool `json:"-"`
+	// CancelRequested is set by Cancel on a running job's record: its
+	// executor is to stop it. Not stored (the marker is, cancel.go).
+	CancelRequested bool `json:"-"`
 }
 
 // Duration returns the latest attempt's run time.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,7 +192,7 @@ func (q *Queue) submit(ctx context.Context, spec Spec, trace map[string]string) 
 	if err != nil {
 		return nil, fmt.Errorf("jobs: storing the job: %w", err)
 	}
-	rec := &Record{ID: spec.ID, State: StateQueued, Spec: spec, SubmittedAt: now, UpdatedAt: now}
+	rec := &Record{ID: spec.ID, State: StateQueued, Spec: spec, SubmittedAt: now, UpdatedAt: now, Seq: ack.Sequence}
 	if ack.Duplicate {
 		if got, _, err := q.get(ctx, q.results, spec.ID); err == nil {
 			got.Existing = true
@@ -284,7 +285,7 @@ loop:
 				continue
 			}
 			seen++
-			if e.Operation() == jetstream.KeyValuePut {
+			if e.Operation() == jetstream.KeyValuePut && !strings.Contains(e.Key(), ".") { // not a cancel marker
 				var rec Record
 				if json.Unmarshal(e.Value(), &rec) == nil && (state == "" || rec.State == state) {
 					recs = append(recs, rec)

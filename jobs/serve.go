@@ -120,6 +120,7 @@ type Server struct {
 	stopRuns context.CancelFunc
 	runs     sync.WaitGroup // one per running job
 	running  atomic.Int64
+	stops    runStops // the running jobs' stops, for cancels (cancelwatch.go)
 	started  atomic.Bool
 }
 
@@ -217,6 +218,16 @@ func (s *Server) Serve(ctx context.Context) error {
 			subs = append(subs, sub)
 		}
 	}
+
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	waitWatch, err := s.watchCancels(wctx)
+	if err != nil {
+		stopWatch()
+		return fmt.Errorf("jobs: watching for cancels: %w", err)
+	}
+	// Cancels are watched until the last running job has ended.
+	defer waitWatch()
+	defer stopWatch()
 
 	var feeders sync.WaitGroup
 	for _, pool := range s.cfg.Pools {
@@ -529,6 +540,13 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		s.log.Warn("storing a job's running state", "job", rec.ID, "err", err)
 	}
 	s.log.Info("job started", "job", rec.ID, "pool", t.pool, "attempt", t.attempt, "lease", l.ID())
+	runCtx, stopRun := context.WithCancelCause(s.runCtx)
+	defer stopRun(nil)
+	s.stops.add(t, stopRun)
+	defer s.stops.remove(t)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.checkCancel(cctx, t, stopRun)
+	ccancel()
 	spanCtx, span := telemetry.StartJobRun(t.job.Trace, telemetry.JobID(rec.ID), telemetry.Pool(t.pool), telemetry.Node(s.node),
 		telemetry.JobAttempt(t.attempt), telemetry.LeaseID(l.ID()))
 	defer span.End()
@@ -545,7 +563,7 @@ func (s *Server) run(t *task, l *lease.Lease) {
 	} else {
 		ch.env(env, sandbox.DefaultPath)
 	}
-	res, err := sandbox.Run(s.runCtx, sandbox.Spec{
+	res, err := sandbox.Run(runCtx, sandbox.Spec{
 		Command: spec.Command, Env: env,
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
@@ -565,7 +583,10 @@ func (s *Server) run(t *task, l *lease.Lease) {
 	}
 	cancel()
 
+	var cancelled cancelCause
 	switch {
+	case errors.As(context.Cause(runCtx), &cancelled):
+		s.cancelled(t, cancelled.reason, res)
 	case err != nil && s.runCtx.Err() != nil:
 		s.giveBack(t, 0, "the executor stopped before the job started")
 	case err != nil:
@@ -695,6 +716,29 @@ func (s *Server) buryMalformed(msg jetstream.Msg, meta *jetstream.MsgMetadata, e
 	_ = s.store(rec)
 	s.log.Error("dead-lettered a malformed job message", "id", id, "err", err)
 	_ = msg.Term()
+}
+
+// cancelled stores a job whose run was stopped because it was cancelled
+// (or that was cancelled before it started: res is nil), then acknowledges
+// it: it never runs again.
+func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
+	t.stopClaim()
+	rec := t.rec
+	rec.State, rec.Error, rec.NextAttemptAt = StateCancelled, "cancelled: "+reason, time.Time{}
+	rec.FinishedAt = time.Now().UTC()
+	if res != nil {
+		code := res.ExitCode
+		rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = &code, res.Signal, res.Duration.Milliseconds(), "cancel"
+		rec.StdoutTail, rec.StderrTail = string(res.StdoutTail), string(res.StderrTail)
+	}
+	if err := s.store(rec); err != nil {
+		s.log.Error("storing a cancelled job; it is delivered again and found cancelled then", "job", rec.ID, "err", err)
+		_ = t.msg.NakWithDelay(s.cfg.PollInterval)
+		return
+	}
+	s.log.Info("job cancelled", "job", rec.ID, "reason", reason)
+	s.q.emit(Event{Kind: EventCancelled, Job: rec.ID, Pool: rec.Spec.Pool, Batch: rec.Spec.Batch, Reason: reason})
+	s.ack(t)
 }
 
 // giveBack returns a job unrun, without using up an attempt.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,14 +69,19 @@ func codeOf(err error) int {
 }
 
 func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	s, err := parseSubmit(args, os.Stdin, stderr)
+	specs, err := parseSubmit(args, os.Stdin, stderr)
 	if err != nil {
 		return usageErr(err)
 	}
 	if socket := os.Getenv(jobs.SocketEnv); socket != "" {
 		// The serving executor traces it: the job's follow-up is submitted
 		// in the trace of its run.
-		return submitFromJob(ctx, socket, s, stdout, stderr)
+		for _, s := range specs {
+			if code, err := submitFromJob(ctx, socket, s, stdout, stderr); err != nil {
+				return code, err
+			}
+		}
+		return 0, nil
 	}
 	stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
@@ -86,32 +93,43 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return codeOf(err), err
 	}
 	defer nc.Close()
-	rec, err := q.Submit(ctx, s)
-	if err != nil {
-		if errors.Is(err, jobs.ErrInvalidSpec) || errors.Is(err, jobs.ErrDuplicate) {
-			return usageErr(err)
+	for i, s := range specs {
+		rec, err := q.Submit(ctx, s)
+		if err != nil {
+			if len(specs) > 1 {
+				err = fmt.Errorf("job %d of %d (%d submitted before it, their ids printed): %w", i+1, len(specs), i, err)
+			}
+			if errors.Is(err, jobs.ErrInvalidSpec) || errors.Is(err, jobs.ErrDuplicate) {
+				return usageErr(err)
+			}
+			return 1, err
 		}
-		return 1, err
-	}
-	fmt.Fprintln(stdout, rec.ID)
-	if rec.Existing {
-		fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", rec.ID, rec.State)
+		fmt.Fprintln(stdout, rec.ID)
+		if rec.Existing {
+			fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", rec.ID, rec.State)
+		}
 	}
 	return 0, nil
 }
 
-// parseSubmit builds the job spec from --spec or from flags and a command.
-func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) (jobs.Spec, error) {
+// maxSpecsLines bounds a --specs file.
+const maxSpecsLines = 100000
+
+// parseSubmit builds the job specs from --spec, --specs or from flags and
+// a command; --batch applies to each.
+func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec, error) {
 	s := jobs.NewSpec()
 	var (
-		specFile, priority string
-		timeout, cpu       time.Duration
-		memory             byteSize
-		env                envFlags
+		specFile, specsFile, priority string
+		timeout, cpu                  time.Duration
+		memory                        byteSize
+		env                           envFlags
 	)
 	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&specFile, "spec", "", "read the job spec (JSON, see docs/jobs.md) from this file; - for stdin")
+	fs.StringVar(&specsFile, "specs", "", "read many job specs, one JSON object per line (JSON Lines), from this file; - for stdin")
+	fs.StringVar(&s.Batch, "batch", "", "the batch the job(s) belong to (executor wait --batch waits for all of it)")
 	fs.StringVar(&s.ID, "id", "", "job id, making the submit idempotent (a fresh unique id otherwise)")
 	fs.StringVar(&s.Pool, "pool", s.Pool, "pool to run in")
 	fs.Int64Var(&s.Slots, "slots", s.Slots, "slots the job needs")
@@ -128,53 +146,137 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) (jobs.Spec, e
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	if err := fs.Parse(args); err != nil {
-		return jobs.Spec{}, err
+		return nil, err
 	}
-	if specFile != "" {
+	if specFile != "" || specsFile != "" {
 		var others []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "spec" {
+			if f.Name != "spec" && f.Name != "specs" && f.Name != "batch" {
 				others = append(others, "--"+f.Name)
 			}
 		})
+		if specFile != "" && specsFile != "" {
+			others = append(others, "--specs")
+		}
 		if len(others) > 0 || fs.NArg() > 0 {
-			return jobs.Spec{}, fmt.Errorf("--spec: give either a spec file or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
+			return nil, fmt.Errorf("--spec, --specs: give a spec file (and --batch), or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
 		}
-		var data []byte
+		var specs []jobs.Spec
 		var err error
-		if specFile == "-" {
-			data, err = io.ReadAll(io.LimitReader(stdin, jobs.MaxSpecBytes+1))
+		if specFile != "" {
+			specs, err = readSpec(specFile, stdin)
 		} else {
-			data, err = os.ReadFile(specFile)
+			specs, err = readSpecs(specsFile, stdin)
 		}
 		if err != nil {
-			return jobs.Spec{}, fmt.Errorf("--spec: %w", err)
+			return nil, err
 		}
-		spec, err := jobs.ParseSpec(data)
-		if err != nil {
-			return jobs.Spec{}, fmt.Errorf("--spec %s: %w", specFile, err)
-		}
-		return spec, nil
+		return withBatch(specs, s.Batch)
 	}
 	if fs.NArg() == 0 {
-		return jobs.Spec{}, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
+		return nil, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
 	}
 	p, err := jobs.ParsePriority(priority)
 	if err != nil {
-		return jobs.Spec{}, fmt.Errorf("--priority %q: must be high, normal or low", priority)
+		return nil, fmt.Errorf("--priority %q: must be high, normal or low", priority)
 	}
 	if s.Slots <= 0 {
-		return jobs.Spec{}, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
+		return nil, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
 	}
 	if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
-		return jobs.Spec{}, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
+		return nil, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 	}
 	s.Priority, s.Command, s.Env = p, fs.Args(), env
 	s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
 	if err := s.Validate(); err != nil {
-		return jobs.Spec{}, err
+		return nil, err
 	}
-	return s, nil
+	return []jobs.Spec{s}, nil
+}
+
+// withBatch puts every spec in batch (if given); a spec naming another
+// batch is refused.
+func withBatch(specs []jobs.Spec, batch string) ([]jobs.Spec, error) {
+	if batch == "" {
+		return specs, nil
+	}
+	for i := range specs {
+		if specs[i].Batch != "" && specs[i].Batch != batch {
+			return nil, fmt.Errorf("--batch %s: job %d of the specs names batch %q", batch, i+1, specs[i].Batch)
+		}
+		specs[i].Batch = batch
+		if err := specs[i].Validate(); err != nil {
+			return nil, fmt.Errorf("--batch: %w", err)
+		}
+	}
+	return specs, nil
+}
+
+// openSpecs opens a spec file, or stdin for "-".
+func openSpecs(name string, stdin io.Reader) (io.Reader, func(), error) {
+	if name == "-" {
+		return stdin, func() {}, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// readSpec reads one spec (--spec).
+func readSpec(name string, stdin io.Reader) ([]jobs.Spec, error) {
+	r, done, err := openSpecs(name, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("--spec: %w", err)
+	}
+	defer done()
+	data, err := io.ReadAll(io.LimitReader(r, jobs.MaxSpecBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--spec: %w", err)
+	}
+	spec, err := jobs.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("--spec %s: %w", name, err)
+	}
+	return []jobs.Spec{spec}, nil
+}
+
+// readSpecs reads JSON Lines (--specs), all of them before any is
+// submitted, so a bad line submits nothing. Blank lines are skipped.
+func readSpecs(name string, stdin io.Reader) ([]jobs.Spec, error) {
+	r, done, err := openSpecs(name, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("--specs: %w", err)
+	}
+	defer done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), jobs.MaxSpecBytes+1)
+	var specs []jobs.Spec
+	for line := 1; sc.Scan(); line++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		if len(specs) == maxSpecsLines {
+			return nil, fmt.Errorf("--specs %s: more than %d jobs; submit them in parts", name, maxSpecsLines)
+		}
+		spec, err := jobs.ParseSpec(text)
+		if err != nil {
+			return nil, fmt.Errorf("--specs %s, line %d: %w", name, line, err)
+		}
+		specs = append(specs, spec)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("a line is longer than %d bytes", jobs.MaxSpecBytes)
+		}
+		return nil, fmt.Errorf("--specs %s: %w", name, err)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("--specs %s: no job in it", name)
+	}
+	return specs, nil
 }
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
@@ -278,7 +380,7 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	fs := flag.NewFlagSet("executor jobs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
-	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded or dead")
+	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded, dead or cancelled")
 	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
@@ -287,9 +389,9 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		return usageErr(fmt.Errorf("jobs takes no arguments, got %q", fs.Args()))
 	}
 	switch jobs.State(*state) {
-	case "", jobs.StateQueued, jobs.StateRunning, jobs.StateFailed, jobs.StateSucceeded, jobs.StateDead:
+	case "", jobs.StateQueued, jobs.StateRunning, jobs.StateFailed, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled:
 	default:
-		return usageErr(fmt.Errorf("--state %q: must be queued, running, failed, succeeded or dead", *state))
+		return usageErr(fmt.Errorf("--state %q: must be queued, running, failed, succeeded, dead or cancelled", *state))
 	}
 	_, nc, q, err := connectQueue(ctx, "executor jobs", false)
 	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {

@@ -5,6 +5,9 @@
 //	executor serve [--pools P1,P2] [--concurrency N]
 //	executor status JOB_ID
 //	executor jobs
+//	executor wait (--batch NAME | JOB_ID...)
+//	executor cancel JOB_ID... | --batch NAME
+//	executor purge --pool P --confirm
 //
 // It acquires the lease on this node (printing its queue position while it
 // waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
@@ -58,8 +61,10 @@ const usage = `usage: executor COMMAND [flags]
       the lease is held, releases it, and exits with CMD's exit code.
   submit --pool P [--slots K] [--priority high|normal|low] [--max-attempts N]
          [--timeout D] [--env K=V]... [--id ID] -- CMD ARGS...
-  submit --spec FILE|-
-      Stores a job in the durable job queue and prints its id.
+  submit --spec FILE|-  or  submit --specs FILE|- (JSON Lines: many jobs)
+      Stores job(s) in the durable job queue and prints their ids. --batch
+      NAME puts them in a batch; inside a job, submit goes through the job's
+      executor into its batch.
   serve [--pools P1,P2] [--concurrency N] [--grace D]
       Takes jobs of this node's pools, each under a lease of this node, until
       SIGTERM; running jobs get --grace to finish, then are given back.
@@ -67,6 +72,16 @@ const usage = `usage: executor COMMAND [flags]
       Shows a job's state and latest result.
   jobs [--limit N] [--state S] [--json]
       Lists queue depth per pool and priority, and recent jobs.
+  wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]
+      Waits until every job of the batch (or these jobs), follow-ups
+      included, has ended; prints a summary; exits 0 only if all succeeded,
+      1 if some did not, 124 on --timeout.
+  cancel [--reason R] JOB_ID... | --batch NAME
+      Cancels jobs: a waiting one never runs; a running one is stopped and
+      its slots released. Its state becomes cancelled.
+  purge --pool P --confirm
+      Cancels every waiting job of pool P (running ones finish) and prints
+      how many.
 
 Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
 exit codes of run: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
@@ -110,6 +125,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		code, err = statusCommand(ctx, args[1:], stdout, stderr)
 	case "jobs":
 		code, err = jobsCommand(ctx, args[1:], stdout, stderr)
+	case "wait":
+		code, err = waitCommand(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		code, err = cancelCommand(ctx, args[1:], stdout, stderr)
+	case "purge":
+		code, err = purgeCommand(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0, nil

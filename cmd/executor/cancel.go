@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/slotlease/slotlease/jobs"
+)
+
+// cancelCommand: executor cancel [--reason R] ID... | --batch NAME.
+func cancelCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("executor cancel", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	batch := fs.String("batch", "", "cancel every job of this batch that has not ended")
+	reason := fs.String("reason", "executor cancel", "why, kept in each job's record and event")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if (*batch == "") == (fs.NArg() == 0) {
+		return usageErr(errors.New("usage: executor cancel [--reason R] JOB_ID... | --batch NAME (one or the other)"))
+	}
+	if len(*reason) > 200 {
+		return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
+	}
+	_, nc, q, err := connectQueue(ctx, "executor cancel", false)
+	if errors.Is(err, jobs.ErrNoQueue) {
+		return 1, errors.New("no job queue yet: nothing to cancel")
+	}
+	if err != nil {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	ids := fs.Args()
+	if *batch != "" {
+		recs, err := q.Batch(ctx, *batch)
+		if err != nil {
+			return 1, err
+		}
+		for _, r := range recs {
+			if !r.State.Final() {
+				ids = append(ids, r.ID)
+			}
+		}
+		fmt.Fprintf(stderr, "executor: batch %s: %d job(s), %d not ended\n", *batch, len(recs), len(ids))
+	}
+	code := 0
+	for _, id := range ids {
+		rec, err := q.Cancel(ctx, id, *reason)
+		switch {
+		case errors.Is(err, jobs.ErrFinal):
+			fmt.Fprintf(stdout, "%s\talready %s\n", id, rec.State)
+		case errors.Is(err, jobs.ErrNotFound):
+			fmt.Fprintf(stdout, "%s\tnot found\n", id)
+			code = 1
+		case err != nil:
+			fmt.Fprintf(stdout, "%s\terror: %v\n", id, err)
+			code = 1
+		case rec.CancelRequested:
+			fmt.Fprintf(stdout, "%s\tstopping (running on node %s)\n", id, rec.Node)
+		default:
+			fmt.Fprintf(stdout, "%s\t%s\n", id, rec.State)
+		}
+	}
+	return code, nil
+}
+
+// purgeCommand: executor purge --pool P --confirm.
+func purgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("executor purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pool := fs.String("pool", "", "the pool whose waiting jobs to remove")
+	confirm := fs.Bool("confirm", false, "really remove them (required)")
+	reason := fs.String("reason", "executor purge", "why, kept in each job's record and event")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if *pool == "" || fs.NArg() > 0 {
+		return usageErr(errors.New("usage: executor purge --pool P --confirm"))
+	}
+	if !*confirm {
+		return usageErr(fmt.Errorf("purge removes every waiting job of pool %s (running ones finish): add --confirm", *pool))
+	}
+	if len(*reason) > 200 {
+		return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
+	}
+	_, nc, q, err := connectQueue(ctx, "executor purge", false)
+	if errors.Is(err, jobs.ErrNoQueue) {
+		fmt.Fprintln(stdout, 0)
+		return 0, nil
+	}
+	if err != nil {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	n, err := q.Purge(ctx, *pool, *reason)
+	if errors.Is(err, jobs.ErrInvalidSpec) {
+		return usageErr(err)
+	}
+	fmt.Fprintln(stdout, n)
+	fmt.Fprintf(stderr, "executor: purged %d waiting job(s) of pool %s\n", n, *pool)
+	return 0, err
+}

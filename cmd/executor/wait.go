@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/jobs"
+)
+
+// waitCommand: executor wait (--batch NAME | JOB_ID...) [--timeout D]
+// [--fail-fast] [--json].
+func waitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("executor wait", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	batch := fs.String("batch", "", "wait for every job of this batch, follow-ups included")
+	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
+	failFast := fs.Bool("fail-fast", false, "at the first dead job, cancel every job of the set that has not ended")
+	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if (*batch == "") == (fs.NArg() == 0) {
+		return usageErr(errors.New("usage: executor wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]"))
+	}
+	if *timeout < 0 {
+		return usageErr(fmt.Errorf("--timeout %v: must not be negative", *timeout))
+	}
+	_, nc, q, err := connectQueue(ctx, "executor wait", false)
+	if errors.Is(err, jobs.ErrNoQueue) {
+		return 1, errors.New("no job queue yet: no job to wait for")
+	}
+	if err != nil {
+		return codeOf(err), err
+	}
+	defer nc.Close()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	sum, err := q.Wait(ctx, jobs.WaitFor{Batch: *batch, IDs: fs.Args(), FailFast: *failFast}, nil)
+	switch {
+	case errors.Is(err, jobs.ErrInvalidSpec):
+		return usageErr(err)
+	case errors.Is(err, jobs.ErrWaitTimeout):
+		printSummary(stdout, sum, *asJSON)
+		return ExitTimeout, fmt.Errorf("%v: %d of %d job(s) have not ended", waitWhat(*batch, fs.Args()), sum.Pending, sum.Jobs)
+	case err != nil:
+		return 1, err
+	}
+	printSummary(stdout, sum, *asJSON)
+	if !sum.OK() {
+		ids := make([]string, 0, len(sum.Failed))
+		for _, r := range sum.Failed {
+			ids = append(ids, r.ID+" ("+string(r.State)+")")
+		}
+		return 1, fmt.Errorf("%v: %d of %d job(s) did not succeed: %s", waitWhat(*batch, fs.Args()), len(sum.Failed), sum.Jobs, strings.Join(ids, ", "))
+	}
+	return 0, nil
+}
+
+func waitWhat(batch string, ids []string) string {
+	if batch != "" {
+		return "batch " + batch
+	}
+	return fmt.Sprintf("%d job(s) and their follow-ups", len(ids))
+}
+
+// printSummary prints where the set stands: counts, the slowest jobs, and
+// every job that did not succeed with its error.
+func printSummary(w io.Writer, s *jobs.Summary, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s)
+		return
+	}
+	what := "jobs"
+	if s.Batch != "" {
+		what = "batch " + s.Batch
+	}
+	fmt.Fprintf(w, "%s: %d job(s): %d succeeded, %d dead, %d cancelled", what, s.Jobs, s.Succeeded, s.Dead, s.Cancelled)
+	if s.Pending > 0 {
+		fmt.Fprintf(w, ", %d not ended", s.Pending)
+	}
+	fmt.Fprintf(w, "; %d retried; %v from the first submit to the last change\n", s.Retried, s.Wall.Round(time.Millisecond))
+	if len(s.Slowest) > 0 {
+		parts := make([]string, 0, len(s.Slowest))
+		for _, r := range s.Slowest {
+			parts = append(parts, fmt.Sprintf("%s %v", r.ID, r.Duration()))
+		}
+		fmt.Fprintf(w, "slowest: %s\n", strings.Join(parts, ", "))
+	}
+	for _, r := range s.Failed {
+		fmt.Fprintf(w, "%s %s after %d attempt(s): %s\n", string(r.State), r.ID, r.Attempts, r.Error)
+	}
+}

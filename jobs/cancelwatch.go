@@ -1,0 +1,96 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// cancelCause is what a run is stopped with when its job was cancelled.
+type cancelCause struct{ reason string }
+
+func (c cancelCause) Error() string { return "cancelled: " + c.reason }
+
+// runStops tracks the running jobs' stop functions, so a cancel marker
+// stops the run of its job.
+type runStops struct {
+	mu   sync.Mutex
+	stop map[*task]context.CancelCauseFunc
+}
+
+func (r *runStops) add(t *task, stop context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop == nil {
+		r.stop = map[*task]context.CancelCauseFunc{}
+	}
+	r.stop[t] = stop
+}
+
+func (r *runStops) remove(t *task) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.stop, t)
+}
+
+// cancel stops every run of job id here; true if there was one.
+func (r *runStops) cancel(id, reason string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	found := false
+	for t, stop := range r.stop {
+		if t.job.ID == id {
+			stop(cancelCause{reason})
+			found = true
+		}
+	}
+	return found
+}
+
+// watchCancels stops the run of every job whose cancel marker is written
+// from now on, until ctx ends; the returned wait waits for its goroutine.
+// Markers written before are found by the run itself as it starts
+// (checkCancel), so together they miss none: a run is tracked before it
+// looks.
+func (s *Server) watchCancels(ctx context.Context) (wait func(), err error) {
+	w, err := s.q.results.Watch(ctx, cancelKey("*"), jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var m cancelMark
+				_ = json.Unmarshal(e.Value(), &m)
+				id := strings.TrimSuffix(e.Key(), ".cancel")
+				if s.stops.cancel(id, m.Reason) {
+					s.log.Info("job cancelled while running: stopping it", "job", id, "reason", m.Reason)
+				}
+			}
+		}
+	}()
+	return func() { <-done }, nil
+}
+
+// checkCancel stops t's run if its job was cancelled before the run was
+// tracked.
+func (s *Server) checkCancel(ctx context.Context, t *task, stop context.CancelCauseFunc) {
+	if reason, ok := s.q.cancelRequested(ctx, t.job.ID); ok {
+		stop(cancelCause{reason})
+	}
+}
