@@ -26,16 +26,24 @@ func lastActJob(t *testing.T, batch, child string) jobs.Spec {
 	return s
 }
 
-// Wait for a batch returns when, and only when, every job of it has ended,
-// counting follow-ups made at any depth, also one made by the batch's last
-// running job as it ends.
-func TestWaitCountsFollowUpsMadeAtTheEnd(t *testing.T) {
+// servedNode is one node with pool p of 2 slots, an executor serving it,
+// and the queue; ctx ends with the test or after a minute.
+func servedNode(t *testing.T) (*jobs.Queue, context.Context) {
+	t.Helper()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return q, ctx
+}
+
+// Wait for a batch returns when, and only when, every job of it has ended,
+// counting follow-ups made at any depth, also one made by the batch's last
+// running job as it ends.
+func TestWaitCountsFollowUpsMadeAtTheEnd(t *testing.T) {
+	q, ctx := servedNode(t)
 
 	// root -> child (submitted as root's last act) -> grandchild (the
 	// same), which sleeps: the batch is not done before it has.
@@ -83,12 +91,7 @@ func TestWaitCountsFollowUpsMadeAtTheEnd(t *testing.T) {
 // With FailFast, the first dead job of the batch cancels the rest; the
 // summary says which failed.
 func TestWaitFailFast(t *testing.T) {
-	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
-	q := openQueue(t, srv.URL)
-	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
+	q, ctx := servedNode(t)
 	long := spec("p", "sleep", "60")
 	long.Batch = "ff"
 	longID := submit(t, q, long)

@@ -35,38 +35,52 @@ func executorClient(t *testing.T, srv *harness.SecureServer, opts ...nats.Option
 	return c, nc
 }
 
+// heldAndQueued is pool p's slot held by one executor client and a second
+// one queued for it.
+func heldAndQueued(t *testing.T, srv *harness.SecureServer) (l *lease.Lease, holderNC *nats.Conn, got <-chan *lease.Lease, errc <-chan error) {
+	t.Helper()
+	holder, holderNC := executorClient(t, srv)
+	l, err := holder.Acquire(t.Context(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := executorClient(t, srv)
+	got, errc, _ = queuedAcquire(t, waiter, t.Context(), "p", 1)
+	return l, holderNC, got, errc
+}
+
+// awaitGrant waits up to within for the queued acquire's lease, releases
+// it, and returns how long it took.
+func awaitGrant(t *testing.T, got <-chan *lease.Lease, errc <-chan error, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case w := <-got:
+		_ = w.Release(t.Context())
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(within):
+		t.Fatalf("%s: not granted within %v", what, within)
+	}
+	return time.Since(start)
+}
+
 // A holder whose connection closes (its process died: the kernel closes
 // the socket) gives its slot to the next waiter a grace after, not a TTL.
 func TestFastReleaseFreesAClosedHoldersSlots(t *testing.T) {
 	srv, _ := fastRelease(t)
-	ctx := t.Context()
-	holder, holderNC := executorClient(t, srv)
-	l, err := holder.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, holderNC, got, errc := heldAndQueued(t, srv)
 	if l.FastRelease() != lease.DefaultDisconnectGrace {
 		t.Fatalf("lease granted with fast release %v, want %v", l.FastRelease(), lease.DefaultDisconnectGrace)
 	}
 	if rec := l.Record(); rec.ConnServer != holderNC.ConnectedServerId() {
 		t.Fatalf("lease bound to %q, want the holder's server %q", rec.ConnServer, holderNC.ConnectedServerId())
 	}
-	waiter, _ := executorClient(t, srv)
-	got, errc, _ := queuedAcquire(t, waiter, ctx, "p", 1)
-	closed := time.Now()
 	holderNC.Close()
-	select {
-	case w := <-got:
-		d := time.Since(closed)
-		t.Logf("closed holder's slot granted to the waiter after %v (TTL 15s, grace %v)", d.Round(time.Millisecond), lease.DefaultDisconnectGrace)
-		if d < lease.DefaultDisconnectGrace*3/4 {
-			t.Fatalf("granted %v after the close: before the holder's own deadline", d)
-		}
-		_ = w.Release(ctx)
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(7 * time.Second):
-		t.Fatal("the slot of a closed holder was not granted within half the TTL")
+	d := awaitGrant(t, got, errc, 7*time.Second, "the slot of a closed holder, within half the TTL")
+	t.Logf("closed holder's slot granted to the waiter after %v (TTL 15s, grace %v)", d.Round(time.Millisecond), lease.DefaultDisconnectGrace)
+	if d < lease.DefaultDisconnectGrace*3/4 {
+		t.Fatalf("granted %v after the close: before the holder's own deadline", d)
 	}
 }
 

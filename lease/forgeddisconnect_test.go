@@ -71,14 +71,7 @@ func advisoryFor(server string, cid uint64) []byte {
 // be granted the live holder's slot: two holders of a one-slot pool.
 func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 	srv, n := fastRelease(t)
-	ctx := t.Context()
-	holder, _ := executorClient(t, srv)
-	l, err := holder.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, _ := executorClient(t, srv)
-	got, errc, _ := queuedAcquire(t, waiter, ctx, "p", 1)
+	l, _, got, errc := heldAndQueued(t, srv)
 
 	// The forged advisory does reach the manager's subject: the check
 	// below is what stops it, not the server.
@@ -104,17 +97,10 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 	if q := poolStats(t, n.Manager, "p"); q.InUse != 1 || q.QueuedRequests != 1 {
 		t.Fatalf("pool after the forged advisory: %+v, want 1 in use and 1 queued", q)
 	}
-	if err := l.Release(ctx); err != nil {
+	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case w := <-got:
-		_ = w.Release(ctx)
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not granted the released slot")
-	}
+	awaitGrant(t, got, errc, 5*time.Second, "the released slot")
 }
 
 // A flood of forged advisories costs the manager one check per live
@@ -122,14 +108,7 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 // freeing its holder's slot at once.
 func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	srv, n := fastRelease(t)
-	ctx := t.Context()
-	holder, holderNC := executorClient(t, srv)
-	l, err := holder.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, _ := executorClient(t, srv)
-	got, errc, _ := queuedAcquire(t, waiter, ctx, "p", 1)
+	l, holderNC, got, errc := heldAndQueued(t, srv)
 	spy := srv.Connect(t, config.RoleManager)
 	asks, err := spy.SubscribeSync("$SYS.REQ.ACCOUNT.PING.CONNZ")
 	if err != nil {
@@ -165,6 +144,9 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 		t.Fatalf("the live holder lost its lease to forged advisories: %v", l.Err())
 	default:
 	}
+	if q := poolStats(t, n.Manager, "p"); q.InUse != 1 || q.QueuedRequests != 1 {
+		t.Fatalf("pool after the flood: %+v, want 1 in use and 1 queued", q)
+	}
 	// The holder's connection was asked about a few times (one check,
 	// asked again while the server lists it open), nobody's never.
 	if k, _, _ := asks.Pending(); k == 0 || k > 2*4 {
@@ -172,15 +154,7 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	}
 
 	// A real close, right after the flood, still frees the slot at once.
-	closed := time.Now()
 	holderNC.Close()
-	select {
-	case w := <-got:
-		t.Logf("the waiter was granted the closed holder's slot %v after the close", time.Since(closed).Round(time.Millisecond))
-		_ = w.Release(ctx)
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(5 * time.Second):
-		t.Fatalf("a real close after a flood of forged advisories did not free the slot within 5s (pool %+v)", poolStats(t, n.Manager, "p"))
-	}
+	d := awaitGrant(t, got, errc, 5*time.Second, "a real close after a flood of forged advisories")
+	t.Logf("the waiter was granted the closed holder's slot %v after the close", d.Round(time.Millisecond))
 }
