@@ -173,8 +173,9 @@ type Executor struct {
 	crash chan chan struct{} // a kill request; the reply closes once handled
 
 	mu    sync.Mutex
-	proxy *Proxy    // guarded by mu: replaced on restart
-	down  *connDown // guarded by mu: the current incarnation's connection
+	proxy *Proxy     // guarded by mu: replaced on restart
+	down  *connDown  // guarded by mu: the current incarnation's connection
+	nc    *nats.Conn // guarded by mu: the current incarnation's connection
 	incar int
 }
 
@@ -201,6 +202,20 @@ func (e *Executor) Proxy() *Proxy {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.proxy
+}
+
+// ConnIdentity names the current incarnation's connection as its leases
+// are bound to it (fast release): its server's id and its client id.
+func (e *Executor) ConnIdentity() (server string, id uint64, ok bool) {
+	e.mu.Lock()
+	nc := e.nc
+	e.mu.Unlock()
+	if nc == nil {
+		return "", 0, false
+	}
+	id, err := nc.GetClientID()
+	server = nc.ConnectedServerId()
+	return server, id, err == nil && server != ""
 }
 
 // Kill asks the executor to die if it holds a lease now; it reports
@@ -250,9 +265,12 @@ func (e *Executor) incarnation(ctx context.Context) error {
 		return err
 	}
 	e.mu.Lock()
-	e.down = &down
+	e.down, e.nc = &down, nc
 	e.mu.Unlock()
 	defer func() {
+		e.mu.Lock()
+		e.nc = nil
+		e.mu.Unlock()
 		nc.Close()
 		p.Close()
 	}()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 )
@@ -60,12 +62,13 @@ var faultKinds = []string{
 	"mgr-blackhole",  // partition a candidate from NATS for 0.5-4s
 	"mgr-duplicate",  // start an extra candidate for a node, stop or kill it later
 	"server-kill",    // shut one NATS server down, restart it 1-4s later
+	"exec-forge",     // publish a forged disconnect advisory naming a live executor's connection
 }
 
 var defaultWeights = map[string]int{
 	"exec-kill": 3, "exec-cut": 2, "exec-blackhole": 2,
 	"mgr-crash": 3, "mgr-stop": 1, "mgr-cut": 2, "mgr-blackhole": 2, "mgr-duplicate": 1,
-	"server-kill": 2,
+	"server-kill": 2, "exec-forge": 2,
 }
 
 func (c *SuiteConfig) defaults() {
@@ -205,6 +208,7 @@ type suite struct {
 	lastKill  time.Time
 	leaderOut []leaderFault
 	holed     map[*Proxy]bool // blackholed proxies, until healed
+	forger    *nats.Conn      // publishes the exec-forge advisories
 
 	errMu sync.Mutex
 	errs  []string // guarded by errMu: executors report too
@@ -247,6 +251,12 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 	defer cl.Shutdown()
 	if err := Provision(ctx, cl.URL(), cfg.Settings); err != nil {
 		return nil, err
+	}
+	if s.cfg.Weights["exec-forge"] > 0 {
+		if s.forger, err = dial(ctx, cl.URL(), "forger"); err != nil {
+			return nil, err
+		}
+		defer s.forger.Close()
 	}
 	aud, err := StartAuditor(ctx, cl.URL(), cfg.Prefix)
 	if err != nil {
@@ -678,6 +688,22 @@ func (s *suite) apply(ctx context.Context, kind string) bool {
 			}
 			s.removeCandidate(dup)
 		})
+		return true
+	case "exec-forge":
+		// Any client of the account can make a disconnect advisory appear
+		// (lease/forgeddisconnect_test.go): one naming a live holder's
+		// connection must cost it nothing. The auditor excuses no lease
+		// lost to it (its connection was not down).
+		e := s.execs[s.rng.IntN(len(s.execs))]
+		server, id, ok := e.ConnIdentity()
+		if !ok || s.forger == nil {
+			return false
+		}
+		adv := fmt.Appendf(nil, `{"type":"io.nats.server.advisory.v1.client_disconnect","server":{"id":%q},"client":{"id":%d}}`, server, id)
+		if s.forger.Publish(jetstream.EmbeddedDisconnectSubject, adv) != nil {
+			return false
+		}
+		s.logf("exec-forge %s (conn %d on %s)", e.ID(), id, server)
 		return true
 	case "server-kill":
 		if s.serverOut >= 0 || time.Since(s.lastKill) < 3*time.Second {
