@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -81,13 +82,36 @@ func (h *Handler) clusterSource(w http.ResponseWriter) ClusterSource {
 	return cs
 }
 
+// maxClusterReads bounds the cluster reads under way at once: the HTTP
+// endpoint has no authentication, and each read asks every node for a
+// snapshot or makes a consumer on the event stream.
+const maxClusterReads = 4
+
+// clusterRead returns the cluster source and a slot among the reads under
+// way (release it when done), or writes the error and returns nil.
+func (h *Handler) clusterRead(w http.ResponseWriter) (ClusterSource, func()) {
+	cs := h.clusterSource(w)
+	if cs == nil {
+		return nil, nil
+	}
+	select {
+	case h.clusterReads <- struct{}{}:
+		return cs, func() { <-h.clusterReads }
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "busy", fmt.Sprintf("%d cluster reads are under way; try again in a second", maxClusterReads))
+		return nil, nil
+	}
+}
+
 // clusterView serves /v1/cluster: every node (discovered, or ?node=<id> for
 // one), with history if ?history=1.
 func (h *Handler) clusterView(w http.ResponseWriter, r *http.Request) {
-	cs := h.clusterSource(w)
+	cs, done := h.clusterRead(w)
 	if cs == nil {
 		return
 	}
+	defer done()
 	q := r.URL.Query()
 	history, err := boolParam(q.Get("history"))
 	if err != nil {
@@ -188,10 +212,11 @@ func boolParam(s string) (bool, error) {
 // defEventReplay, at most maxEventReplay) events of every node, oldest
 // first, replayed from the event stream.
 func (h *Handler) clusterEvents(w http.ResponseWriter, r *http.Request) {
-	cs := h.clusterSource(w)
+	cs, done := h.clusterRead(w)
 	if cs == nil {
 		return
 	}
+	defer done()
 	limit := defEventReplay
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

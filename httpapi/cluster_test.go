@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -171,4 +173,85 @@ func serveSource(t *testing.T, url string, manager func() *lease.Manager, opts .
 	t.Cleanup(ts.Close)
 	t.Cleanup(api.Close) // before ts.Close, which waits for open streams
 	return ts
+}
+
+// heldReplays is a NATSSource whose event replays wait until released.
+type heldReplays struct {
+	*httpapi.NATSSource
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldReplays) RecentEvents(ctx context.Context, limit int) ([]lease.Event, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.NATSSource.RecentEvents(ctx, limit)
+}
+
+// The unauthenticated cluster reads are bounded: with four under way, a
+// fifth is answered 503 with Retry-After at once, not queued behind them
+// (each asks every node or makes a consumer on the event stream).
+func TestClusterReadsAreBounded(t *testing.T) {
+	srv := harness.StartServer(t)
+	m := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	nsrc, err := httpapi.NewNATSSource(harness.Connect(t, srv.URL), lease.DefaultPrefix, "n1", func() *lease.Manager { return m.Manager },
+		httpapi.WithEventStream(jetstream.NamesFor(lease.DefaultPrefix).Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &heldReplays{NATSSource: nsrc, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	api, err := httpapi.New(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(api)
+	t.Cleanup(ts.Close)
+	t.Cleanup(api.Close)
+
+	codes := make(chan string, 4)
+	for range 4 {
+		go func() {
+			resp, err := http.Get(ts.URL + "/v1/cluster/events")
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			codes <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}()
+	}
+	for range 4 {
+		select {
+		case <-src.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("four replays did not start")
+		}
+	}
+	for _, path := range []string{"/v1/cluster/events", "/v1/cluster"} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("%s with four reads under way: %d (Retry-After %q), want 503 with Retry-After 1", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	close(src.release)
+	for range 4 {
+		// The harness keeps no event stream: a replay says so (503,
+		// "unavailable"); what matters is that it was served, not refused.
+		if c := <-codes; strings.Contains(c, `"busy"`) || !(strings.HasPrefix(c, "200 ") || strings.Contains(c, "replaying events")) {
+			t.Fatalf("a held replay ended with %s, want it served", c)
+		}
+	}
+	resp, err := http.Get(ts.URL + "/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/v1/cluster after the reads ended: %d", resp.StatusCode)
+	}
 }

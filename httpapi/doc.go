@@ -28,6 +28,8 @@
 //	GET /v1/cluster/events  [lease.Event]: every node's last ?limit= (100,
 //	                 at most 500) events from the event stream, oldest first
 //	GET /v1/cluster/stream  text/event-stream: every node's events, live
+//	                 (/v1/cluster and /v1/cluster/events: at most 4 under
+//	                 way at once; more get 503 "busy" with Retry-After: 1)
 //	    /metrics     the handler given WithMetrics, if any
 //	GET /            the node's live page (assets under /assets/)
 //	GET /cluster     the operator's page: the whole cluster, live

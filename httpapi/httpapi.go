@@ -99,6 +99,9 @@ type Handler struct {
 	index     []byte
 	clusterPg []byte
 	cl        cluster // nodes seen by /v1/cluster
+	// clusterReads bounds the /v1/cluster reads under way (cluster.go):
+	// each asks every node, or makes a consumer on the event stream.
+	clusterReads chan struct{}
 
 	closed context.Context // done after Close; event streams end with it
 	close  context.CancelFunc
@@ -111,7 +114,7 @@ func New(src Source, opts ...Option) (*Handler, error) {
 	if src == nil {
 		return nil, errors.New("httpapi: nil source")
 	}
-	h := &Handler{src: src, heartbeat: DefaultHeartbeat, log: slog.Default()}
+	h := &Handler{src: src, heartbeat: DefaultHeartbeat, log: slog.Default(), clusterReads: make(chan struct{}, maxClusterReads)}
 	for _, opt := range opts {
 		if err := opt(h); err != nil {
 			return nil, err
