@@ -9,3 +9,14 @@ func SetQueueEntryTTL(d time.Duration) (restore func()) {
 	queueEntryTTL = d
 	return func() { queueEntryTTL = old }
 }
+
+// FillHistory samples every pool n times, as an hour of HistoryStep
+// samples would, ending now.
+func (m *Manager) FillHistory(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for i := n - 1; i >= 0; i-- {
+		m.sampleLocked(now.Add(-time.Duration(i) * HistoryStep))
+	}
+}

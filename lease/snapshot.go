@@ -41,6 +41,9 @@ type NodeSnapshot struct {
 	Node  string         `json:"node"`
 	Time  time.Time      `json:"time"`
 	Pools []PoolSnapshot `json:"pools"`
+	// HistoryLeftOut is set when history was asked for but left out: with
+	// it the answer would not fit in one NATS message (many pools).
+	HistoryLeftOut bool `json:"history_left_out,omitempty"`
 }
 
 // PoolSnapshot is one pool: its figures, holders (oldest grant first) and
@@ -170,6 +173,13 @@ func (m *Manager) handleSnapshot(msg *nats.Msg) {
 		}
 	}
 	data, err := json.Marshal(m.Snapshot(req.History))
+	if err == nil && req.History && int64(len(data)) > m.cfg.Conn.MaxPayload() {
+		// About 30 pools with full lists and an hour each: send the
+		// figures, holders and waiters without the history.
+		snap := m.Snapshot(false)
+		snap.HistoryLeftOut = true
+		data, err = json.Marshal(snap)
+	}
 	if err != nil {
 		m.log.Error("encoding a snapshot", "err", err)
 		return

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,31 @@ func TestSnapshotHoldersWaitersInGrantOrder(t *testing.T) {
 		if r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "snapshot request") || len(r.Error.Message) > 400 {
 			t.Fatalf("body %.20q: %+v", body, r)
 		}
+	}
+}
+
+// A snapshot whose history would not fit in one NATS message (many pools,
+// an hour each) comes without it, and says so; the figures are all there.
+func TestSnapshotTooLargeLeavesHistoryOut(t *testing.T) {
+	var pools []lease.PoolConfig
+	for i := range 60 {
+		pools = append(pools, lease.PoolConfig{Name: fmt.Sprintf("pool-%02d", i), Capacity: 1000000})
+	}
+	srv, n := startNode(t, 5*time.Second, pools...)
+	n.Manager.FillHistory(lease.HistoryPoints)
+	nc := harness.Connect(t, srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := lease.RequestSnapshot(ctx, nc, lease.DefaultPrefix, node, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.HistoryLeftOut || len(snap.Pools) != 60 || snap.Pools[59].Capacity != 1000000 || snap.Pools[0].History != nil {
+		t.Fatalf("snapshot of 60 pools with an hour each: history left out %v, %d pools, pool 0 history %d points",
+			snap.HistoryLeftOut, len(snap.Pools), len(snap.Pools[0].History))
+	}
+	// One pool's hour fits.
+	if one := n.Manager.Snapshot(true); len(one.Pools[0].History) < lease.HistoryPoints {
+		t.Fatalf("the filled history has %d points", len(one.Pools[0].History))
 	}
 }
