@@ -28,6 +28,17 @@ var ErrFinal = errors.New("jobs: job already ended")
 // has no '.', so it never names a record.
 func cancelKey(id string) string { return id + ".cancel" }
 
+// MaxReasonLen bounds a cancel's reason as stored and shown: a marker is
+// written by any executor, and its reason ends up in records and logs.
+const MaxReasonLen = 200
+
+func clipReason(r string) string {
+	if len(r) > MaxReasonLen {
+		return r[:MaxReasonLen] + "..."
+	}
+	return r
+}
+
 // cancelMark is the value of a cancel marker.
 type cancelMark struct {
 	ID     string    `json:"id"`
@@ -41,6 +52,7 @@ type cancelMark struct {
 // ErrNotFound if there is no such job; ErrFinal, with the record, if it
 // had ended already.
 func (q *Queue) Cancel(ctx context.Context, id, reason string) (*Record, error) {
+	reason = clipReason(reason)
 	rec, _, err := q.get(ctx, q.results, id)
 	if err != nil {
 		return nil, err
@@ -122,13 +134,14 @@ func (q *Queue) cancelRequested(ctx context.Context, id string) (string, bool) {
 	}
 	var m cancelMark
 	_ = json.Unmarshal(e.Value(), &m)
-	return m.Reason, true
+	return clipReason(m.Reason), true
 }
 
 // Purge cancels every job of pool that is not running, and deletes their
 // messages from the stream, so none of them runs; running jobs are left
 // alone. It returns how many it purged.
 func (q *Queue) Purge(ctx context.Context, pool, reason string) (int, error) {
+	reason = clipReason(reason)
 	if err := validID(pool); err != nil {
 		return 0, fmt.Errorf("%w: pool %q: %v", ErrInvalidSpec, pool, err)
 	}

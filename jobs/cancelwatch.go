@@ -77,6 +77,7 @@ func (s *Server) watchCancels(ctx context.Context) (wait func(), err error) {
 				}
 				var m cancelMark
 				_ = json.Unmarshal(e.Value(), &m)
+				m.Reason = clipReason(m.Reason)
 				id := strings.TrimSuffix(e.Key(), ".cancel")
 				if s.stops.cancel(id, m.Reason) {
 					s.log.Info("job cancelled while running: stopping it", "job", id, "reason", m.Reason)
