@@ -131,7 +131,7 @@ func (m *Manager) grant(r *request) {
 		return
 	}
 	m.respond(r.reply, Reply{Status: StatusGranted, Lease: &rec})
-	m.emit(p, Event{Kind: EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots,
+	m.emit(p, Event{Kind: EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
 		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
 }
 

@@ -371,7 +371,11 @@ func (m *Manager) Stats() []PoolStats {
 func (m *Manager) statsLocked() []PoolStats {
 	out := make([]PoolStats, 0, len(m.pools))
 	for _, p := range m.pools {
-		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
+		ps := PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()}
+		if o := p.p.Options(); o.Policy == pools.PolicyFair {
+			ps.Weights, ps.DefaultWeight = o.Weights, o.DefaultWeight
+		}
+		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

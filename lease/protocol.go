@@ -194,6 +194,11 @@ type PoolStats struct {
 	pools.Stats
 	// Tenants holding or waiting for slots, with their counts.
 	Tenants []pools.TenantStats `json:"tenants,omitempty"`
+	// Weights and DefaultWeight are a fair pool's configured tenant
+	// weights (TENANT_WEIGHTS, TENANT_DEFAULT_WEIGHT), so that executors
+	// taking jobs for the pool share them the same way.
+	Weights       map[string]int `json:"weights,omitempty"`
+	DefaultWeight int            `json:"default_weight,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.
