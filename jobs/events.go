@@ -7,7 +7,7 @@ import (
 
 // Job events: what happened to jobs that their records alone do not
 // announce, published on <prefix>.jobs.event.<kind>.<job or pool> (four
-// tokens after the prefix, outside the stream's jobs.queue.*.*). Any
+// tokens after the prefix, outside the stream's jobs.queue.>). Any
 // executor may publish there, so they inform; they prove nothing.
 const (
 	// EventCancelled: a job was cancelled (Job, Pool, Batch, Reason).

@@ -93,7 +93,7 @@ func TestNames(t *testing.T) {
 	if n.Stream != "acme_prod_jobs" || n.Results != "acme_prod_job_results" || n.Dead != "acme_prod_job_dead" {
 		t.Fatalf("names: %+v", n)
 	}
-	if got := n.Subject("gpu", jobs.High); got != "acme.prod.jobs.queue.gpu.high" {
+	if got := n.Subject("gpu", jobs.High, ""); got != "acme.prod.jobs.queue.gpu.high" {
 		t.Fatalf("subject %q", got)
 	}
 }

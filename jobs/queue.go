@@ -94,8 +94,8 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, 
 		}
 		q.stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        q.names.Stream,
-			Description: "slotlease jobs: one subject per pool and priority; a job leaves when acknowledged",
-			Subjects:    []string{q.names.AllSubjects()},
+			Description: "slotlease jobs: one subject per pool, priority and tenant; a job leaves when acknowledged",
+			Subjects:    q.names.StreamSubjects(),
 			// Work-queue retention: a message is removed when its executor
 			// acknowledges it, i.e. once its result is stored.
 			Retention:  jetstream.WorkQueuePolicy,
@@ -115,6 +115,9 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, 
 	if err != nil {
 		return nil, fmt.Errorf("jobs: stream %s: %w", q.names.Stream, err)
 	}
+	if create {
+		q.upgradeSubjects(ctx)
+	}
 	q.results, err = bucket(ctx, js, create, jetstream.KeyValueConfig{
 		Bucket: q.names.Results, Description: "slotlease job states and results by job id",
 		History: 1, TTL: cfg.ResultTTL, MaxValueSize: 2 * MaxSpecBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
@@ -130,6 +133,32 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, 
 		return nil, err
 	}
 	return q, nil
+}
+
+// upgradeSubjects adds the tenant subjects to a stream made before jobs had
+// them. Only the manager role may update the stream; anyone else leaves it
+// as it is, and a submit with a tenant says what to do (submitSubject).
+func (q *Queue) upgradeSubjects(ctx context.Context) {
+	cfg := q.stream.CachedInfo().Config
+	want := q.names.StreamSubjects()
+	if slices.Equal(cfg.Subjects, want) {
+		return
+	}
+	cfg.Subjects = want
+	if s, err := q.js.UpdateStream(ctx, cfg); err == nil {
+		q.stream = s
+	}
+}
+
+// submitSubject is the subject a job of spec is stored under, or an error
+// naming the fix when the stream cannot take it.
+func (q *Queue) submitSubject(spec Spec) (string, error) {
+	subject := q.names.Subject(spec.Pool, spec.Priority, spec.Tenant)
+	if spec.Tenant != "" && !slices.Contains(q.stream.CachedInfo().Config.Subjects, q.names.StreamSubjects()[1]) {
+		return "", fmt.Errorf("jobs: stream %s predates jobs with a tenant: start a leasemgr of this version once (it adds the subject %s)",
+			q.names.Stream, q.names.StreamSubjects()[1])
+	}
+	return subject, nil
 }
 
 func bucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -187,7 +216,11 @@ func (q *Queue) submit(ctx context.Context, spec Spec, trace map[string]string) 
 	// that takes the job at once may already have written a newer record,
 	// which Create then leaves alone. A submitter dying in between leaves a
 	// job without a record, and the executor that takes it writes one.
-	ack, err := q.js.Publish(ctx, q.names.Subject(spec.Pool, spec.Priority), data,
+	subject, err := q.submitSubject(spec)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := q.js.Publish(ctx, subject, data,
 		jetstream.WithMsgID(spec.ID), jetstream.WithExpectStream(q.names.Stream))
 	if err != nil {
 		return nil, fmt.Errorf("jobs: storing the job: %w", err)
@@ -329,33 +362,42 @@ func (q *Queue) Depths(ctx context.Context) ([]Depth, error) {
 		pool string
 		p    Priority
 	}
-	byKey := map[key]*Depth{}
-	at := func(pool string, p Priority) *Depth {
-		k := key{pool, p}
-		if d := byKey[k]; d != nil {
-			return d
-		}
-		d := &Depth{Pool: pool, Priority: p}
-		byKey[k] = d
-		return d
-	}
+	// Per subject (one per tenant): stored, then what its consumer says.
+	type counts struct{ stored, waiting, inFlight uint64 }
+	bySubject := map[string]*counts{}
 	for subj, n := range info.State.Subjects {
-		if pool, p, ok := q.names.parseSubject(subj); ok {
-			d := at(pool, p)
-			d.Stored, d.Waiting = n, n // until a consumer says better
-		}
+		bySubject[subj] = &counts{stored: n, waiting: n} // until a consumer says better
 	}
 	lister := q.stream.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		pool, p, ok := q.names.parseSubject(ci.Config.FilterSubject)
-		if !ok {
+		subj := ci.Config.FilterSubject
+		if _, _, _, ok := q.names.parseSubject(subj); !ok {
 			continue
 		}
-		d := at(pool, p)
-		d.Waiting, d.InFlight = ci.NumPending, ci.NumAckPending
+		c := bySubject[subj]
+		if c == nil {
+			c = &counts{}
+			bySubject[subj] = c
+		}
+		c.waiting, c.inFlight = ci.NumPending, uint64(ci.NumAckPending)
 	}
 	if err := lister.Err(); err != nil {
 		return nil, fmt.Errorf("jobs: consumers: %w", err)
+	}
+	byKey := map[key]*Depth{}
+	for subj, c := range bySubject {
+		pool, p, _, ok := q.names.parseSubject(subj)
+		if !ok {
+			continue
+		}
+		d := byKey[key{pool, p}]
+		if d == nil {
+			d = &Depth{Pool: pool, Priority: p}
+			byKey[key{pool, p}] = d
+		}
+		d.Stored += c.stored
+		d.Waiting += c.waiting
+		d.InFlight += int(c.inFlight)
 	}
 	out := make([]Depth, 0, len(byKey))
 	for _, d := range byKey {

@@ -110,9 +110,9 @@ type Server struct {
 	q    *Queue
 	node string
 
-	consumers map[string]map[Priority]jetstream.Consumer
-	wakes     map[string]chan struct{} // per pool, buffered 1
-	sem       chan struct{}            // running jobs; nil when Concurrency is 0
+	feeds map[string]*feed         // per pool: consumers and turns (pick.go)
+	wakes map[string]chan struct{} // per pool, buffered 1
+	sem   chan struct{}            // running jobs; nil when Concurrency is 0
 
 	// runCtx is the running jobs' context: cancelled when the grace
 	// period ends (or Abort), which stops their sandboxes.
@@ -152,11 +152,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{
-		cfg:       cfg,
-		q:         cfg.Queue,
-		node:      cfg.Leases.Node(),
-		consumers: map[string]map[Priority]jetstream.Consumer{},
-		wakes:     map[string]chan struct{}{},
+		cfg:   cfg,
+		q:     cfg.Queue,
+		node:  cfg.Leases.Node(),
+		feeds: map[string]*feed{},
+		wakes: map[string]chan struct{}{},
 	}
 	s.log = cfg.Logger.With("node", s.node)
 	for _, p := range cfg.Pools {
@@ -164,6 +164,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("jobs: pool %q given twice", p)
 		}
 		s.wakes[p] = make(chan struct{}, 1)
+		s.feeds[p] = newFeed()
 	}
 	if cfg.Concurrency > 0 {
 		s.sem = make(chan struct{}, cfg.Concurrency)
@@ -260,29 +261,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) ensureConsumers(ctx context.Context) error {
-	for _, pool := range s.cfg.Pools {
-		s.consumers[pool] = map[Priority]jetstream.Consumer{}
-		for _, p := range Priorities {
-			c, err := s.q.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-				Durable:       s.q.names.Consumer(pool, p),
-				Description:   fmt.Sprintf("executors serving pool %s, %s priority", pool, p),
-				FilterSubject: s.q.names.Subject(pool, p),
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       s.cfg.AckWait,
-				MaxDeliver:    -1, // attempts are counted by the server, which dead-letters
-				MaxAckPending: maxAckPending,
-			})
-			if err != nil {
-				return fmt.Errorf("jobs: consumer for pool %s, priority %s: %w", pool, p, err)
-			}
-			s.consumers[pool][p] = c
-		}
-	}
-	return nil
-}
-
 func (s *Server) poke(pool string) {
 	select {
 	case s.wakes[pool] <- struct{}{}:
@@ -351,7 +329,7 @@ func (s *Server) tryOne(ctx context.Context, pool string) outcome {
 	if st.Available < 1 || st.QueuedRequests > 0 {
 		return idle
 	}
-	msg, err := s.next(ctx, pool)
+	msg, err := s.next(ctx, pool, st)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("fetching a job", "pool", pool, "err", err)
@@ -362,47 +340,6 @@ func (s *Server) tryOne(ctx context.Context, pool string) outcome {
 		return idle
 	}
 	return s.take(ctx, pool, msg, st)
-}
-
-// next fetches one job of pool, trying priorities in the order of Order.
-func (s *Server) next(ctx context.Context, pool string) (jetstream.Msg, error) {
-	var heads []Head
-	for _, p := range Priorities {
-		info, err := s.consumers[pool][p].Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			continue // nothing at all of this priority
-		}
-		h := Head{Priority: p}
-		if info.NumPending > 0 && s.cfg.Aging > 0 {
-			// The oldest never-delivered job of this priority: the first
-			// message of the subject after the consumer's delivered floor.
-			m, err := s.q.stream.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(s.q.names.Subject(pool, p)))
-			if err == nil {
-				h.Since = m.Time
-			}
-		}
-		heads = append(heads, h)
-	}
-	for _, p := range Order(heads, time.Now(), s.cfg.Aging) {
-		batch, err := s.consumers[pool][p].FetchNoWait(1)
-		if err != nil {
-			return nil, err
-		}
-		var msg jetstream.Msg
-		for m := range batch.Messages() {
-			msg = m
-		}
-		if msg != nil {
-			return msg, nil
-		}
-		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-	}
-	return nil, nil
 }
 
 // task is one delivery of a job, from fetch to acknowledgement.
@@ -489,6 +426,7 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		}
 		return idle
 	}
+	s.charged(pool, msg.Subject(), job.Spec.Slots)
 	s.runs.Add(1)
 	s.running.Add(1)
 	go s.run(t, l)

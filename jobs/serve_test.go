@@ -274,7 +274,7 @@ func TestDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := js.Publish(context.Background(), q.Names().Subject("p", jobs.Normal), []byte("not json"))
+	ack, err := js.Publish(context.Background(), q.Names().Subject("p", jobs.Normal, ""), []byte("not json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,11 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
@@ -79,4 +82,47 @@ func TestJobTenantReachesTheLease(t *testing.T) {
 		}
 		return held["a"] == 1 && held["b"] == 1
 	})
+}
+
+// A stream made before jobs had tenant subjects: a queue bound without
+// creating refuses a tenant's job with an error naming the fix, and
+// opening it as leasemgr does adds the subjects, after which the job is
+// stored under its tenant's subject.
+func TestOldStreamGetsTenantSubjects(t *testing.T) {
+	srv := harness.StartServer(t)
+	ctx := context.Background()
+	names := jobs.NamesFor(lease.DefaultPrefix)
+	js, err := jetstream.New(harness.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openQueue(t, srv.URL)
+	st, err := js.Stream(ctx, names.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := st.CachedInfo().Config
+	old.Subjects = []string{"lease.jobs.queue.*.*"}
+	if _, err := js.UpdateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	spec := jobs.NewSpec()
+	spec.Tenant, spec.Command = "acme", []string{"true"}
+
+	bound, err := jobs.Bind(ctx, harness.Connect(t, srv.URL), lease.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bound.Submit(ctx, spec); err == nil || !strings.Contains(err.Error(), "start a leasemgr of this version once") {
+		t.Fatalf("tenant job on an old stream: %v, want an error naming the fix", err)
+	}
+	q := openQueue(t, srv.URL)
+	rec, err := q.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetMsg(ctx, rec.Seq)
+	if err != nil || m.Subject != "lease.jobs.queue.default.normal.t_acme" {
+		t.Fatalf("stored under %v (%v), want the tenant's subject", m, err)
+	}
 }

@@ -1,0 +1,80 @@
+package jobs_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// Two tenants at weight 3:1 on a fair pool, every job of a submitted before
+// any of b: over the first 200 jobs started, each tenant's share is within
+// 10% of its weight's (a 150, b 50). In submission order b would start
+// none of them.
+func TestTenantSharesThroughTheQueue(t *testing.T) {
+	const measured, perA, perB = 200, 165, 60
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 5 * time.Second,
+		Pools: []lease.PoolConfig{{Name: "p", Capacity: 4, Options: pools.Options{
+			Policy: pools.PolicyFair, Weights: map[string]int{"a": 3, "b": 1}}}}})
+	q := openQueue(t, srv.URL)
+	for _, tc := range []struct {
+		tenant string
+		n      int
+	}{{"a", perA}, {"b", perB}} {
+		for range tc.n {
+			s := spec("p", "true")
+			s.Tenant = tc.tenant
+			submit(t, q, s)
+		}
+	}
+
+	// The order of grants, from the manager's events.
+	var mu sync.Mutex
+	var order []string
+	nc := harness.Connect(t, srv.URL)
+	_, err := nc.Subscribe(lease.EventFilter(lease.DefaultPrefix, "n1", "p", ""), func(m *nats.Msg) {
+		var ev lease.Event
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Kind == lease.EventGranted {
+			mu.Lock()
+			order = append(order, ev.Tenant)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	harness.Eventually(t, 2*time.Minute, "200 jobs started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= measured
+	})
+	mu.Lock()
+	count := map[string]int{}
+	for _, tenant := range order[:measured] {
+		count[tenant]++
+	}
+	mu.Unlock()
+	t.Logf("first %d jobs started: a %d, b %d", measured, count["a"], count["b"])
+	for tenant, want := range map[string]float64{"a": 0.75 * measured, "b": 0.25 * measured} {
+		if got := float64(count[tenant]); got < 0.9*want || got > 1.1*want {
+			t.Errorf("tenant %s started %v of the first %d jobs, want %v ± 10%%", tenant, got, measured, want)
+		}
+	}
+	// And the rest drains: nothing is left behind by the turns.
+	harness.Eventually(t, time.Minute, "every job run", func() bool {
+		n, _ := stored(t, q, "p")
+		return n == 0
+	})
+}

@@ -1,0 +1,276 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+)
+
+// Which job an executor takes next, for one pool: the priority by Order
+// (priority and aging), then the tenant: by turns (weighted fair share)
+// when the node's pool has the fair policy, else the tenant whose oldest
+// job waited longest (submission order across tenants).
+
+// maxLooked bounds the job subjects (priority and tenant) one pick looks
+// at: each costs a consumer info and a stored-message read. With more
+// tenants waiting in a pool, each pick looks at the next maxLooked of them
+// in name order, so every tenant is looked at in turn.
+const maxLooked = 64
+
+// tenantIdle is how long a tenant's consumer lives without an executor
+// asking it for a job; the next job of the tenant makes it again.
+const tenantIdle = 15 * time.Minute
+
+// feed is one pool's picking state; only the pool's feeder goroutine uses
+// it (after ensureConsumers).
+type feed struct {
+	consumers map[string]jetstream.Consumer // by job subject
+	turns     map[Priority]*turns
+	from      string // maxLooked window: the subject after which to start
+}
+
+func newFeed() *feed {
+	return &feed{consumers: map[string]jetstream.Consumer{}, turns: map[Priority]*turns{}}
+}
+
+// candidate is a job subject of the pool with jobs to deliver.
+type candidate struct {
+	subject string
+	p       Priority
+	tkey    string
+	c       jetstream.Consumer
+	since   time.Time // when its oldest never-delivered job was stored; zero if unknown or none
+}
+
+// ensureConsumers makes the consumers of jobs without a tenant, one per pool
+// and priority, before any job is taken.
+func (s *Server) ensureConsumers(ctx context.Context) error {
+	for _, pool := range s.cfg.Pools {
+		for _, p := range Priorities {
+			if _, err := s.consumer(ctx, pool, p, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// consumer returns the durable consumer of one pool, priority and tenant
+// key, making it on first use. Tenant consumers are deleted by the server
+// after tenantIdle without a fetch (once their last claim has ended).
+func (s *Server) consumer(ctx context.Context, pool string, p Priority, tkey string) (jetstream.Consumer, error) {
+	f := s.feeds[pool]
+	subject := s.q.names.subjectOf(pool, p, tkey)
+	if c := f.consumers[subject]; c != nil {
+		return c, nil
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       s.q.names.Consumer(pool, p, tkey),
+		Description:   fmt.Sprintf("executors serving pool %s, %s priority", pool, p),
+		FilterSubject: subject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxDeliver:    -1, // attempts are counted by the server, which dead-letters
+		MaxAckPending: maxAckPending,
+	}
+	if tkey != "" {
+		cfg.Description += ", tenant key " + tkey
+		cfg.InactiveThreshold = tenantIdle
+	}
+	c, err := s.q.stream.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: consumer for pool %s, priority %s%s: %w", pool, p, orNone(" tenant key ", tkey), err)
+	}
+	f.consumers[subject] = c
+	return c, nil
+}
+
+func orNone(label, v string) string {
+	if v == "" {
+		return ""
+	}
+	return label + v
+}
+
+// next fetches one job of pool: it tries the priorities in the order of
+// Order and, within one, the tenants in the order of tenantOrder.
+func (s *Server) next(ctx context.Context, pool string, st lease.PoolStats) (jetstream.Msg, error) {
+	cands, err := s.candidates(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	byPriority := map[Priority][]candidate{}
+	var heads []Head
+	for _, c := range cands {
+		if byPriority[c.p] == nil {
+			heads = append(heads, Head{Priority: c.p})
+		}
+		byPriority[c.p] = append(byPriority[c.p], c)
+		h := &heads[slices.IndexFunc(heads, func(h Head) bool { return h.Priority == c.p })]
+		if !c.since.IsZero() && (h.Since.IsZero() || c.since.Before(h.Since)) {
+			h.Since = c.since
+		}
+	}
+	for _, p := range Order(heads, time.Now(), s.cfg.Aging) {
+		for _, c := range s.tenantOrder(pool, p, byPriority[p], st) {
+			batch, err := c.c.FetchNoWait(1)
+			if err != nil {
+				return nil, err
+			}
+			var msg jetstream.Msg
+			for m := range batch.Messages() {
+				msg = m
+			}
+			if msg != nil {
+				return msg, nil
+			}
+			if err := batch.Error(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, nil
+}
+
+// candidates returns the pool's job subjects with something to deliver
+// (at most maxLooked of them), each with its consumer.
+func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, error) {
+	f := s.feeds[pool]
+	info, err := s.q.stream.Info(ctx, jetstream.WithSubjectFilter(s.q.names.PoolSubjects(pool)))
+	if err != nil {
+		return nil, err
+	}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if n > 0 {
+			subjects = append(subjects, subj)
+		}
+	}
+	slices.Sort(subjects)
+	if len(subjects) > maxLooked {
+		// The next window after the last one, wrapping around.
+		i, _ := slices.BinarySearch(subjects, f.from)
+		subjects = append(subjects[i:], subjects[:i]...)[:maxLooked]
+		f.from = subjects[len(subjects)-1] + "\x00"
+	}
+	var out []candidate
+	for _, subj := range subjects {
+		_, p, tkey, ok := s.q.names.parseSubject(subj)
+		if !ok {
+			continue
+		}
+		c, err := s.consumer(ctx, pool, p, tkey)
+		if err != nil {
+			return nil, err
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			continue // stored jobs of a consumer made since, or being deleted
+		}
+		cand := candidate{subject: subj, p: p, tkey: tkey, c: c}
+		if ci.NumPending > 0 {
+			// Its oldest never-delivered job: the first message of the
+			// subject after the consumer's delivered floor.
+			if m, err := s.q.stream.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(subj)); err == nil {
+				cand.since = m.Time
+			}
+		}
+		out = append(out, cand)
+	}
+	return out, nil
+}
+
+// tenantOrder orders the candidates of one priority: by the pool's turns
+// when the node's pool is fair, else oldest waiting job first (a subject
+// with only retries coming due last).
+func (s *Server) tenantOrder(pool string, p Priority, cands []candidate, st lease.PoolStats) []candidate {
+	if st.Policy != pools.PolicyFair {
+		slices.SortFunc(cands, func(a, b candidate) int {
+			if a.since.IsZero() != b.since.IsZero() {
+				return cmp.Compare(boolInt(a.since.IsZero()), boolInt(b.since.IsZero()))
+			}
+			return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.subject, b.subject))
+		})
+		return cands
+	}
+	f := s.feeds[pool]
+	t := f.turns[p]
+	if t == nil {
+		t = newTurns()
+		f.turns[p] = t
+	}
+	// A tenant at its cap is passed over: its job could only wait.
+	capped := map[string]bool{}
+	for _, ts := range st.Tenants {
+		if st.TenantCap > 0 && ts.InUse >= st.TenantCap {
+			capped[tenantKey(ts.Tenant)] = true
+		}
+	}
+	cands = slices.DeleteFunc(cands, func(c candidate) bool { return capped[c.tkey] })
+	keys := make([]string, len(cands))
+	for i, c := range cands {
+		keys[i] = c.tkey
+	}
+	weights := tenantWeights(st)
+	order := t.order(keys, func(k string) int64 {
+		if w, ok := weights[k]; ok {
+			return w
+		}
+		return int64(max(st.DefaultWeight, 1))
+	})
+	out := make([]candidate, 0, len(cands))
+	for _, k := range order {
+		out = append(out, cands[slices.IndexFunc(cands, func(c candidate) bool { return c.tkey == k })])
+	}
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// tenantWeights maps tenant keys to the weights a fair pool's manager
+// reported: configured, and of the tenants holding or waiting now.
+func tenantWeights(st lease.PoolStats) map[string]int64 {
+	out := make(map[string]int64, len(st.Weights)+len(st.Tenants))
+	for name, w := range st.Weights {
+		out[tenantKey(name)] = int64(max(w, 1))
+	}
+	for _, ts := range st.Tenants {
+		if ts.Weight > 0 {
+			out[tenantKey(ts.Tenant)] = int64(ts.Weight)
+		}
+	}
+	return out
+}
+
+// tenantKey is TenantKey, and "" for no tenant.
+func tenantKey(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	return TenantKey(tenant)
+}
+
+// charged records, for the pool's turns, that a job of subject started with
+// slots slots.
+func (s *Server) charged(pool, subject string, slots int64) {
+	_, p, tkey, ok := s.q.names.parseSubject(subject)
+	if t := s.feeds[pool].turns[p]; ok && t != nil {
+		t.charge(tkey, slots)
+	}
+}
