@@ -22,6 +22,12 @@ import (
 // only mislead.
 const ReservedNodeID = "events"
 
+// ClusterNodeID is the node id under which cluster pools (CLUSTER_POOLS)
+// are served: <prefix>.cluster.<pool>.<verb>, leases keyed by it, one
+// active manager for it among every leasemgr listing cluster pools. No
+// node may be named so, in any case.
+const ClusterNodeID = "cluster"
+
 // Environment variable names.
 const (
 	EnvNodeID                 = "NODE_ID"
@@ -249,6 +255,8 @@ func (c *Common) resolve() []error {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, err))
 	} else if strings.EqualFold(c.NodeID, ReservedNodeID) {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved, in any case: "<prefix>.events.>" is the event subject space`)))
+	} else if strings.EqualFold(c.NodeID, ClusterNodeID) {
+		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved, in any case: cluster pools (CLUSTER_POOLS) are served as node "cluster"`)))
 	}
 	if c.NATSCreds != "" {
 		if err := checkReadable(c.NATSCreds, "a .creds file"); err != nil {

@@ -37,6 +37,11 @@ func StatsSubject(prefix, node string) string {
 // config refuses NODE_ID=EVENTS (config.ReservedNodeID, the one definition).
 const ReservedNode = config.ReservedNodeID
 
+// ClusterNode is the node id of cluster pools: a manager with this Node
+// serves the pools every node shares (CLUSTER_POOLS), with the same
+// protocol, records and standby takeover as a node's own manager.
+const ClusterNode = config.ClusterNodeID
+
 // EventSubject is where events of one kind for one pool go:
 // <prefix>.events.<node>.<pool>.<kind>.
 func EventSubject(prefix, node, pool string, kind EventKind) string {
