@@ -36,6 +36,7 @@ const (
 	EnvNATSListen             = "NATS_LISTEN"
 	EnvSubjectPrefix          = "LEASE_SUBJECT_PREFIX"
 	EnvPoolCapacities         = "POOL_CAPACITIES"
+	EnvClusterPools           = "CLUSTER_POOLS"
 	EnvExecutorMaxConcurrency = "EXECUTOR_MAX_CONCURRENCY"
 	EnvNATSStoreDir           = "NATS_STORE_DIR"
 	EnvLeaseTTL               = "LEASE_TTL"
@@ -143,6 +144,11 @@ type Manager struct {
 	// PoolCapacities is POOL_CAPACITIES as given, e.g. "gpu=1,io=16";
 	// Pools is the parsed form.
 	PoolCapacities string `env:"POOL_CAPACITIES"`
+	// ClusterPoolCapacities is CLUSTER_POOLS as given, same syntax, e.g.
+	// "api=50,embed=20": pools shared by every node, served as node
+	// ClusterNodeID by one of the managers that list them. ClusterPools is
+	// the parsed form, sorted by name; no name is also in Pools.
+	ClusterPoolCapacities string `env:"CLUSTER_POOLS"`
 	// DefaultCapacity is EXECUTOR_MAX_CONCURRENCY as given (default 4). It
 	// is the default pool's capacity unless POOL_CAPACITIES has a
 	// "default=N" entry; read the effective value from Pools.
@@ -192,6 +198,10 @@ type Manager struct {
 	// sorted by name. The default pool's capacity is "default=N" from
 	// POOL_CAPACITIES if present, else EXECUTOR_MAX_CONCURRENCY, else 4.
 	Pools []Pool
+	// ClusterPools is derived from CLUSTER_POOLS; queue policies
+	// (POOL_POLICIES, POOL_MAX_QUEUE, TENANT_CAPS) apply to them as to
+	// node pools.
+	ClusterPools []Pool
 }
 
 // LoadCommon reads Common from the process environment.
@@ -324,16 +334,34 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		}
 	}
 
-	pools, perrs := parsePools(c.PoolCapacities)
+	pools, perrs := parsePools(EnvPoolCapacities, c.PoolCapacities)
 	errs = append(errs, perrs...)
 	if !slices.ContainsFunc(pools, func(p Pool) bool { return p.Name == DefaultPool }) {
 		pools = append(pools, Pool{Name: DefaultPool, Capacity: c.DefaultCapacity})
 	}
 	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	c.Pools = pools
+	errs = append(errs, c.resolveClusterPools()...)
 	errs = append(errs, c.resolvePolicies(m)...)
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	errs = append(errs, c.resolveFastRelease(m, bad)...)
+	return errs
+}
+
+// resolveClusterPools parses CLUSTER_POOLS into c.ClusterPools, refusing a
+// name that is also a node pool ("default" always is): a pool name must
+// say by itself whether it is taken from the node or from the cluster.
+func (c *Manager) resolveClusterPools() []error {
+	cps, errs := parsePools(EnvClusterPools, c.ClusterPoolCapacities)
+	for _, p := range cps {
+		if slices.ContainsFunc(c.Pools, func(n Pool) bool { return n.Name == p.Name }) {
+			err := reason(fmt.Sprintf("pool %q is a node pool (POOL_CAPACITIES, or the default pool): a name is either a node pool or a cluster pool", p.Name))
+			errs = append(errs, &VarError{Var: EnvClusterPools, Value: fmt.Sprintf("%s=%d", p.Name, p.Capacity), Entry: true, Reason: err.Error(), Err: err})
+			continue
+		}
+		c.ClusterPools = append(c.ClusterPools, p)
+	}
+	slices.SortFunc(c.ClusterPools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	return errs
 }
 

@@ -756,3 +756,40 @@ func TestFastReleaseSettings(t *testing.T) {
 		t.Fatalf("off: events %q off %v grace %v", c.DisconnectEvents, c.DisconnectEventsOff, c.DisconnectGrace)
 	}
 }
+
+func TestClusterPools(t *testing.T) {
+	c, err := LoadManagerFrom(map[string]string{EnvNodeID: "n1", EnvPoolCapacities: "gpu=1", EnvClusterPools: "embed=20,api=50",
+		EnvPoolPolicies: "api=fair", EnvTenantCaps: "api=10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Pool{{Name: "api", Capacity: 50, Policy: "fair", TenantCap: 10}, {Name: "embed", Capacity: 20}}
+	if !reflect.DeepEqual(c.ClusterPools, want) {
+		t.Fatalf("cluster pools %+v, want %+v", c.ClusterPools, want)
+	}
+	for _, tc := range []struct{ env map[string]string }{
+		{map[string]string{EnvPoolCapacities: "gpu=1", EnvClusterPools: "gpu=2"}},
+		{map[string]string{EnvClusterPools: "default=2"}},
+		{map[string]string{EnvClusterPools: "api=0"}},
+		{map[string]string{EnvClusterPools: "api=1,api=2"}},
+		{map[string]string{EnvNodeID: "Cluster"}},
+	} {
+		tc.env[EnvNodeID] = cmpOr(tc.env[EnvNodeID], "n1")
+		_, err := LoadManagerFrom(tc.env)
+		if err == nil {
+			t.Errorf("%v: accepted", tc.env)
+			continue
+		}
+		t.Logf("%v: %v", tc.env, err)
+		if want := EnvClusterPools; tc.env[EnvNodeID] == "n1" && !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want it to name %s", tc.env, err, want)
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

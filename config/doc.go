@@ -41,6 +41,8 @@
 // Read by the lease manager only ([Manager]):
 //
 //	POOL_CAPACITIES           comma-separated name=capacity, e.g. "gpu=1,io=16"
+//	CLUSTER_POOLS             pools shared by every node, same syntax, e.g.
+//	                          "api=50"; a name may not also be a node pool
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
 //	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream

@@ -64,10 +64,13 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 	for i := range c.Pools {
 		index[c.Pools[i].Name] = &c.Pools[i]
 	}
+	for i := range c.ClusterPools {
+		index[c.ClusterPools[i].Name] = &c.ClusterPools[i]
+	}
 	pool := func(name string) (*Pool, error) {
 		p := index[name]
 		if p == nil {
-			return nil, reason(fmt.Sprintf("no pool %q (name it in POOL_CAPACITIES first)", name))
+			return nil, reason(fmt.Sprintf("no pool %q (name it in POOL_CAPACITIES or CLUSTER_POOLS first)", name))
 		}
 		return p, nil
 	}

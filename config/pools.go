@@ -61,17 +61,18 @@ func tokenByte(c byte) bool {
 //
 //	POOL_CAPACITIES: entry "gpu=0": capacity must be a positive integer
 func ParsePoolCapacities(s string) ([]Pool, error) {
-	pools, errs := parsePools(s)
+	pools, errs := parsePools(EnvPoolCapacities, s)
 	if err := joinErrs(errs); err != nil {
 		return nil, err
 	}
 	return pools, nil
 }
 
-// parsePools is ParsePoolCapacities returning the good pools and the errors
-// separately, so LoadManagerFrom can report the errors alongside those of
-// other variables without nesting.
-func parsePools(s string) ([]Pool, []error) {
+// parsePools is ParsePoolCapacities of variable (POOL_CAPACITIES or
+// CLUSTER_POOLS) returning the good pools and the errors separately, so
+// LoadManagerFrom can report the errors alongside those of other variables
+// without nesting.
+func parsePools(variable, s string) ([]Pool, []error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -86,7 +87,7 @@ func parsePools(s string) ([]Pool, []error) {
 			err = reason(fmt.Sprintf("duplicate pool %q", p.Name))
 		}
 		if err != nil {
-			errs = append(errs, &VarError{Var: EnvPoolCapacities, Value: entry, Entry: true, Reason: err.Error(), Err: err})
+			errs = append(errs, &VarError{Var: variable, Value: entry, Entry: true, Reason: err.Error(), Err: err})
 			continue
 		}
 		seen[p.Name] = true

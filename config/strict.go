@@ -50,7 +50,7 @@ var (
 		EnvLogLevel, EnvLogFormat,
 	}
 	managerVars = []string{
-		EnvPoolCapacities, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
+		EnvPoolCapacities, EnvClusterPools, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 	}
@@ -63,7 +63,7 @@ var (
 // variables check their entries themselves (checkEntry), so that each bad
 // entry is named.
 var (
-	listVars     = []string{EnvPoolCapacities, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
+	listVars     = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
 	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )
