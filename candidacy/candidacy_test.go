@@ -1,0 +1,80 @@
+package candidacy_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/candidacy"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+func TestDisagreements(t *testing.T) {
+	a := candidacy.Record{Node: "n1", Instance: "i1", Pools: map[string]int64{"api": 50, "embed": 20}}
+	b := candidacy.Record{Node: "n2", Instance: "i2", Pools: map[string]int64{"api": 50, "embed": 20}}
+	if d := candidacy.Disagreements([]candidacy.Record{a, b}); d != nil {
+		t.Fatalf("agreeing candidates: %v", d)
+	}
+	c := candidacy.Record{Node: "n3", Instance: "i3", Pools: map[string]int64{"api": 40}}
+	want := []string{
+		"cluster pool api: capacity 40 on n3; capacity 50 on n1, n2",
+		"cluster pool embed: capacity 20 on n1, n2; not listed on n3",
+	}
+	if d := candidacy.Disagreements([]candidacy.Record{c, b, a}); !slices.Equal(d, want) {
+		t.Fatalf("got %q\nwant %q", d, want)
+	}
+}
+
+// Two candidates with different capacities both learn of it; when one
+// stops, its record goes and the other learns they agree again.
+func TestCandidatesSeeEachOther(t *testing.T) {
+	srv := harness.StartServer(t)
+	store := harness.StartManagerStore(t, srv.URL)
+	type seen struct {
+		mu   sync.Mutex
+		last []string
+		n    int
+	}
+	start := func(node string, api int64) (*seen, func() error) {
+		s := &seen{}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- candidacy.Run(ctx, candidacy.Config{Store: store, Cluster: lease.ClusterNode, TTL: time.Second,
+				Self: candidacy.Record{Node: node, Instance: node + "-i", Pools: map[string]int64{"api": api}},
+				Logger: harness.Logger(),
+				OnChange: func(d []string) {
+					s.mu.Lock()
+					s.last, s.n = d, s.n+1
+					s.mu.Unlock()
+				}})
+		}()
+		stop := sync.OnceValue(func() error { cancel(); return <-done })
+		t.Cleanup(func() { _ = stop() })
+		return s, stop
+	}
+	get := func(s *seen) ([]string, int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.last, s.n
+	}
+	s1, _ := start("n1", 50)
+	s2, stop2 := start("n2", 40)
+	want := "cluster pool api: capacity 40 on n2; capacity 50 on n1"
+	for _, s := range []*seen{s1, s2} {
+		harness.Eventually(t, 5*time.Second, "the disagreement reported", func() bool {
+			d, _ := get(s)
+			return slices.Equal(d, []string{want})
+		})
+	}
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "agreement once n2 stopped", func() bool {
+		d, n := get(s1)
+		return d == nil && n >= 2
+	})
+}
