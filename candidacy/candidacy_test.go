@@ -44,7 +44,7 @@ func TestCandidatesSeeEachOther(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- candidacy.Run(ctx, candidacy.Config{Store: store, Cluster: lease.ClusterNode, TTL: time.Second,
-				Self: candidacy.Record{Node: node, Instance: node + "-i", Pools: map[string]int64{"api": api}},
+				Self:   candidacy.Record{Node: node, Instance: node + "-i", Pools: map[string]int64{"api": api}},
 				Logger: harness.Logger(),
 				OnChange: func(d []string) {
 					s.mu.Lock()

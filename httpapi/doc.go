@@ -12,10 +12,13 @@
 //
 //	GET /healthz     200 "ok": the process is alive
 //	GET /readyz      200 "ready", or 503 and the reason (standing by, NATS down,
-//	                 the leadership term over: checked on every probe)
-//	GET /v1/status   {"node", "ready", "reason"}
+//	                 the leadership term over: checked on every probe); when
+//	                 ready, a "warning: ..." line for each warning (cluster
+//	                 pool candidates that disagree on their pools)
+//	GET /v1/status   {"node", "ready", "reason", "warnings"}
 //	GET /v1/pools    lease.NodePools: {"node", "pools": [lease.PoolStats]}, pools sorted by name (as leasemgr pools --json
-//	                 and the "pools" snapshot of /v1/events)
+//	                 and the "pools" snapshot of /v1/events); "cluster": the
+//	                 cluster pools, apart, when a manager serves any
 //	GET /v1/leases   [lease.Record]: holder, slots, token, expires_at, ...
 //	GET /v1/events   text/event-stream: "event: <kind>" + "data: <lease.Event>",
 //	                 a "pools" snapshot first, a comment heartbeat every 15s

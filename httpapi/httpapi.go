@@ -197,6 +197,9 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
+	for _, warning := range h.warnings() {
+		_, _ = io.WriteString(w, "warning: "+warning+"\n")
+	}
 }
 
 // Status is the body of /v1/status.
@@ -204,22 +207,26 @@ type Status struct {
 	Node   string `json:"node"`
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"` // why not ready
+	// Warnings: what an operator should know even when ready (the cluster
+	// pool candidates' disagreements).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
-	st := Status{Node: h.src.Node(), Ready: true}
+	st := Status{Node: h.src.Node(), Ready: true, Warnings: h.warnings()}
 	if err := h.src.Ready(); err != nil {
 		st.Ready, st.Reason = false, err.Error()
 	}
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (h *Handler) pools(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
 	np, err := h.nodePools()
 	if err != nil {
 		h.sourceError(w, err)
 		return
 	}
+	h.withCluster(r.Context(), &np)
 	writeJSON(w, http.StatusOK, np)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -105,7 +106,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 	var st httpapi.Status
 	e.getJSON("/v1/status", &st)
-	if st != (httpapi.Status{Node: "n1", Ready: true}) {
+	if !reflect.DeepEqual(st, httpapi.Status{Node: "n1", Ready: true}) {
 		t.Errorf("status %+v", st)
 	}
 

@@ -21,6 +21,8 @@ type NATSSource struct {
 	node    string
 	manager func() *lease.Manager
 	stream  string // the event stream replayed by RecentEvents; "" for none
+
+	warnings func() []string // WithWarnings; nil for none
 }
 
 // SourceOption configures a NATSSource.

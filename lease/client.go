@@ -471,6 +471,16 @@ func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
 	return r.Pools, nil
 }
 
+// NodePools returns the node's pools with what its stats reply says beside
+// them (ServedBy, Warnings); Cluster is left nil.
+func (c *Client) NodePools(ctx context.Context) (NodePools, error) {
+	r, err := c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
+	if err != nil {
+		return NodePools{}, err
+	}
+	return NodePools{Node: c.node, Pools: r.Pools, ServedBy: r.ServedBy, Warnings: r.Warnings}, nil
+}
+
 // Resize changes the node's pools at runtime and returns them afterwards.
 func (c *Client) Resize(ctx context.Context, req ResizeRequest) ([]PoolStats, error) {
 	r, err := c.request(ctx, ResizeSubject(c.prefix, c.node), req)

@@ -66,6 +66,9 @@ func (m *Manager) serveDiscovery() error {
 		// snapshot.go: holders, waiters and history for the operator's page.
 		snapshot: &endpoint{name: "snapshot", subject: SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
 	}
+	if m.cfg.ServedBy != "" {
+		d.identity.Metadata["served_by"] = m.cfg.ServedBy
+	}
 	var err error
 	if d.ping, err = json.Marshal(micro.Ping{ServiceIdentity: d.identity, Type: micro.PingResponseType}); err != nil {
 		return fmt.Errorf("lease: service ping: %w", err)

@@ -74,6 +74,12 @@ type ManagerConfig struct {
 	// leases are freed (DefaultDisconnectGrace if zero), between
 	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
 	DisconnectGrace time.Duration
+	// ServedBy and Warnings, if set, go into every stats reply: the node
+	// of the process serving (for the cluster pools' manager, whose Node is
+	// ClusterNode), and what an operator should know about the pools (the
+	// cluster pool candidates' disagreements). Warnings must not block.
+	ServedBy string
+	Warnings func() []string
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,

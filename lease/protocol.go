@@ -184,6 +184,9 @@ type Reply struct {
 	// so the holder must confirm it with a renewal and measure its deadline
 	// from that renewal.
 	Existing bool `json:"existing,omitempty"`
+	// ServedBy and Warnings (stats replies): see ManagerConfig.
+	ServedBy string   `json:"served_by,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // NodePools is one node's pools: the one JSON shape of `leasemgr pools
@@ -191,6 +194,12 @@ type Reply struct {
 type NodePools struct {
 	Node  string      `json:"node"`
 	Pools []PoolStats `json:"pools"`
+	// ServedBy and Warnings as the node's stats reply gave them.
+	ServedBy string   `json:"served_by,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Cluster is the cluster pools (node ClusterNode), shown beside a
+	// node's own when a manager serves them; nil otherwise.
+	Cluster *NodePools `json:"cluster,omitempty"`
 }
 
 // PoolStats is one pool's figures in a stats reply.

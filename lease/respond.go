@@ -7,7 +7,11 @@ import (
 )
 
 func (m *Manager) handleStats(msg *nats.Msg) {
-	m.respond(msg.Reply, Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.Stats()})
+	r := Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.Stats(), ServedBy: m.cfg.ServedBy}
+	if m.cfg.Warnings != nil {
+		r.Warnings = m.cfg.Warnings()
+	}
+	m.respond(msg.Reply, r)
 }
 
 func (m *Manager) emit(p *pool, ev Event) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,16 +61,19 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var out []lease.NodePools
 	for _, n := range nodes {
-		c, err := lease.NewClient(nc, n, lease.WithPrefix(cfg.SubjectPrefix))
-		if err != nil {
-			return err
-		}
-		stats, err := c.Stats(ctx)
-		_ = c.Close()
+		np, err := nodePools(ctx, nc, cfg.SubjectPrefix, n)
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n, err)
 		}
-		out = append(out, lease.NodePools{Node: n, Pools: stats})
+		out = append(out, np)
+	}
+	if !*all && nodes[0] != lease.ClusterNode {
+		// The cluster pools, if a manager serves any: beside the node's.
+		if cp, err := nodePools(ctx, nc, cfg.SubjectPrefix, lease.ClusterNode); err == nil {
+			out[0].Cluster = &cp
+		} else if !errors.Is(err, lease.ErrUnavailable) {
+			return fmt.Errorf("cluster pools: %w", err)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -82,10 +86,34 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return printPools(stdout, out...)
 }
 
+// nodePools asks node's manager for its pools.
+func nodePools(ctx context.Context, nc *nats.Conn, prefix, node string) (lease.NodePools, error) {
+	c, err := lease.NewClient(nc, node, lease.WithPrefix(prefix))
+	if err != nil {
+		return lease.NodePools{}, err
+	}
+	defer c.Close()
+	return c.NodePools(ctx)
+}
+
+// printPools prints the pools of nodes in one table, the cluster pools
+// (node "cluster") among them, and then what their managers warned of.
 func printPools(w io.Writer, nodes ...lease.NodePools) error {
+	for i := range nodes {
+		if c := nodes[i].Cluster; c != nil {
+			nodes = append(nodes, *c)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS\tPOLICY")
+	var notes []string
 	for _, n := range nodes {
+		if n.Node == lease.ClusterNode {
+			notes = append(notes, fmt.Sprintf("node %s: the cluster pools, shared by every node; served by the manager of node %s", lease.ClusterNode, n.ServedBy))
+		}
+		for _, warning := range n.Warnings {
+			notes = append(notes, "warning: "+warning)
+		}
 		for _, s := range n.Pools {
 			policy := string(s.Policy)
 			if policy == "" {
@@ -116,7 +144,15 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			}
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

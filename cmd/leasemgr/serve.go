@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,16 +86,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	nc, store, leaders, poolStore := ns.nc, ns.store, ns.leaders, ns.poolStore
 	defer nc.Close()
-	poolConfigs := make([]lease.PoolConfig, 0, len(cfg.Pools))
-	for _, p := range cfg.Pools {
-		poolConfigs = append(poolConfigs, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
-			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
-			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight,
-		}})
-	}
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
-		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs, TTL: cfg.LeaseTTL, Instance: instance,
+		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs(cfg, cfg.Pools), TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
 		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
 		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
@@ -102,6 +97,12 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
+	}
+	clusterCfg := clusterConfig(cfg, mcfg, metrics)
+	if len(cfg.ClusterPools) > 0 {
+		if _, err := lease.NewManager(clusterCfg); err != nil {
+			return err
+		}
 	}
 
 	var active atomic.Pointer[lease.Manager] // nil while standing by
@@ -121,11 +122,12 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
-		var replay []httpapi.SourceOption // the cluster page's events from before it opened
+		opts := []httpapi.SourceOption{httpapi.WithWarnings(currentClusterWarnings)}
+		// The cluster page's events from before it opened:
 		if cfg.EventRetention > 0 {
-			replay = append(replay, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
+			opts = append(opts, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
 		}
-		src, err := httpapi.NewNATSSource(nc, cfg.SubjectPrefix, cfg.NodeID, active.Load, replay...)
+		src, err := httpapi.NewNATSSource(nc, cfg.SubjectPrefix, cfg.NodeID, active.Load, opts...)
 		if err != nil {
 			return err
 		}
@@ -148,7 +150,25 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	// serve runs one term as this node's active manager, fenced by it.
+	var cluster sync.WaitGroup // the cluster pools' candidate, if any: stopped before return
+	defer cluster.Wait()
+	cctx, stopCluster := context.WithCancel(ctx)
+	defer stopCluster()
+	if len(cfg.ClusterPools) > 0 {
+		cluster.Go(func() {
+			runClusterCandidate(cctx, cfg, clusterCfg, leaders, metrics, log.With("role", "cluster pools"))
+		})
+	}
+
+	err = leadNode(ctx, cfg, mcfg, leaders, &active, log)
+	log.Info("shut down")
+	return err
+}
+
+// leadNode stands by for mcfg.Node's leadership and serves each term won
+// as its active manager, fenced by it, until ctx ends. active holds the
+// manager while it serves.
+func leadNode(ctx context.Context, cfg *config.Manager, mcfg lease.ManagerConfig, leaders lease.Store, active *atomic.Pointer[lease.Manager], log *slog.Logger) error {
 	serve := func(ctx context.Context, fence lease.Fence) error {
 		mc := mcfg
 		mc.Fence = fence
@@ -161,15 +181,26 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 				active.Store(nil)
 				return
 			}
-			for _, p := range cfg.Pools {
+			for _, p := range mcfg.Pools {
 				log.Info("pool", "name", p.Name, "capacity", p.Capacity)
 			}
 			active.Store(m)
 		})
 	}
-	err = lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: cfg.NodeID, Instance: instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
-	log.Info("shut down")
-	return err
+	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+}
+
+// poolConfigs turns configured pools into the manager's, with the queue
+// policy settings.
+func poolConfigs(cfg *config.Manager, ps []config.Pool) []lease.PoolConfig {
+	out := make([]lease.PoolConfig, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
+			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
+			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight,
+		}})
+	}
+	return out
 }
 
 // disconnectEvents is the subject of the disconnect advisories that turn

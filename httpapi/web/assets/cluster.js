@@ -188,11 +188,17 @@
     return td;
   }
 
+  // The cluster pools (CLUSTER_POOLS) are served as node "cluster": shown
+  // apart from the nodes' own pools.
+  function nodeLabel(node) {
+    return node === 'cluster' ? 'cluster pools (shared by every node)' : 'node ' + node;
+  }
+
   function groupRow(g, group, members) {
     const tr = document.createElement('tr');
     tr.className = 'group';
     tr.dataset.group = g;
-    const td = cell(tr, '', group + ' ' + g);
+    const td = cell(tr, '', group === 'node' ? nodeLabel(g) : group + ' ' + g);
     td.colSpan = 8;
     const n = nodes.get(g);
     if (group === 'node' && n) {
@@ -221,7 +227,7 @@
     const r = ratio(p);
     tr.dataset.level = r >= 1 ? 'full' : r >= 0.75 ? 'warn' : 'ok';
     if (k === selected) tr.classList.add('selected');
-    cell(tr, 'node', n.node);
+    cell(tr, 'node', n.node === 'cluster' ? 'cluster (shared)' : n.node);
     cell(tr, 'name', p.name);
     cell(tr, 'policy', p.policy || 'fifo');
     cell(tr, 'in_use', String(p.in_use), 'num');

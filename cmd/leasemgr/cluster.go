@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/slotlease/slotlease/candidacy"
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/telemetry/leasemetrics"
+)
+
+// Cluster pools (CLUSTER_POOLS): every leasemgr that lists them is a
+// candidate to serve them, as node lease.ClusterNode. Exactly one serves at
+// a time, by the same leadership, fencing, records and takeover as a
+// node's own hot standbys: the cluster pools are a node's pools whose node
+// is no machine. The candidates also keep a record of their lists
+// (package candidacy) and report any disagreement: in the log, in the
+// serving manager's stats replies (leasemgr pools, /v1/pools) and on
+// /readyz of every candidate.
+
+// clusterWarnings is the candidates' latest disagreements, read by the
+// cluster manager's stats replies and /readyz.
+var clusterWarnings atomic.Pointer[[]string]
+
+func currentClusterWarnings() []string {
+	if w := clusterWarnings.Load(); w != nil {
+		return *w
+	}
+	return nil
+}
+
+// clusterConfig derives the cluster pools' manager configuration from the
+// node's: another node id, pools, instance and metrics, the same NATS,
+// store, TTL, reply rules and fast release.
+func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *leasemetrics.Metrics) lease.ManagerConfig {
+	mc := node
+	mc.Node = lease.ClusterNode
+	mc.Pools = poolConfigs(cfg, cfg.ClusterPools)
+	mc.Instance = nuid.Next()
+	mc.GrantLatency = func(pool string, d time.Duration) { metrics.ObserveGrantLatency(lease.ClusterNode, pool, d) }
+	mc.ReplyRefused = metrics.ReplyRefusals(lease.ClusterNode)
+	mc.RecordRefused = metrics.RecordsRefused(lease.ClusterNode)
+	mc.ServedBy = cfg.NodeID
+	mc.Warnings = currentClusterWarnings
+	return mc
+}
+
+// runClusterCandidate keeps this process's candidacy for the cluster pools
+// and serves them whenever it wins their leadership, until ctx ends.
+func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.ManagerConfig, leaders lease.Store, metrics *leasemetrics.Metrics, log *slog.Logger) {
+	var active atomic.Pointer[lease.Manager]
+	metrics.SetPoolSource(lease.ClusterNode, func() []lease.PoolStats {
+		if m := active.Load(); m != nil {
+			return m.Stats()
+		}
+		return nil // another candidate serves them
+	})
+	defer metrics.SetPoolSource(lease.ClusterNode, nil)
+
+	self := candidacy.Record{Node: cfg.NodeID, Instance: mc.Instance, Pools: map[string]int64{}}
+	for _, p := range cfg.ClusterPools {
+		self.Pools[p.Name] = p.Capacity
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		err := candidacy.Run(ctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Self: self, TTL: cfg.LeaderTTL, Logger: log,
+			OnChange: func(d []string) { clusterWarnings.Store(&d) }})
+		if err != nil {
+			log.Error("cluster pool candidacy", "err", err)
+		}
+	})
+	if err := leadNode(ctx, cfg, mc, leaders, &active, log); err != nil {
+		log.Error("serving the cluster pools", "err", err)
+	}
+}
