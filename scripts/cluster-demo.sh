@@ -11,12 +11,15 @@
 #   - for each node nodeI: two leasemgr processes with NODE_ID=nodeI, an
 #     active manager and a hot standby (LEADER_TTL), pools gpu=1 and cpu=4,
 #     NATS_URL listing all three servers and NATS_REPLICAS=3, each with its
-#     own HTTP_ADDR (web page and /v1/pools) from port HTTP_BASE (8100) up;
+#     own HTTP_ADDR (web page and /v1/pools) from port HTTP_BASE (8100) up,
+#     and all of them candidates for the cluster pool api=2 (CLUSTER_POOLS),
+#     which exactly one of them serves at a time;
 # and prints what to try. Ctrl-C stops everything. Logs and pid files are in
 # $DEMO_DIR (default /tmp/slotlease-demo); it is wiped at start.
 #
 # Environment: DEMO_DIR, LEASE_TTL (default 6s), LEADER_TTL (default 1s), HTTP_BASE,
-# POOL_CAPACITIES (default gpu=1,cpu=4), NATS_PORTS (default 4222,4223,4224),
+# POOL_CAPACITIES (default gpu=1,cpu=4), CLUSTER_POOLS (default api=2; empty
+# for none), NATS_PORTS (default 4222,4223,4224),
 # NATS_CLUSTER_PORTS (default 6222,6223,6224).
 #
 # Fault trials while it runs (pids are in $DEMO_DIR/*.pid):
@@ -42,6 +45,7 @@ LEASE_TTL=${LEASE_TTL:-6s}
 HTTP_BASE=${HTTP_BASE:-8100}
 LEADER_TTL=${LEADER_TTL:-1s}
 POOLS=${POOL_CAPACITIES:-gpu=1,cpu=4}
+CLUSTER_POOLS=${CLUSTER_POOLS-api=2}
 NATS_PORTS=${NATS_PORTS:-4222,4223,4224}
 NATS_CLUSTER_PORTS=${NATS_CLUSTER_PORTS:-6222,6223,6224}
 
@@ -120,7 +124,7 @@ http_port() { # node-number suffix
 
 start_manager() { # node-number suffix
 	local n=$1 s=$2 node="node$1"
-	env NODE_ID="$node" POOL_CAPACITIES="$POOLS" NATS_REPLICAS=3 LEASE_TTL="$LEASE_TTL" LEADER_TTL="$LEADER_TTL" \
+	env NODE_ID="$node" POOL_CAPACITIES="$POOLS" CLUSTER_POOLS="$CLUSTER_POOLS" NATS_REPLICAS=3 LEASE_TTL="$LEASE_TTL" LEADER_TTL="$LEADER_TTL" \
 		HTTP_ADDR="127.0.0.1:$(http_port "$n" "$s")" NATS_URL="$NATS_URL" "$ROOT/bin/leasemgr" run >>"$DEMO_DIR/$node-$s.log" 2>&1 &
 	echo $! >"$DEMO_DIR/$node-$s.pid"
 }
@@ -152,9 +156,10 @@ cat <<EOF
 3 NATS servers and $NODES nodes x 2 lease managers are running (LEASE_TTL=$LEASE_TTL, LEADER_TTL=$LEADER_TTL).
 
   export NATS_URL=$NATS_URL
-  NODE_ID=node1 bin/leasemgr pools                       # node1's pools
+  NODE_ID=node1 bin/leasemgr pools                       # node1's pools and the cluster's
   bin/leasemgr watch                                     # every lease event
   NODE_ID=node1 bin/executor run --pool gpu -- sleep 20  # hold node1's gpu for 20s
+  NODE_ID=node2 bin/executor run --pool gpu --pool api -- sleep 20  # node2's gpu and one of the cluster's 2 api
   open http://127.0.0.1:$HTTP_BASE/                      # node1-a's web page (node1-b: $((HTTP_BASE + 1)), node2-a: $((HTTP_BASE + 2)), ...)
 
   kill -9 \$(cat $DEMO_DIR/node1-a.pid)    # crash node1's active manager
