@@ -34,6 +34,8 @@ type Client struct {
 	closed  bool
 
 	live liveness // pings for the leases with fast release (liveness.go)
+
+	cluster *Client // the cluster pools' client (acquireall.go); guarded by mu
 }
 
 // ClientOption configures a Client.
@@ -152,6 +154,9 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.live.close()
+	if c.cluster != nil {
+		_ = c.cluster.Close()
+	}
 	return c.sub.Unsubscribe()
 }
 
@@ -177,6 +182,8 @@ type acquireOptions struct {
 	noWait    bool
 	wait      time.Duration
 	onQueued  func(position int)
+	// onQueuedIn (AcquireAll only; acquireall.go)
+	onQueuedIn func(Queued)
 }
 
 // AcquireOption configures one Acquire.
