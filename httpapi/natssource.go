@@ -22,7 +22,8 @@ type NATSSource struct {
 	manager func() *lease.Manager
 	stream  string // the event stream replayed by RecentEvents; "" for none
 
-	warnings func() []string // WithWarnings; nil for none
+	warnings     func() []string                // WithWarnings; nil for none
+	localCluster func() (lease.NodePools, bool) // WithLocalCluster; nil for none
 }
 
 // SourceOption configures a NATSSource.

@@ -22,7 +22,7 @@ import (
 var passEnv = []string{"PATH", "LANG", "LC_ALL", "TZ", "TERM", "USER", "LOGNAME"}
 
 type runFlags struct {
-	pool        string
+	pools       []lease.Want
 	slots       int64
 	wait        time.Duration
 	timeout     time.Duration
@@ -46,8 +46,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	f := &runFlags{}
 	fs := flag.NewFlagSet("executor run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.pool, "pool", config.DefaultPool, "pool to take slots from")
-	fs.Int64Var(&f.slots, "slots", 1, "number of slots")
+	var pools poolFlags
+	fs.Var(&pools, "pool", "pool to take slots from, NAME or NAME=SLOTS; repeat it to hold several pools at once, all or none (default \"default\")")
+	fs.Int64Var(&f.slots, "slots", 1, "number of slots, with a single --pool")
 	fs.DurationVar(&f.wait, "wait", 0, "give up if not granted within this time (0: wait as long as it takes)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command after this wall-clock time (0: none)")
 	fs.DurationVar(&f.cpu, "cpu", 0, "CPU time limit (0: none)")
@@ -71,11 +72,14 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	if len(cmd) == 0 {
 		return nil, nil, errors.New("no command: give it after --, e.g. executor run --pool gpu -- sleep 5")
 	}
-	if err := config.ValidToken(f.pool); err != nil {
-		return nil, nil, fmt.Errorf("--pool %q: %w", f.pool, err)
-	}
 	if f.slots <= 0 {
 		return nil, nil, fmt.Errorf("--slots %d: must be a positive integer", f.slots)
+	}
+	slotsSet := false
+	fs.Visit(func(fl *flag.Flag) { slotsSet = slotsSet || fl.Name == "slots" })
+	var err error
+	if f.pools, err = pools.resolve(f.slots, slotsSet); err != nil {
+		return nil, nil, err
 	}
 	if _, err := leasePriority(f.priority); err != nil {
 		return nil, nil, err
@@ -108,7 +112,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return ExitUsage, err
 	}
 	defer stopTelemetry() // flush the run's spans before exiting
-	ctx, span := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun, telemetry.Node(f.node), telemetry.Pool(f.pool), telemetry.Slots(f.slots))
+	first := f.pools[0]
+	ctx, span := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun, telemetry.Node(f.node), telemetry.Pool(first.Pool), telemetry.Slots(first.Slots))
 	defer func() {
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))
 		telemetry.End(span, err)
@@ -125,8 +130,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	defer client.Close()
 
-	opts := []lease.AcquireOption{lease.OnQueued(func(pos int) {
-		fmt.Fprintf(stderr, "executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue\n", f.slots, f.pool, f.node, pos)
+	opts := []lease.AcquireOption{lease.OnQueuedIn(func(q lease.Queued) {
+		holding := ""
+		if len(q.Holding) > 0 {
+			holding = " (holding " + strings.Join(q.Holding, ", ") + ")"
+		}
+		fmt.Fprintf(stderr, "executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue%s\n", q.Slots, q.Pool, q.Node, q.Position, holding)
 	})}
 	if f.wait > 0 {
 		opts = append(opts, lease.WithWait(f.wait))
@@ -139,27 +148,30 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	if f.noWait {
 		opts = append(opts, lease.NoWait())
 	}
-	l, err := client.Acquire(ctx, f.pool, f.slots, opts...)
+	set, err := client.AcquireAll(ctx, f.pools, opts...)
 	if err != nil {
-		return ExitNoLease, fail(ExitNoLease, "no lease for %d slot(s) of pool %s on node %s: %w", f.slots, f.pool, f.node, err)
+		return ExitNoLease, fail(ExitNoLease, "no lease: %w", err)
 	}
-	fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
+	leases := set.Leases()
+	for _, l := range leases {
+		fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
+	}
 	defer func() {
 		// The caller's context may be done (a signal): release on a fresh,
 		// bounded one so the slots come back now rather than at the TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := l.Release(rctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
-			fmt.Fprintf(stderr, "executor: releasing lease %s: %v (it expires on its own)\n", l.ID(), err)
+		if err := set.Release(rctx); err != nil {
+			fmt.Fprintf(stderr, "executor: %v (it expires on its own)\n", err)
 		}
 	}()
 
 	res, err := sandbox.Run(ctx, sandbox.Spec{
-		Command: cmd, Env: workerEnv(l, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
+		Command: cmd, Env: workerEnv(leases, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
-		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: l.LossGrace(), Deadline: l.Deadline, CaptureBytes: -1,
+		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
 		Hide: hide,
-	}, l.Done())
+	}, set.Done())
 	if err != nil {
 		return 1, fmt.Errorf("running %q: %w", cmd[0], err)
 	}
@@ -171,7 +183,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	switch res.StoppedBy {
 	case sandbox.StoppedLeaseLost:
-		return ExitLeaseLost, fail(ExitLeaseLost, "lease %s lost (%v); the command was stopped", l.ID(), l.Err())
+		return ExitLeaseLost, fail(ExitLeaseLost, "%v; the command was stopped", set.Err())
 	case sandbox.StoppedTimeout:
 		return ExitTimeout, fail(ExitTimeout, "the command ran past --timeout %v and was stopped", f.timeout)
 	case sandbox.StoppedMemory, sandbox.StoppedCPU:
@@ -184,18 +196,6 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return 128 + sig, nil
 	}
 	return 1, nil
-}
-
-// leaseEnv is what the worker learns about its lease, so it can fence its
-// own writes with the token.
-func leaseEnv(l *lease.Lease) map[string]string {
-	return map[string]string{
-		"LEASE_ID":    l.ID(),
-		"LEASE_TOKEN": strconv.FormatUint(l.Token(), 10),
-		"LEASE_POOL":  l.Pool(),
-		"LEASE_SLOTS": strconv.FormatInt(l.Slots(), 10),
-		"LEASE_NODE":  l.Node(),
-	}
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.

@@ -24,7 +24,7 @@ import (
 // variables, then the lease variables (which the job cannot override).
 // Nothing else of the executor's environment, NATS credentials above all,
 // reaches the worker.
-func workerEnv(l *lease.Lease, jobEnv map[string]string) map[string]string {
+func workerEnv(leases []*lease.Lease, jobEnv map[string]string) map[string]string {
 	env := map[string]string{}
 	for _, k := range passEnv {
 		if v, ok := os.LookupEnv(k); ok {
@@ -32,7 +32,7 @@ func workerEnv(l *lease.Lease, jobEnv map[string]string) map[string]string {
 		}
 	}
 	maps.Copy(env, jobEnv)
-	maps.Copy(env, leaseEnv(l))
+	maps.Copy(env, leaseEnv(leases...))
 	return env
 }
 
@@ -149,7 +149,9 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
-		Env: workerEnv, Logger: log, Hide: secretsToHide(cfg, stderr),
+		Env: func(l *lease.Lease, env map[string]string) map[string]string {
+			return workerEnv([]*lease.Lease{l}, env)
+		}, Logger: log, Hide: secretsToHide(cfg, stderr),
 		Executable: executable(stderr), MaxDepth: f.maxDepth, MaxChildren: f.maxChildren,
 	})
 	if err != nil {

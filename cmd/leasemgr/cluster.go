@@ -24,21 +24,36 @@ import (
 // serving manager's stats replies (leasemgr pools, /v1/pools) and on
 // /readyz of every candidate.
 
-// clusterWarnings is the candidates' latest disagreements, read by the
-// cluster manager's stats replies and /readyz.
-var clusterWarnings atomic.Pointer[[]string]
+// clusterState is this process's side of the cluster pools: the manager
+// serving them while this process does, and the candidates' latest
+// disagreements (for the stats replies and /readyz).
+type clusterState struct {
+	active   atomic.Pointer[lease.Manager]
+	warnings atomic.Pointer[[]string]
+}
 
-func currentClusterWarnings() []string {
-	if w := clusterWarnings.Load(); w != nil {
+func (cs *clusterState) Warnings() []string {
+	if w := cs.warnings.Load(); w != nil {
 		return *w
 	}
 	return nil
 }
 
+// local returns the cluster pools when this process serves them: asked
+// over NATS they would come back on this process's own connection, whose
+// replies a manager refuses to send (lease/replyto.go).
+func (cs *clusterState) local(servedBy string) (lease.NodePools, bool) {
+	m := cs.active.Load()
+	if m == nil {
+		return lease.NodePools{}, false
+	}
+	return lease.NodePools{Node: lease.ClusterNode, Pools: m.Stats(), ServedBy: servedBy, Warnings: cs.Warnings()}, true
+}
+
 // clusterConfig derives the cluster pools' manager configuration from the
 // node's: another node id, pools, instance and metrics, the same NATS,
 // store, TTL, reply rules and fast release.
-func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *leasemetrics.Metrics) lease.ManagerConfig {
+func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *leasemetrics.Metrics, cs *clusterState) lease.ManagerConfig {
 	mc := node
 	mc.Node = lease.ClusterNode
 	mc.Pools = poolConfigs(cfg, cfg.ClusterPools)
@@ -47,16 +62,16 @@ func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *lease
 	mc.ReplyRefused = metrics.ReplyRefusals(lease.ClusterNode)
 	mc.RecordRefused = metrics.RecordsRefused(lease.ClusterNode)
 	mc.ServedBy = cfg.NodeID
-	mc.Warnings = currentClusterWarnings
+	mc.Warnings = cs.Warnings
+	mc.Logger = node.Logger.With("role", "cluster pools")
 	return mc
 }
 
 // runClusterCandidate keeps this process's candidacy for the cluster pools
 // and serves them whenever it wins their leadership, until ctx ends.
-func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.ManagerConfig, leaders lease.Store, metrics *leasemetrics.Metrics, log *slog.Logger) {
-	var active atomic.Pointer[lease.Manager]
+func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.ManagerConfig, leaders lease.Store, metrics *leasemetrics.Metrics, cs *clusterState, log *slog.Logger) {
 	metrics.SetPoolSource(lease.ClusterNode, func() []lease.PoolStats {
-		if m := active.Load(); m != nil {
+		if m := cs.active.Load(); m != nil {
 			return m.Stats()
 		}
 		return nil // another candidate serves them
@@ -71,12 +86,12 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.Mana
 	defer wg.Wait()
 	wg.Go(func() {
 		err := candidacy.Run(ctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Self: self, TTL: cfg.LeaderTTL, Logger: log,
-			OnChange: func(d []string) { clusterWarnings.Store(&d) }})
+			OnChange: func(d []string) { cs.warnings.Store(&d) }})
 		if err != nil {
 			log.Error("cluster pool candidacy", "err", err)
 		}
 	})
-	if err := leadNode(ctx, cfg, mc, leaders, &active, log); err != nil {
+	if err := leadNode(ctx, cfg, mc, leaders, &cs.active, log); err != nil {
 		log.Error("serving the cluster pools", "err", err)
 	}
 }

@@ -98,7 +98,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
 	}
-	clusterCfg := clusterConfig(cfg, mcfg, metrics)
+	var cluster clusterState
+	clusterCfg := clusterConfig(cfg, mcfg, metrics, &cluster)
 	if len(cfg.ClusterPools) > 0 {
 		if _, err := lease.NewManager(clusterCfg); err != nil {
 			return err
@@ -122,7 +123,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
-		opts := []httpapi.SourceOption{httpapi.WithWarnings(currentClusterWarnings)}
+		opts := []httpapi.SourceOption{httpapi.WithWarnings(cluster.Warnings),
+			httpapi.WithLocalCluster(func() (lease.NodePools, bool) { return cluster.local(cfg.NodeID) })}
 		// The cluster page's events from before it opened:
 		if cfg.EventRetention > 0 {
 			opts = append(opts, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
@@ -150,13 +152,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("http", "addr", ln.Addr().String())
 	}
 
-	var cluster sync.WaitGroup // the cluster pools' candidate, if any: stopped before return
-	defer cluster.Wait()
+	var candidate sync.WaitGroup // the cluster pools' candidate, if any: stopped before return
+	defer candidate.Wait()
 	cctx, stopCluster := context.WithCancel(ctx)
 	defer stopCluster()
 	if len(cfg.ClusterPools) > 0 {
-		cluster.Go(func() {
-			runClusterCandidate(cctx, cfg, clusterCfg, leaders, metrics, log.With("role", "cluster pools"))
+		candidate.Go(func() {
+			runClusterCandidate(cctx, cfg, clusterCfg, leaders, metrics, &cluster, log.With("role", "cluster pools"))
 		})
 	}
 

@@ -3,6 +3,9 @@ package integration
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,5 +106,109 @@ func TestClusterPoolsServedAndTakenOver(t *testing.T) {
 	}
 	if code := holder.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("the holder lost its api lease in the takeover: exit %d\n%s", code, holder.Output())
+	}
+}
+
+// runSpan is when a worker ran, as it wrote it down.
+type runSpan struct{ start, end float64 }
+
+// spanScript writes the worker's start and end times (seconds) to $1.
+const spanScript = `date +%s.%N > "$1.start"; sleep 2; date +%s.%N > "$1.end"`
+
+func readSpan(t *testing.T, path string) runSpan {
+	t.Helper()
+	var s runSpan
+	for _, f := range []struct {
+		ext string
+		to  *float64
+	}{{".start", &s.start}, {".end", &s.end}} {
+		b, err := os.ReadFile(path + f.ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *f.to, err = strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// Several pools in one run, as a user runs it: two nodes on one NATS,
+// each gpu=1, sharing api=1. Two `executor run --pool gpu --pool api --
+// sleep 2` started at once on the two nodes run one after the other (about
+// 4 s in all); with `--pool gpu` alone they run side by side (about 2 s).
+// The worker gets every lease in its environment; the second run says
+// which pool it waits in and what it holds meanwhile; bad --pool flags are
+// usage errors; nothing is held afterwards.
+func TestSeveralPoolsInOneRun(t *testing.T) {
+	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
+	startManager(t, host, hostHTTP)
+	env1, http1, _ := clusterNode(t, host, "g1", "gpu=1", "api=1")
+	env2, _, _ := clusterNode(t, host, "g2", "gpu=1", "api=1")
+	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool { return servedBy(t, env1) != "" })
+
+	dir := t.TempDir()
+	pair := func(name string, pools ...string) (a, b runSpan, took time.Duration, outB string) {
+		t.Helper()
+		args := func(tag string) []string {
+			out := []string{"run"}
+			for _, p := range pools {
+				out = append(out, "--pool", p)
+			}
+			return append(out, "--", "sh", "-c", spanScript, "sh", filepath.Join(dir, name+tag))
+		}
+		begin := time.Now()
+		pa := start(t, env1, "executor", args("-a")...)
+		pb := start(t, env2, "executor", args("-b")...)
+		for _, p := range []*proc{pa, pb} {
+			if code := p.Wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("%s: exit %d\n%s", strings.Join(p.cmd.Args, " "), code, p.Output())
+			}
+		}
+		return readSpan(t, filepath.Join(dir, name+"-a")), readSpan(t, filepath.Join(dir, name+"-b")), time.Since(begin), pa.Output() + pb.Output()
+	}
+	a, b, took, out := pair("both", "gpu", "api")
+	if a.start < b.end && b.start < a.end {
+		t.Fatalf("two runs held the cluster's only api slot at once: %v and %v", a, b)
+	}
+	if !strings.Contains(out, "of pool api on node cluster: position 1 in queue (holding gpu on node g") {
+		t.Errorf("the waiting run did not say it waits for api holding its gpu:\n%s", out)
+	}
+	t.Logf("gpu+api on two nodes: %v in all (one after the other)", took.Round(100*time.Millisecond))
+	a, b, took, _ = pair("gpu", "gpu")
+	if !(a.start < b.end && b.start < a.end) {
+		t.Fatalf("two runs of gpu alone on two nodes did not run side by side: %v and %v", a, b)
+	}
+	t.Logf("gpu alone on two nodes: %v in all (side by side)", took.Round(100*time.Millisecond))
+
+	code, out := runExecutor(t, env1, "run", "--pool", "gpu", "--pool", "api=1", "--", "sh", "-c", "env | grep ^LEASE_ | sort")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"LEASE_POOLS=gpu,api", "LEASE_POOL=gpu", "LEASE_NODE=g1", "LEASE_GPU_NODE=g1", "LEASE_API_NODE=cluster", "LEASE_API_SLOTS=1", "LEASE_API_TOKEN=", "LEASE_GPU_ID="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker environment lacks %s:\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--pool", "gpu", "--pool", "gpu"},
+		{"--pool", "gpu=0"},
+		{"--pool", "a.b"},
+		{"--slots", "2", "--pool", "gpu", "--pool", "api"},
+		{"--pool", "a-b", "--pool", "a_b"},
+	} {
+		code, out := runExecutor(t, env1, append(append([]string{"run"}, bad...), "--", "true")...)
+		if code != 2 {
+			t.Errorf("executor run %v: exit %d, want 2 (usage)\n%s", bad, code, out)
+		}
+	}
+	np := httpNodePools(t, http1)
+	if np.Cluster == nil || len(np.Cluster.Pools) != 1 || np.Cluster.Pools[0].Name != "api" {
+		t.Fatalf("/v1/pools of g1 does not show the cluster's api apart: %+v", np)
+	}
+	for _, p := range append(np.Pools, np.Cluster.Pools...) {
+		if p.InUse != 0 {
+			t.Errorf("%s holds %d after every run ended", p.Name, p.InUse)
+		}
 	}
 }
