@@ -96,6 +96,10 @@ type Spec struct {
 	ID          string            `json:"id,omitempty"`
 	Pool        string            `json:"pool"`
 	Slots       int64             `json:"slots"`
+	// Pools are further pools each attempt holds beside Pool, all or none
+	// (lease.Client.AcquireAll): this node's, or the cluster's when the
+	// name is a cluster pool. At most lease.MaxSetPools-1.
+	Pools []PoolSlots `json:"pools,omitempty"`
 	Priority    Priority          `json:"priority"`
 	MaxAttempts int               `json:"max_attempts"`
 	Command     []string          `json:"command"`
@@ -123,6 +127,12 @@ type Spec struct {
 	// submitted from outside (0). Both are set by the serving executor.
 	Parent string `json:"parent,omitempty"`
 	Depth  int    `json:"depth,omitempty"`
+}
+
+// PoolSlots is one further pool of a job and its slots.
+type PoolSlots struct {
+	Pool  string `json:"pool"`
+	Slots int64  `json:"slots"`
 }
 
 // MaxDepth bounds Spec.Depth whatever an executor's --max-depth says.
@@ -230,6 +240,21 @@ func (s *Spec) Validate() error {
 	}
 	if s.Priority.rank() < 0 {
 		bad("priority %q: must be high, normal or low", s.Priority)
+	}
+	if len(s.Pools) > lease.MaxSetPools-1 {
+		bad("pools: %d further pools, at most %d", len(s.Pools), lease.MaxSetPools-1)
+	}
+	seen := map[string]bool{s.Pool: true}
+	for i, p := range s.Pools {
+		if err := config.ValidToken(p.Pool); err != nil {
+			bad("pools[%d] %q: %v", i, p.Pool, err)
+		} else if seen[p.Pool] {
+			bad("pools[%d] %s: named twice (with pool or in pools)", i, p.Pool)
+		}
+		seen[p.Pool] = true
+		if p.Slots <= 0 {
+			bad("pools[%d] %s: slots %d must be a positive integer", i, p.Pool, p.Slots)
+		}
 	}
 	if s.MaxAttempts < 1 || s.MaxAttempts > MaxMaxAttempts {
 		bad("max_attempts %d: must be from 1 to %d", s.MaxAttempts, MaxMaxAttempts)

@@ -38,6 +38,10 @@ func TestParseSpec(t *testing.T) {
 		{`{"command":["true"],"pool":"a.b"}`, `pool "a.b"`},
 		{`{"command":["true"],"id":"has space"}`, `id "has space"`},
 		{`{"command":["true"],"env":{"A=B":"c"}}`, `env "A=B"`},
+		{`{"command":["true"],"pools":[{"pool":"api"}]}`, `pools[0] api: slots 0 must be a positive integer`},
+		{`{"command":["true"],"pool":"gpu","pools":[{"pool":"gpu","slots":1}]}`, `pools[0] gpu: named twice`},
+		{`{"command":["true"],"pools":[{"pool":"a b","slots":1}]}`, `pools[0] "a b"`},
+		{`{"command":["true"],"pools":[{"pool":"api","slots":1,"x":1}]}`, `unknown field "x"`},
 	}
 	for _, tc := range bad {
 		_, err := jobs.ParseSpec([]byte(tc.json))

@@ -84,7 +84,7 @@ type ServerConfig struct {
 	// Env builds a worker's whole environment from its lease and the job's
 	// own variables (executor's workerEnv: the lease variables, a few safe
 	// variables of the executor, never its secrets).
-	Env func(l *lease.Lease, jobEnv map[string]string) map[string]string
+	Env func(leases []*lease.Lease, jobEnv map[string]string) map[string]string
 	// Logger; slog.Default() if nil.
 	Logger *slog.Logger
 }
@@ -410,9 +410,7 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		return idle
 	}
 	t.stopClaim = s.keepClaim(msg)
-	l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots,
-		lease.WithRequestID(job.ID+"-d"+strconv.FormatUint(meta.NumDelivered, 10)),
-		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant))
+	set, err := s.acquire(ctx, pool, job, meta.NumDelivered)
 	if err != nil {
 		switch {
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
@@ -429,8 +427,27 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 	s.charged(pool, msg.Subject(), job.Spec.Slots)
 	s.runs.Add(1)
 	s.running.Add(1)
-	go s.run(t, l)
+	go s.run(t, set)
 	return started
+}
+
+// acquire takes the leases of one delivery of job: its pool on this node
+// and, with further pools, all of them or none (lease.Client.AcquireAll).
+func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uint64) (*lease.LeaseSet, error) {
+	opts := []lease.AcquireOption{lease.WithRequestID(job.ID + "-d" + strconv.FormatUint(delivery, 10)),
+		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant)}
+	if len(job.Spec.Pools) == 0 {
+		l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return lease.NewLeaseSet(l), nil
+	}
+	wants := []lease.Want{{Pool: pool, Slots: job.Spec.Slots}}
+	for _, p := range job.Spec.Pools {
+		wants = append(wants, lease.Want{Pool: p.Pool, Slots: p.Slots})
+	}
+	return s.cfg.Leases.AcquireAll(ctx, wants, opts...)
 }
 
 // keepClaim heartbeats the job's claim until the returned stop is called;
@@ -461,7 +478,7 @@ func (s *Server) keepClaim(msg jetstream.Msg) (stop func()) {
 
 // run runs a job whose lease is held, then stores its result and
 // acknowledges (or retries, or buries) it.
-func (s *Server) run(t *task, l *lease.Lease) {
+func (s *Server) run(t *task, set *lease.LeaseSet) {
 	defer s.runs.Done()
 	defer s.running.Add(-1)
 	defer s.poke(t.pool)
@@ -469,6 +486,13 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		defer func() { <-s.sem }()
 	}
 	rec, spec := t.rec, t.job.Spec
+	leases := set.Leases()
+	l := leases[0] // the job's own pool: the record names its lease
+	for _, o := range leases {
+		if o.Pool() == t.pool && o.Node() == s.node {
+			l = o
+		}
+	}
 	rec.State, rec.Attempts, rec.Node = StateRunning, t.attempt, s.node
 	rec.LeaseID, rec.LeaseToken = l.ID(), l.Token()
 	rec.StartedAt, rec.FinishedAt, rec.NextAttemptAt = time.Now().UTC(), time.Time{}, time.Time{}
@@ -494,7 +518,7 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		jobEnv = map[string]string{}
 	}
 	jobEnv["JOB_ID"], jobEnv["JOB_ATTEMPT"] = rec.ID, strconv.Itoa(t.attempt)
-	env := s.cfg.Env(l, jobEnv)
+	env := s.cfg.Env(leases, jobEnv)
 	ch, cerr := s.openChannel(spanCtx, t.job)
 	if cerr != nil {
 		s.log.Warn("the job runs without a command channel", "job", rec.ID, "err", cerr)
@@ -505,8 +529,8 @@ func (s *Server) run(t *task, l *lease.Lease) {
 		Command: spec.Command, Env: env,
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
-		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: l.LossGrace(), Deadline: l.Deadline, Hide: s.cfg.Hide,
-	}, l.Done())
+		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: set.LossGrace(), Deadline: set.Deadline, Hide: s.cfg.Hide,
+	}, set.Done())
 	if ch != nil {
 		ch.close() // the channel dies with the job
 	}
@@ -516,8 +540,8 @@ func (s *Server) run(t *task, l *lease.Lease) {
 
 	// Slots back first: the result write does not need them.
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, lease.ErrLeaseLost) {
-		s.log.Warn("releasing a job's lease (it expires on its own)", "job", rec.ID, "lease", l.ID(), "err", rerr)
+	if rerr := set.Release(rctx); rerr != nil {
+		s.log.Warn("releasing a job's leases (they expire on their own)", "job", rec.ID, "err", rerr)
 	}
 	cancel()
 

@@ -48,7 +48,8 @@ func submitFollowUpAndExit(spec string) int {
 
 // testEnv stands in for the executor's workerEnv: the job's variables, the
 // lease variables and PATH.
-func testEnv(l *lease.Lease, env map[string]string) map[string]string {
+func testEnv(leases []*lease.Lease, env map[string]string) map[string]string {
+	l := leases[0]
 	out := maps.Clone(env)
 	out["PATH"] = os.Getenv("PATH")
 	out["LEASE_ID"], out["LEASE_TOKEN"] = l.ID(), strconv.FormatUint(l.Token(), 10)

@@ -25,6 +25,10 @@ type LeaseSet struct {
 	release error // the first Release's result
 }
 
+// NewLeaseSet makes a set of leases the caller holds (at least one), to be
+// held, lost and released together as AcquireAll's are.
+func NewLeaseSet(leases ...*Lease) *LeaseSet { return newLeaseSet(leases) }
+
 // newLeaseSet watches leases, which the caller holds.
 func newLeaseSet(leases []*Lease) *LeaseSet {
 	s := &LeaseSet{leases: leases, done: make(chan struct{}), stop: make(chan struct{})}

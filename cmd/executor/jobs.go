@@ -124,6 +124,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 		timeout, cpu                  time.Duration
 		memory                        byteSize
 		env                           envFlags
+		also                          poolFlags
 	)
 	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -133,6 +134,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	fs.StringVar(&s.ID, "id", "", "job id, making the submit idempotent (a fresh unique id otherwise)")
 	fs.StringVar(&s.Pool, "pool", s.Pool, "pool to run in")
 	fs.Int64Var(&s.Slots, "slots", s.Slots, "slots the job needs")
+	fs.Var(&also, "also-pool", "a further pool the job holds beside --pool, NAME or NAME=SLOTS (repeatable; cluster pools too)")
 	fs.StringVar(&priority, "priority", string(s.Priority), "high, normal or low")
 	fs.IntVar(&s.MaxAttempts, "max-attempts", s.MaxAttempts, "attempts before the job is dead-lettered")
 	fs.DurationVar(&timeout, "timeout", 0, "stop an attempt after this wall-clock time (0: none)")
@@ -187,6 +189,9 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 		return nil, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 	}
 	s.Priority, s.Command, s.Env = p, fs.Args(), env
+	for _, w := range also {
+		s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})
+	}
 	s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
 	if err := s.Validate(); err != nil {
 		return nil, err

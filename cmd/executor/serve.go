@@ -149,9 +149,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
-		Env: func(l *lease.Lease, env map[string]string) map[string]string {
-			return workerEnv([]*lease.Lease{l}, env)
-		}, Logger: log, Hide: secretsToHide(cfg, stderr),
+		Env: workerEnv, Logger: log, Hide: secretsToHide(cfg, stderr),
 		Executable: executable(stderr), MaxDepth: f.maxDepth, MaxChildren: f.maxChildren,
 	})
 	if err != nil {

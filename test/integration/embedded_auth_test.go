@@ -125,7 +125,7 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		srv, err := jobs.NewServer(jobs.ServerConfig{
 			Queue: q, Conn: nc, Leases: client, Pools: []string{"gpu"}, Logger: slog.New(slog.DiscardHandler),
 			PollInterval: 50 * time.Millisecond, Backoff: 50 * time.Millisecond, KillGrace: 200 * time.Millisecond,
-			Env: func(*lease.Lease, map[string]string) map[string]string {
+			Env: func([]*lease.Lease, map[string]string) map[string]string {
 				return map[string]string{"PATH": os.Getenv("PATH")}
 			},
 		})

@@ -1,0 +1,49 @@
+package jobs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// A job with a further pool holds both, all or none: two jobs of pool p
+// (capacity 2) that each also need the cluster's only api slot run one
+// after the other, each record names its p lease, and nothing is held
+// afterwards.
+func TestJobHoldsItsFurtherPools(t *testing.T) {
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 5 * time.Second,
+		Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: lease.ClusterNode, TTL: 5 * time.Second,
+		Pools: []lease.PoolConfig{{Name: "api", Capacity: 1}}})
+	q := openQueue(t, srv.URL)
+	var ids []string
+	for range 2 {
+		s := spec("p", "sleep", "1")
+		s.Pools = []jobs.PoolSlots{{Pool: "api", Slots: 1}}
+		ids = append(ids, submit(t, q, s))
+	}
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{AcquireWait: 10 * time.Second})
+	var recs []*jobs.Record
+	for _, id := range ids {
+		recs = append(recs, waitState(t, q, id, jobs.StateSucceeded, 30*time.Second))
+	}
+	a, b := recs[0], recs[1]
+	if a.StartedAt.Before(b.FinishedAt) && b.StartedAt.Before(a.FinishedAt) {
+		t.Fatalf("two jobs held the only api slot at once: %v..%v and %v..%v", a.StartedAt, a.FinishedAt, b.StartedAt, b.FinishedAt)
+	}
+	for _, r := range recs {
+		if r.LeaseID != r.ID+"-d1-p" && r.LeaseID != r.ID+"-d2-p" {
+			t.Errorf("job %s's record names lease %s, want its pool p lease", r.ID, r.LeaseID)
+		}
+	}
+	cc := harness.Client(t, srv.URL, lease.ClusterNode)
+	harness.Eventually(t, 5*time.Second, "api free", func() bool {
+		ps, err := cc.Stats(context.Background())
+		return err == nil && len(ps) == 1 && ps[0].InUse == 0
+	})
+}
