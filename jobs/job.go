@@ -93,13 +93,13 @@ const (
 type Spec struct {
 	// ID is optional: a client-chosen id makes submitting idempotent (the
 	// same id is stored once). A fresh unique id otherwise.
-	ID          string            `json:"id,omitempty"`
-	Pool        string            `json:"pool"`
-	Slots       int64             `json:"slots"`
+	ID    string `json:"id,omitempty"`
+	Pool  string `json:"pool"`
+	Slots int64  `json:"slots"`
 	// Pools are further pools each attempt holds beside Pool, all or none
 	// (lease.Client.AcquireAll): this node's, or the cluster's when the
 	// name is a cluster pool. At most lease.MaxSetPools-1.
-	Pools []PoolSlots `json:"pools,omitempty"`
+	Pools       []PoolSlots       `json:"pools,omitempty"`
 	Priority    Priority          `json:"priority"`
 	MaxAttempts int               `json:"max_attempts"`
 	Command     []string          `json:"command"`

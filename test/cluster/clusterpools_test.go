@@ -81,7 +81,9 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 30 {
 		node := nodes[i%3]
-		wg.Go(func() { grants[i] = multiPoolExecutor(rctx, t, cl, st, rec, fmt.Sprintf("x%d", i), node, i%3, uint64(i)) })
+		wg.Go(func() {
+			grants[i] = multiPoolExecutor(rctx, t, cl, st, rec, fmt.Sprintf("x%d", i), node, i%3, uint64(i))
+		})
 	}
 	time.Sleep(run / 2)
 	victim := serving()
