@@ -202,6 +202,13 @@ func TestSeveralPoolsInOneRun(t *testing.T) {
 			t.Errorf("executor run %v: exit %d, want 2 (usage)\n%s", bad, code, out)
 		}
 	}
+	// All or nothing: the second pool refused, the first is given back.
+	for _, second := range []string{"api=5", "nope"} {
+		code, out := runExecutor(t, env1, "run", "--pool", "gpu", "--pool", second, "--wait", "2s", "--", "true")
+		if code != 75 || !strings.Contains(out, "no lease") {
+			t.Errorf("executor run --pool gpu --pool %s: exit %d, want 75 and no lease\n%s", second, code, out)
+		}
+	}
 	np := httpNodePools(t, http1)
 	if np.Cluster == nil || len(np.Cluster.Pools) != 1 || np.Cluster.Pools[0].Name != "api" {
 		t.Fatalf("/v1/pools of g1 does not show the cluster's api apart: %+v", np)
