@@ -1,12 +1,14 @@
 package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
@@ -77,4 +79,29 @@ func TestTenantSharesThroughTheQueue(t *testing.T) {
 		n, _ := stored(t, q, "p")
 		return n == 0
 	})
+}
+
+// A tenant's consumer deleted behind the executor's back (the server
+// deletes idle ones after 15 minutes) is made again: the tenant's next job
+// still runs.
+func TestTenantConsumerComesBack(t *testing.T) {
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	q := openQueue(t, srv.URL)
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	job := func() string {
+		s := spec("p", "true")
+		s.Tenant = "acme"
+		return submit(t, q, s)
+	}
+	waitState(t, q, job(), jobs.StateSucceeded, 20*time.Second)
+	js, err := jetstream.New(harness.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := q.Names().Consumer("p", jobs.Normal, jobs.TenantKey("acme"))
+	if err := js.DeleteConsumer(context.Background(), q.Names().Stream, name); err != nil {
+		t.Fatalf("deleting consumer %s: %v", name, err)
+	}
+	waitState(t, q, job(), jobs.StateSucceeded, 20*time.Second)
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -158,7 +159,7 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 	if len(subjects) > maxLooked {
 		// The next window after the last one, wrapping around.
 		i, _ := slices.BinarySearch(subjects, f.from)
-		subjects = append(subjects[i:], subjects[:i]...)[:maxLooked]
+		subjects = slices.Concat(subjects[i:], subjects[:i])[:maxLooked]
 		f.from = subjects[len(subjects)-1] + "\x00"
 	}
 	var out []candidate
@@ -172,6 +173,14 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 			return nil, err
 		}
 		ci, err := c.Info(ctx)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// A tenant's consumer the server deleted after tenantIdle
+			// (or an operator did): make it again.
+			delete(f.consumers, subj)
+			if c, err = s.consumer(ctx, pool, p, tkey); err == nil {
+				ci, err = c.Info(ctx)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
