@@ -219,3 +219,37 @@ func TestSeveralPoolsInOneRun(t *testing.T) {
 		}
 	}
 }
+
+// Losing one lease of a run stops its work and gives the others back: the
+// only manager of the cluster pools dies under a run holding node g1's gpu
+// and the cluster's api; the run's work is stopped by the api lease's
+// deadline, the run exits 76 naming it, and g1's gpu is free at once.
+func TestLosingOnePoolStopsTheWork(t *testing.T) {
+	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
+	startManager(t, host, hostHTTP)
+	env1, http1 := joinNode(t, host, "l1", "gpu=1")
+	startManager(t, env1, http1)
+	_, _, cand := clusterNode(t, host, "l2", "gpu=1", "api=1")
+	eventually(t, 20*time.Second, "l2 to serve the cluster pools", func() bool { return servedBy(t, env1) == "l2" })
+
+	marker := filepath.Join(t.TempDir(), "still-running")
+	run := start(t, env1, "executor", "run", "--pool", "gpu", "--pool", "api", "--",
+		"sh", "-c", `while true; do date +%s.%N > "$0"; sleep 0.1; done`, marker)
+	eventually(t, 20*time.Second, "the run to hold both", func() bool { return strings.Count(run.Output(), "granted") == 2 })
+	_ = cand.cmd.Process.Kill()
+	killed := time.Now()
+	code := run.Wait(t, 30*time.Second)
+	if code != 76 || !strings.Contains(run.Output(), "pool api on node cluster") {
+		t.Fatalf("exit %d, want 76 naming the api lease\n%s", code, run.Output())
+	}
+	t.Logf("the run ended %v after the cluster pools' only manager was killed (LEASE_TTL 6s)", time.Since(killed).Round(100*time.Millisecond))
+	// The work is gone with the run: the marker stops changing.
+	before, _ := os.ReadFile(marker)
+	time.Sleep(500 * time.Millisecond)
+	if after, _ := os.ReadFile(marker); string(after) != string(before) {
+		t.Errorf("the work still runs after the run ended")
+	}
+	if p := httpPools(t, http1)["gpu"]; p.InUse != 0 {
+		t.Errorf("l1's gpu still held after the run ended: %d", p.InUse)
+	}
+}
