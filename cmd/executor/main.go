@@ -1,6 +1,6 @@
 // Command executor runs work under a slot lease.
 //
-//	executor run --pool P --slots K [--wait D] [limits] -- CMD ARGS...
+//	executor run --pool P[=K]... [--slots K] [--wait D] [limits] -- CMD ARGS...
 //	executor submit --pool P --slots K [--priority P] -- CMD ARGS...
 //	executor serve [--pools P1,P2] [--concurrency N]
 //	executor status JOB_ID
@@ -56,7 +56,7 @@ func main() {
 
 const usage = `usage: executor COMMAND [flags]
 
-  run --pool P [--slots K] [--wait D] [limits] -- CMD ARGS...
+  run --pool P[=K]... [--slots K] [--wait D] [limits] -- CMD ARGS...
       Acquires K slots of pool P on this node's lease manager, runs CMD while
       the lease is held, releases it, and exits with CMD's exit code.
   submit --pool P [--slots K] [--priority high|normal|low] [--max-attempts N]
