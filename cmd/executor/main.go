@@ -57,8 +57,9 @@ func main() {
 const usage = `usage: executor COMMAND [flags]
 
   run --pool P[=K]... [--slots K] [--wait D] [limits] -- CMD ARGS...
-      Acquires K slots of pool P on this node's lease manager, runs CMD while
-      the lease is held, releases it, and exits with CMD's exit code.
+      Acquires K slots of pool P on this node's lease manager (of every pool
+      given, node or cluster pools, all or none), runs CMD while the leases
+      are held, releases them, and exits with CMD's exit code.
   submit --pool P [--slots K] [--priority high|normal|low] [--max-attempts N]
          [--timeout D] [--env K=V]... [--id ID] -- CMD ARGS...
   submit --spec FILE|-  or  submit --specs FILE|- (JSON Lines: many jobs)
