@@ -374,16 +374,32 @@ func (m *Manager) Stats() []PoolStats {
 	return m.statsLocked()
 }
 
+// MaxStatsWeights bounds the configured tenant weights one stats reply
+// carries, over all its fair pools.
+const MaxStatsWeights = 4096
+
 func (m *Manager) statsLocked() []PoolStats {
 	out := make([]PoolStats, 0, len(m.pools))
 	for _, p := range m.pools {
-		ps := PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()}
-		if o := p.p.Options(); o.Policy == pools.PolicyFair {
-			ps.Weights, ps.DefaultWeight = o.Weights, o.DefaultWeight
-		}
-		out = append(out, ps)
+		out = append(out, PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	// A fair pool's configured weights, within one budget per reply so
+	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
+	// limit: pools past it go without (executors then weigh only the
+	// tenants holding or waiting, whose weights Tenants carries).
+	budget := MaxStatsWeights
+	for i := range out {
+		if out[i].Policy != pools.PolicyFair {
+			continue
+		}
+		o := m.pools[out[i].Name].p.Options()
+		out[i].DefaultWeight = o.DefaultWeight
+		if len(o.Weights) <= budget {
+			out[i].Weights = o.Weights
+			budget -= len(o.Weights)
+		}
+	}
 	return out
 }
 
