@@ -192,6 +192,15 @@ func (e *Event) AppendJSON(b []byte) []byte {
 	if s.TenantCap != 0 {
 		b = appendIntField(b, "tenant_cap", s.TenantCap)
 	}
+	if s.Rate != "" {
+		b = appendStringField(b, "rate", s.Rate)
+	}
+	if s.Burst != 0 {
+		b = appendIntField(b, "burst", s.Burst)
+	}
+	if s.Tokens != 0 {
+		b = appendIntField(b, "tokens", s.Tokens)
+	}
 	return append(b, '}', '}')
 }
 

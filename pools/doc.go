@@ -49,6 +49,19 @@
 // [Pool.EnqueueRequest] would grant at once and otherwise returns
 // [ErrWouldWait], queueing nothing.
 //
+// # Start rates
+//
+// [Options.Rate] adds a start rate beside the capacity: every grant also
+// takes its slots from a token bucket refilled at the rate, holding at most
+// [Options.Burst] slots, and a grant needs both. The bucket starts empty,
+// so a pool made after a restart or a takeover starts no more than the
+// rate allows from then on, whatever its predecessor started. The policy's
+// order holds: a waiter the bucket holds back blocks those behind it, as
+// one the capacity holds back does. Since only time refills the bucket,
+// the caller asks [Pool.NextGrant] when the next waiter will fit and calls
+// [Pool.Refill] then; [Pool.RetryAfter] says how long a try would have to
+// wait for the rate. (The lease manager does not use start rates yet.)
+//
 // # Costs
 //
 // With n requests queued and T tenants in the fair round: fifo is O(1) per
@@ -61,7 +74,9 @@
 //
 // # Use
 //
-// The package does no I/O, starts no goroutines and sets no timers. The
+// The package does no I/O and starts no goroutines; only a blocked
+// [Pool.Acquire] on a pool with a start rate sets timers, for its own
+// wake-ups. The
 // non-blocking API ([Pool.EnqueueRequest], [Pool.ReleaseFor],
 // [Pool.Cancel], [Pool.SetCapacity]) returns the waiters that a call
 // granted or rejected, and the caller answers them; a granted waiter's

@@ -65,6 +65,14 @@ type Options struct {
 	TenantCap int64
 	// MaxQueue is the most requests the queue holds; 0 means unbounded.
 	MaxQueue int
+	// Rate, if set, is a start rate: every grant also takes its slots from
+	// a token bucket refilled at Rate, holding at most Burst slots (0: one
+	// second's worth, at least 1). The bucket starts empty. A request for
+	// more than Burst slots is refused with ErrExceedsCapacity. A waiter
+	// that fits the capacity but not the bucket is granted by Refill once
+	// NextGrant has passed: the caller owns the timer.
+	Rate  Rate
+	Burst int64
 	// Now is the clock that dates requests for aging; nil means time.Now.
 	Now func() time.Time
 }
@@ -96,6 +104,19 @@ func (o Options) normalize() (Options, error) {
 	o.Weights = maps.Clone(o.Weights)
 	if o.DefaultWeight < 0 || o.DefaultWeight > MaxWeight {
 		return bad("default weight %d is not in 1..%d", o.DefaultWeight, MaxWeight)
+	}
+	if o.Rate != (Rate{}) {
+		if o.Rate.Slots <= 0 || o.Rate.Per <= 0 {
+			return bad("rate %v: slots and period must be positive", o.Rate)
+		}
+		if o.Burst < 0 {
+			return bad("burst %d is negative", o.Burst)
+		}
+		if o.Burst == 0 {
+			o.Burst = max(1, o.Rate.Slots*int64(time.Second)/int64(o.Rate.Per))
+		}
+	} else if o.Burst != 0 {
+		return bad("burst %d without a rate", o.Burst)
 	}
 	if o.DefaultWeight == 0 {
 		o.DefaultWeight = 1

@@ -99,9 +99,10 @@ type Pool struct {
 	waiters     list.List // fifo: the queue, of *Waiter; empty under other policies
 	seq         uint64    // last Waiter.seq handed out
 
-	opts  Options // normalized; never changes
-	q     queue   // the policy's service order
-	epoch time.Time
+	opts   Options // normalized; never changes
+	bucket *bucket // the start rate's tokens; nil without a rate
+	q      queue   // the policy's service order
+	epoch  time.Time
 
 	// anon is the tenant "", kept outside the map so that requests without
 	// a tenant cost no lookup or allocation. tenants holds every other
@@ -175,6 +176,11 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{capacity: capacity, opts: o}
+	if o.Rate != (Rate{}) {
+		if p.bucket, err = newBucket(o.Rate, o.Burst, o.Now()); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
 	p.anon.weight = p.weightOf("")
 	switch o.Policy {
 	case PolicyFIFO:
@@ -225,7 +231,7 @@ func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int,
 	}
 	vt := p.vtime(r.Priority)
 	if p.grantable(r.Tenant, r.Slots, vt) {
-		p.take(r.Tenant, r.Slots)
+		p.start(r.Tenant, r.Slots)
 		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, true, 0, nil
 	}
 	if err := p.room(); err != nil {
@@ -244,7 +250,7 @@ func (p *Pool) TryAcquire(n int64) bool {
 	if p.check(n) != nil || !p.grantable("", n, p.vtime(0)) {
 		return false
 	}
-	p.take("", n)
+	p.start("", n)
 	return true
 }
 
@@ -262,7 +268,7 @@ func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
-	p.take(r.Tenant, r.Slots)
+	p.start(r.Tenant, r.Slots)
 	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, nil
 }
 
@@ -293,7 +299,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	}
 	vt := p.vtime(0)
 	if p.grantable("", n, vt) {
-		p.take("", n)
+		p.start("", n)
 		p.mu.Unlock()
 		return nil
 	}
@@ -305,44 +311,67 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	p.pushWaiter(w, Request{Slots: n}, vt)
 	p.mu.Unlock()
 
-	select {
-	case <-done:
-		// The grant may have raced the cancellation: whoever granted us did
-		// so under the lock, so re-check the state under it.
-		p.mu.Lock()
-		switch w.state {
-		case stateQueued:
-			p.remove(w)
-		case stateGranted:
-			// Granted after ctx was done. Pretend we weren't and give the
-			// slots back.
-			<-w.ready // sent under the lock with the state
-			p.release("", n)
-			p.grant(nil)
-		case stateRejected:
-			<-w.ready
-		case stateCancelled:
-		}
-		p.mu.Unlock()
-		recycle(w)
-		return ctx.Err()
-
-	case <-w.ready:
-		// state was written under the lock before the token was sent and
-		// no longer changes.
-		state, v := w.state, w.Value
-		recycle(w)
-		if state == stateRejected {
-			return v.(error)
-		}
-		// Granted. Check that ctx isn't already done.
-		select {
-		case <-done:
-			p.Release(n)
-			return ctx.Err()
+	// With a start rate, nothing but time grants a waiter the bucket holds
+	// back: look again whenever the rate says so.
+	var tick <-chan time.Time
+	rearm := func() {
+		switch d, ok := p.NextGrant(); {
+		case ok:
+			tick = time.After(d)
+		case p.bucket != nil:
+			// Not the rate's turn yet (slots busy, or others first): a
+			// release may make it so without telling us, so look again
+			// about once per token.
+			tick = time.After(min(max(p.bucket.rate.Per/time.Duration(p.bucket.rate.Slots), 10*time.Millisecond), time.Second))
 		default:
+			tick = nil
 		}
-		return nil
+	}
+	rearm()
+	for {
+		select {
+		case <-tick:
+			p.Refill()
+			rearm()
+			continue
+		case <-done:
+			// The grant may have raced the cancellation: whoever granted us did
+			// so under the lock, so re-check the state under it.
+			p.mu.Lock()
+			switch w.state {
+			case stateQueued:
+				p.remove(w)
+			case stateGranted:
+				// Granted after ctx was done. Pretend we weren't and give the
+				// slots back.
+				<-w.ready // sent under the lock with the state
+				p.release("", n)
+				p.grant(nil)
+			case stateRejected:
+				<-w.ready
+			case stateCancelled:
+			}
+			p.mu.Unlock()
+			recycle(w)
+			return ctx.Err()
+
+		case <-w.ready:
+			// state was written under the lock before the token was sent and
+			// no longer changes.
+			state, v := w.state, w.Value
+			recycle(w)
+			if state == stateRejected {
+				return v.(error)
+			}
+			// Granted. Check that ctx isn't already done.
+			select {
+			case <-done:
+				p.Release(n)
+				return ctx.Err()
+			default:
+			}
+			return nil
+		}
 	}
 }
 
@@ -488,6 +517,11 @@ type Stats struct {
 	Policy    Policy `json:"policy,omitempty"`
 	MaxQueue  int    `json:"max_queue,omitempty"`
 	TenantCap int64  `json:"tenant_cap,omitempty"`
+	// Rate (e.g. "60/m"), Burst and Tokens (whole slots in the bucket now)
+	// describe a start rate; omitted without one.
+	Rate   string `json:"rate,omitempty"`
+	Burst  int64  `json:"burst,omitempty"`
+	Tokens int64  `json:"tokens,omitempty"`
 }
 
 // Stats returns a snapshot of the pool's accounting. It is O(1); see
@@ -507,7 +541,46 @@ func (p *Pool) Stats() Stats {
 	if p.opts.Policy != PolicyFIFO {
 		s.Policy = p.opts.Policy
 	}
+	if b := p.bucket; b != nil {
+		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
+	}
 	return s
+}
+
+// NextGrant reports how long until the start rate lets the next waiter in
+// service order be granted, when the rate is all it waits for (its slots
+// are free): ok is false when no waiter waits for the rate. The caller
+// calls Refill after that long; nothing else wakes such a waiter.
+func (p *Pool) NextGrant() (d time.Duration, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bucket == nil {
+		return 0, false
+	}
+	w := p.q.next()
+	if w == nil || p.capacity-p.inUse < w.Slots {
+		return 0, false
+	}
+	return p.bucket.when(p.opts.Now(), w.Slots), true
+}
+
+// Refill grants, in service order, the waiters the start rate now allows,
+// and returns them (waiters of Acquire are woken instead).
+func (p *Pool) Refill() []*Waiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.grant(nil)
+}
+
+// RetryAfter is how long until the start rate alone would allow n slots:
+// 0 without a rate, or when it allows them now.
+func (p *Pool) RetryAfter(n int64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bucket == nil || n > p.bucket.burst {
+		return 0
+	}
+	return p.bucket.when(p.opts.Now(), n)
 }
 
 // Tenants returns the tenants with slots held or requests queued, sorted
@@ -544,6 +617,9 @@ func (p *Pool) check(n int64) error {
 	if c := p.opts.TenantCap; c > 0 && n > c {
 		return fmt.Errorf("%w: %d slots requested, tenant cap is %d", ErrExceedsCapacity, n, c)
 	}
+	if p.bucket != nil && n > p.bucket.burst {
+		return fmt.Errorf("%w: %d slots requested, the rate %v allows at most %d at once (its burst)", ErrExceedsCapacity, n, p.bucket.rate, p.bucket.burst)
+	}
 	return nil
 }
 
@@ -564,7 +640,22 @@ func (p *Pool) room() error {
 // be the next in service order, so it jumps nobody the policy puts first,
 // and its slots are free. p.mu must be held.
 func (p *Pool) grantable(tenant string, n int64, vt int64) bool {
-	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), n, vt)
+	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), n, vt) && p.tokens(n)
+}
+
+// tokens reports whether the start rate allows n slots now. p.mu must be
+// held.
+func (p *Pool) tokens(n int64) bool {
+	return p.bucket == nil || p.bucket.allows(p.opts.Now(), n)
+}
+
+// start counts n slots granted to the named tenant: in use, and taken
+// from the start rate's bucket. p.mu must be held.
+func (p *Pool) start(name string, n int64) {
+	p.take(name, n)
+	if p.bucket != nil {
+		p.bucket.take(n)
+	}
 }
 
 // vtime is the virtual time of a new request under the priority policy:
@@ -743,6 +834,14 @@ func (p *Pool) grant(out []*Waiter) []*Waiter {
 			// ahead of the next waiter, and a newcomer never jumps a waiting
 			// multi-slot request that the policy puts first.
 			return out
+		}
+		if !p.tokens(w.Slots) {
+			// The start rate's turn: the next waiter goes first once the
+			// bucket has its slots (NextGrant), and nobody jumps it.
+			return out
+		}
+		if p.bucket != nil {
+			p.bucket.take(w.Slots)
 		}
 		p.inUse += w.Slots
 		w.t.inUse += w.Slots
