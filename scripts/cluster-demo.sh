@@ -33,7 +33,7 @@
 # Executors against the cluster (same NATS_URL, NODE_ID picks the node):
 #   NATS_URL=... NODE_ID=node1 bin/executor run --pool gpu -- sleep 10
 # Watch every event:
-#   NATS_URL=... bin/leasemgr watch
+#   NATS_URL=... bin/leasemgr watch --node '*'
 #
 # Keep LEASE_TTL >= 2 x LEADER_TTL + 3s, or a takeover can outlast a
 # holder's deadline and cost it its lease (docs/guarantees.md).
@@ -157,7 +157,7 @@ cat <<EOF
 
   export NATS_URL=$NATS_URL
   NODE_ID=node1 bin/leasemgr pools                       # node1's pools and the cluster's
-  bin/leasemgr watch                                     # every lease event
+  bin/leasemgr watch --node '*'                          # every lease event
   NODE_ID=node1 bin/executor run --pool gpu -- sleep 20  # hold node1's gpu for 20s
   NODE_ID=node2 bin/executor run --pool gpu --pool api -- sleep 20  # node2's gpu and one of the cluster's 2 api
   open http://127.0.0.1:$HTTP_BASE/                      # node1-a's web page (node1-b: $((HTTP_BASE + 1)), node2-a: $((HTTP_BASE + 2)), ...)
