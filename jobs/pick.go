@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -162,6 +163,14 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 		subjects = slices.Concat(subjects[i:], subjects[:i])[:maxLooked]
 		f.from = subjects[len(subjects)-1] + "\x00"
 	}
+	// A head's time is read (one more request per subject) only where it
+	// is used: for aging, or to order several tenants of one priority.
+	perPriority := map[Priority]int{}
+	for _, subj := range subjects {
+		if _, p, _, ok := s.q.names.parseSubject(subj); ok {
+			perPriority[p]++
+		}
+	}
 	var out []candidate
 	for _, subj := range subjects {
 		_, p, tkey, ok := s.q.names.parseSubject(subj)
@@ -188,7 +197,7 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 			continue // stored jobs of a consumer made since, or being deleted
 		}
 		cand := candidate{subject: subj, p: p, tkey: tkey, c: c}
-		if ci.NumPending > 0 {
+		if ci.NumPending > 0 && (s.cfg.Aging > 0 || perPriority[p] > 1) {
 			// Its oldest never-delivered job: the first message of the
 			// subject after the consumer's delivered floor.
 			if m, err := s.q.stream.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(subj)); err == nil {
@@ -231,13 +240,7 @@ func (s *Server) tenantOrder(pool string, p Priority, cands []candidate, st leas
 	for i, c := range cands {
 		keys[i] = c.tkey
 	}
-	weights := tenantWeights(st)
-	order := t.order(keys, func(k string) int64 {
-		if w, ok := weights[k]; ok {
-			return w
-		}
-		return int64(max(st.DefaultWeight, 1))
-	})
+	order := t.order(keys, weigher(st))
 	out := make([]candidate, 0, len(cands))
 	for _, k := range order {
 		out = append(out, cands[slices.IndexFunc(cands, func(c candidate) bool { return c.tkey == k })])
@@ -252,19 +255,44 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// tenantWeights maps tenant keys to the weights a fair pool's manager
-// reported: configured, and of the tenants holding or waiting now.
-func tenantWeights(st lease.PoolStats) map[string]int64 {
-	out := make(map[string]int64, len(st.Weights)+len(st.Tenants))
-	for name, w := range st.Weights {
-		out[tenantKey(name)] = int64(max(w, 1))
-	}
+// weigher returns the weight of a tenant key as a fair pool's manager
+// reported it: of the tenants holding or waiting now, else configured,
+// else the default. A "t_" key names its tenant, so most lookups cost a
+// map access; only a hashed key ("h_") hashes the names to find its own.
+func weigher(st lease.PoolStats) func(tkey string) int64 {
+	live := make(map[string]int, len(st.Tenants))
 	for _, ts := range st.Tenants {
 		if ts.Weight > 0 {
-			out[tenantKey(ts.Tenant)] = int64(ts.Weight)
+			live[ts.Tenant] = ts.Weight
 		}
 	}
-	return out
+	byName := func(name string) (int, bool) {
+		if w, ok := live[name]; ok {
+			return w, true
+		}
+		w, ok := st.Weights[name]
+		return w, ok
+	}
+	return func(tkey string) int64 {
+		name, plain := strings.CutPrefix(tkey, "t_")
+		if tkey == "" {
+			name, plain = "", true
+		}
+		if plain {
+			if w, ok := byName(name); ok {
+				return int64(max(w, 1))
+			}
+		} else {
+			for _, names := range []map[string]int{live, st.Weights} {
+				for n, w := range names {
+					if tenantKey(n) == tkey {
+						return int64(max(w, 1))
+					}
+				}
+			}
+		}
+		return int64(max(st.DefaultWeight, 1))
+	}
 }
 
 // tenantKey is TenantKey, and "" for no tenant.
