@@ -129,6 +129,13 @@ type Spec struct {
 	Depth  int    `json:"depth,omitempty"`
 }
 
+// EnvName is a pool's part of the worker's lease variables
+// (LEASE_<POOL>_ID, ...): upper case, '-' as '_'. Two pools of one run or
+// job may not share it.
+func EnvName(pool string) string {
+	return strings.ToUpper(strings.ReplaceAll(pool, "-", "_"))
+}
+
 // PoolSlots is one further pool of a job and its slots.
 type PoolSlots struct {
 	Pool  string `json:"pool"`
@@ -244,14 +251,16 @@ func (s *Spec) Validate() error {
 	if len(s.Pools) > lease.MaxSetPools-1 {
 		bad("pools: %d further pools, at most %d", len(s.Pools), lease.MaxSetPools-1)
 	}
-	seen := map[string]bool{s.Pool: true}
+	seen := map[string]string{EnvName(s.Pool): s.Pool}
 	for i, p := range s.Pools {
 		if err := config.ValidToken(p.Pool); err != nil {
 			bad("pools[%d] %q: %v", i, p.Pool, err)
-		} else if seen[p.Pool] {
+		} else if o, dup := seen[EnvName(p.Pool)]; dup && o == p.Pool {
 			bad("pools[%d] %s: named twice (with pool or in pools)", i, p.Pool)
+		} else if dup {
+			bad("pools[%d] %s: %s and %s would share the worker's variables LEASE_%s_*", i, p.Pool, o, p.Pool, EnvName(p.Pool))
 		}
-		seen[p.Pool] = true
+		seen[EnvName(p.Pool)] = p.Pool
 		if p.Slots <= 0 {
 			bad("pools[%d] %s: slots %d must be a positive integer", i, p.Pool, p.Slots)
 		}

@@ -41,6 +41,7 @@ func TestParseSpec(t *testing.T) {
 		{`{"command":["true"],"pools":[{"pool":"api"}]}`, `pools[0] api: slots 0 must be a positive integer`},
 		{`{"command":["true"],"pool":"gpu","pools":[{"pool":"gpu","slots":1}]}`, `pools[0] gpu: named twice`},
 		{`{"command":["true"],"pools":[{"pool":"a b","slots":1}]}`, `pools[0] "a b"`},
+		{`{"command":["true"],"pool":"a-b","pools":[{"pool":"a_b","slots":1}]}`, `would share the worker's variables LEASE_A_B_*`},
 		{`{"command":["true"],"pools":[{"pool":"api","slots":1,"x":1}]}`, `unknown field "x"`},
 	}
 	for _, tc := range bad {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -37,19 +38,15 @@ func (p *poolFlags) Set(s string) error {
 		w.Slots = n
 	}
 	for _, o := range *p {
-		if o.Pool == name {
+		switch {
+		case o.Pool == name:
 			return fmt.Errorf("pool %s given twice", name)
+		case jobs.EnvName(o.Pool) == jobs.EnvName(name):
+			return fmt.Errorf("pools %s and %s would share the variables LEASE_%s_*", o.Pool, name, jobs.EnvName(name))
 		}
 	}
 	if len(*p) == lease.MaxSetPools {
 		return fmt.Errorf("at most %d pools in one run", lease.MaxSetPools)
-	}
-	if k := envName(name); len(*p) > 0 {
-		for _, o := range *p {
-			if envName(o.Pool) == k {
-				return fmt.Errorf("pools %s and %s would share the variables LEASE_%s_*", o.Pool, name, k)
-			}
-		}
 	}
 	*p = append(*p, w)
 	return nil
@@ -78,11 +75,6 @@ func (p poolFlags) resolve(slots int64, slotsSet bool) ([]lease.Want, error) {
 	return out, nil
 }
 
-// envName is a pool's part of its lease variables: upper case, '-' as '_'.
-func envName(pool string) string {
-	return strings.ToUpper(strings.ReplaceAll(pool, "-", "_"))
-}
-
 // leaseEnv is what the worker learns about its leases, so it can fence its
 // own writes with the tokens: LEASE_ID, LEASE_TOKEN, LEASE_POOL,
 // LEASE_SLOTS and LEASE_NODE of the first lease; with several,
@@ -103,7 +95,7 @@ func leaseEnv(leases ...*lease.Lease) map[string]string {
 	names := make([]string, 0, len(leases))
 	for _, l := range leases {
 		names = append(names, l.Pool())
-		k := "LEASE_" + envName(l.Pool()) + "_"
+		k := "LEASE_" + jobs.EnvName(l.Pool()) + "_"
 		maps.Copy(env, map[string]string{
 			k + "ID": l.ID(), k + "TOKEN": strconv.FormatUint(l.Token(), 10),
 			k + "SLOTS": strconv.FormatInt(l.Slots(), 10), k + "NODE": l.Node(),
