@@ -27,14 +27,17 @@ func (r Rate) String() string {
 }
 
 // bucket is a token bucket of slots: it holds at most burst tokens and
-// gains Slots every Per, continuously. Tokens are counted in units of
-// 1/Per of a slot-nanosecond so that refills are exact integers: one slot
-// is Per units (nanoseconds of Per), and every nanosecond adds Slots units.
-// A grant of n slots takes n*Per units.
+// gains rate.Slots every rate.Per, continuously. Tokens are counted in
+// integer units so that refills are exact: with the rate reduced to
+// gain/unit (gain slots every unit nanoseconds, gcd 1), one slot is unit
+// units and every nanosecond adds gain units. A grant of n slots takes
+// n*unit units.
 type bucket struct {
 	rate  Rate
+	gain  int64 // units added per nanosecond
+	unit  int64 // units per slot
 	burst int64 // in slots
-	units int64 // current tokens, in units; 0..burst*Per
+	units int64 // current tokens, in units; 0..burst*unit
 	at    time.Time
 }
 
@@ -47,10 +50,20 @@ func newBucket(r Rate, burst int64, now time.Time) (*bucket, error) {
 		return nil, fmt.Errorf("rate %v: slots and period must be positive", r)
 	case burst <= 0:
 		return nil, fmt.Errorf("burst %d: must be positive", burst)
-	case burst > math.MaxInt64/int64(r.Per):
-		return nil, fmt.Errorf("burst %d over a period of %v: too large", burst, r.Per)
 	}
-	return &bucket{rate: r, burst: burst, at: now}, nil
+	g := gcd(r.Slots, int64(r.Per))
+	b := &bucket{rate: r, gain: r.Slots / g, unit: int64(r.Per) / g, burst: burst, at: now}
+	if burst > (math.MaxInt64-b.gain)/b.unit {
+		return nil, fmt.Errorf("burst %d at a rate of %v: too large", burst, r)
+	}
+	return b, nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // refill adds what the rate gave since the last refill, up to the burst.
@@ -60,36 +73,40 @@ func (b *bucket) refill(now time.Time) {
 		return
 	}
 	b.at = now
-	limit := b.burst * int64(b.rate.Per)
-	if d >= time.Duration(limit/b.rate.Slots+1) {
-		b.units = limit // long idle: full, without overflowing d*Slots
+	limit := b.burst * b.unit
+	if int64(d) >= (limit-b.units)/b.gain+1 {
+		b.units = limit // full, without overflowing d*gain
 		return
 	}
-	b.units = min(limit, b.units+int64(d)*b.rate.Slots)
+	b.units += int64(d) * b.gain
 }
 
 // allows reports whether n slots may start now.
 func (b *bucket) allows(now time.Time, n int64) bool {
 	b.refill(now)
-	return b.units >= n*int64(b.rate.Per)
+	return n <= b.burst && b.units >= n*b.unit
 }
 
 // take spends n slots' tokens; allows(now, n) must have been true.
-func (b *bucket) take(n int64) { b.units -= n * int64(b.rate.Per) }
+func (b *bucket) take(n int64) { b.units -= n * b.unit }
 
 // tokens is the current level in whole slots.
 func (b *bucket) tokens(now time.Time) int64 {
 	b.refill(now)
-	return b.units / int64(b.rate.Per)
+	return b.units / b.unit
 }
 
-// when returns how long from now until n slots may start (0 if now);
-// n must not exceed the burst.
+// when returns how long from now until the rate has given n slots' worth
+// of tokens (0 if the bucket holds them now); n may exceed the burst, for
+// what is queued ahead. It saturates at math.MaxInt64.
 func (b *bucket) when(now time.Time, n int64) time.Duration {
 	b.refill(now)
-	need := n*int64(b.rate.Per) - b.units
+	if n > (math.MaxInt64-b.gain)/b.unit {
+		return math.MaxInt64
+	}
+	need := n*b.unit - b.units
 	if need <= 0 {
 		return 0
 	}
-	return time.Duration((need + b.rate.Slots - 1) / b.rate.Slots)
+	return time.Duration((need + b.gain - 1) / b.gain)
 }

@@ -105,19 +105,11 @@ func (o Options) normalize() (Options, error) {
 	if o.DefaultWeight < 0 || o.DefaultWeight > MaxWeight {
 		return bad("default weight %d is not in 1..%d", o.DefaultWeight, MaxWeight)
 	}
-	if o.Rate != (Rate{}) {
-		if o.Rate.Slots <= 0 || o.Rate.Per <= 0 {
-			return bad("rate %v: slots and period must be positive", o.Rate)
-		}
-		if o.Burst < 0 {
-			return bad("burst %d is negative", o.Burst)
-		}
-		if o.Burst == 0 {
-			o.Burst = max(1, o.Rate.Slots*int64(time.Second)/int64(o.Rate.Per))
-		}
-	} else if o.Burst != 0 {
-		return bad("burst %d without a rate", o.Burst)
+	burst, err := normalizeRate(o.Rate, o.Burst)
+	if err != nil {
+		return bad("%v", err)
 	}
+	o.Burst = burst
 	if o.DefaultWeight == 0 {
 		o.DefaultWeight = 1
 	}
@@ -136,6 +128,36 @@ func (o Options) normalize() (Options, error) {
 		o.Now = time.Now
 	}
 	return o, nil
+}
+
+// CheckRate validates a start rate and its burst (see Options.Rate), and
+// returns the burst with its default filled in: one second's worth, at
+// least 1. The zero Rate with burst 0 is no rate, and valid.
+func CheckRate(r Rate, burst int64) (int64, error) { return normalizeRate(r, burst) }
+
+// normalizeRate is CheckRate.
+func normalizeRate(r Rate, burst int64) (int64, error) {
+	if r == (Rate{}) {
+		if burst != 0 {
+			return 0, fmt.Errorf("burst %d without a rate", burst)
+		}
+		return 0, nil
+	}
+	if r.Slots <= 0 || r.Per <= 0 {
+		return 0, fmt.Errorf("rate %v: slots and period must be positive", r)
+	}
+	if burst < 0 {
+		return 0, fmt.Errorf("burst %d is negative", burst)
+	}
+	if burst == 0 {
+		// One second's worth, clamped so that the conversion cannot
+		// overflow (newBucket then refuses what is too large).
+		burst = max(1, int64(min(float64(r.Slots)*float64(time.Second)/float64(r.Per), 1<<62)))
+	}
+	if _, err := newBucket(r, burst, time.Time{}); err != nil {
+		return 0, err
+	}
+	return burst, nil
 }
 
 // Request is a request for slots.

@@ -99,7 +99,7 @@ type Pool struct {
 	waiters     list.List // fifo: the queue, of *Waiter; empty under other policies
 	seq         uint64    // last Waiter.seq handed out
 
-	opts   Options // normalized; never changes
+	opts   Options // normalized; only SetRate changes it (Rate, Burst)
 	bucket *bucket // the start rate's tokens; nil without a rate
 	q      queue   // the policy's service order
 	epoch  time.Time
@@ -199,6 +199,8 @@ func (p *Pool) Policy() Policy { return p.opts.Policy }
 
 // Options returns the pool's options with their defaults filled in.
 func (p *Pool) Options() Options {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	o := p.opts
 	o.Weights = maps.Clone(o.Weights)
 	return o
@@ -315,16 +317,9 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	// back: look again whenever the rate says so.
 	var tick <-chan time.Time
 	rearm := func() {
-		switch d, ok := p.NextGrant(); {
-		case ok:
+		tick = nil
+		if d, ok := p.recheck(); ok {
 			tick = time.After(d)
-		case p.bucket != nil:
-			// Not the rate's turn yet (slots busy, or others first): a
-			// release may make it so without telling us, so look again
-			// about once per token.
-			tick = time.After(min(max(p.bucket.rate.Per/time.Duration(p.bucket.rate.Slots), 10*time.Millisecond), time.Second))
-		default:
-			tick = nil
 		}
 	}
 	rearm()
@@ -373,6 +368,23 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 			return nil
 		}
 	}
+}
+
+// recheck is how long a blocked Acquire waits before it calls Refill: ok is
+// false without a rate. When the rate is not what the next waiter waits for
+// (slots busy, or others first), a release may change that without telling
+// Acquire, so it looks again about once per token.
+func (p *Pool) recheck() (time.Duration, bool) {
+	if d, ok := p.NextGrant(); ok {
+		return d, true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bucket == nil {
+		return 0, false
+	}
+	r := p.bucket.rate
+	return min(max(r.Per/time.Duration(r.Slots), 10*time.Millisecond), time.Second), true
 }
 
 // Release is ReleaseFor("", n).
@@ -454,27 +466,75 @@ func (p *Pool) SetCapacity(c int64) (granted, rejected []*Waiter) {
 	old := p.capacity
 	p.capacity = c
 	if c < old {
-		var drop []*Waiter
-		p.q.each(func(w *Waiter) {
-			if w.Slots > c {
-				drop = append(drop, w)
-			}
-		})
-		slices.SortFunc(drop, func(a, b *Waiter) int { return cmp.Compare(a.seq, b.seq) })
-		for _, w := range drop {
-			t := w.t
-			p.unlink(w, false)
-			p.forget(t)
-			w.state = stateRejected
-			if w.ready != nil {
-				w.Value = p.exceeds(w.Slots)
-				w.ready <- struct{}{}
-				continue
-			}
-			rejected = append(rejected, w)
-		}
+		rejected = p.rejectOver(c)
 	}
 	return p.grant(nil), rejected
+}
+
+// SetRate changes the start rate (see Options.Rate): the zero Rate, with
+// burst 0, removes it; burst 0 with a rate means one second's worth. A
+// pool that had no rate starts with an empty bucket, so that adding a rate
+// never lets a burst through; a changed rate keeps the tokens already in
+// the bucket, up to the new burst. Queued waiters that ask for more than
+// the new burst could never be granted: they are removed and returned as
+// rejected, in enqueue order. Then the waiters the change lets in are
+// granted and returned. It returns an error wrapping ErrInvalidOptions,
+// and changes nothing, for an invalid rate or burst.
+func (p *Pool) SetRate(r Rate, burst int64) (granted, rejected []*Waiter, err error) {
+	burst, err = normalizeRate(r, burst)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.opts.Now()
+	switch {
+	case r == Rate{}:
+		p.bucket = nil
+	case p.bucket == nil:
+		if p.bucket, err = newBucket(r, burst, now); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	default:
+		b, err := newBucket(r, burst, now)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+		b.units = min(p.bucket.tokens(now), burst) * int64(r.Per)
+		p.bucket = b
+	}
+	p.opts.Rate, p.opts.Burst = r, burst
+	if p.bucket != nil {
+		rejected = p.rejectOver(burst)
+	}
+	return p.grant(nil), rejected, nil
+}
+
+// rejectOver removes the queued waiters asking for more than limit slots,
+// which could never be granted, and returns them in enqueue order; waiters
+// of Acquire are woken with the error instead. p.mu must be held.
+func (p *Pool) rejectOver(limit int64) (rejected []*Waiter) {
+	var drop []*Waiter
+	p.q.each(func(w *Waiter) {
+		if w.Slots > limit {
+			drop = append(drop, w)
+		}
+	})
+	slices.SortFunc(drop, func(a, b *Waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range drop {
+		why := p.check(w.Slots) // names the capacity or the burst
+		t := w.t
+		p.unlink(w, false)
+		p.forget(t)
+		w.state = stateRejected
+		if w.ready != nil {
+			w.Value = why
+			w.ready <- struct{}{}
+			continue
+		}
+		rejected = append(rejected, w)
+	}
+	return rejected
 }
 
 // Position returns the 1-based position of a queued waiter, 0 if w is not
@@ -572,13 +632,20 @@ func (p *Pool) Refill() []*Waiter {
 	return p.grant(nil)
 }
 
-// RetryAfter is how long until the start rate alone would allow n slots:
-// 0 without a rate, or when it allows them now.
+// RetryAfter is how long, at the least, until the start rate would let a
+// new request of n slots start: 0 without a rate, or when it would allow
+// them now. Under the fifo policy everything queued starts first, so it
+// counts the queued slots too; the other policies may serve a newcomer
+// first, so it counts n alone. Slots busy are not counted: it is a lower
+// bound, when the rate is all that holds a request back, exact.
 func (p *Pool) RetryAfter(n int64) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bucket == nil || n > p.bucket.burst {
 		return 0
+	}
+	if p.opts.Policy == PolicyFIFO {
+		n += p.queuedSlots
 	}
 	return p.bucket.when(p.opts.Now(), n)
 }
