@@ -74,8 +74,8 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		}
 		return
 	}
-	if capacity := p.p.Stats().Capacity; req.Slots > capacity {
-		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", req.Slots, poolName, capacity))
+	if e := exceeds(p, req.Slots); e != nil {
+		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 
@@ -132,6 +132,20 @@ func (m *Manager) queuedLocked(r *request, position int, tell bool) {
 	if r.waitUntil != 0 {
 		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}
+	m.armRateLocked(r.pool)
+}
+
+// exceeds refuses a request for more slots than p could ever grant at once:
+// more than its capacity, or than its start rate's burst.
+func exceeds(p *pool, slots int64) *Error {
+	s := p.p.Stats()
+	if slots > s.Capacity {
+		return errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", slots, p.name, s.Capacity)
+	}
+	if s.Burst > 0 && slots > s.Burst {
+		return errorf(CodeExceedsCapacity, "%d slots requested, pool %q starts at most %d at once (rate %s, burst %d)", slots, p.name, s.Burst, s.Rate, s.Burst)
+	}
+	return nil
 }
 
 // enqueueError maps a pool's refusal to a wire error.
@@ -139,12 +153,21 @@ func (m *Manager) enqueueError(p *pool, req AcquireRequest, err error) *Error {
 	s := p.p.Stats()
 	switch {
 	case errors.Is(err, pools.ErrWouldWait):
-		return errorf(CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests)
+		e := errorf(CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		// With a start rate, the earliest the rate lets this request in:
+		// honest when the rate is what holds it back, a lower bound when
+		// slots are busy too. Without one, nothing says when slots free.
+		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(req.Slots))
+		return e
 	case errors.Is(err, pools.ErrQueueFull):
-		e := errorf(CodeQueueFull, "pool %q already has %d queued requests, its limit", p.name, s.QueuedRequests)
+		e := errorf(CodeQueueFull, "pool %q already has %d queued requests, its limit%s", p.name, s.QueuedRequests, rateNote(s))
 		// A hint, not a promise: about when a holder renews, by which time
-		// the queue has likely moved.
+		// the queue has likely moved; or, when the rate holds the queue,
+		// when it lets the next waiter in.
 		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
+		if d, ok := p.p.NextGrant(); ok {
+			e.RetryAfterMs = max(1, retryAfterMs(d))
+		}
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(CodeExceedsCapacity, "%v", err)

@@ -53,7 +53,7 @@ func (m *Manager) leaveQueueLocked(r *request, e *Error, kind EventKind) {
 	r.trace.EndQueued(string(e.Code))
 	m.respond(r.reply, errReply(e))
 	m.emit(p, Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-	m.startGrantsLocked(granted)
+	m.startGrantsLocked(p, granted)
 }
 
 func (m *Manager) handleCancel(msg *nats.Msg) {

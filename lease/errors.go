@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a wire error code. Every error a lease manager sends carries one,
@@ -35,15 +36,21 @@ const (
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
-	// RetryAfterMs hints when to retry a queue_full refusal.
+	// RetryAfterMs hints when to retry a queue_full refusal, or a
+	// would_wait one from a pool with a start rate (the earliest the rate
+	// lets the request in).
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 func (e *Error) Error() string {
-	if e.Message == "" {
-		return "lease: " + string(e.Code)
+	s := "lease: " + string(e.Code)
+	if e.Message != "" {
+		s += ": " + e.Message
 	}
-	return "lease: " + string(e.Code) + ": " + e.Message
+	if e.RetryAfterMs > 0 {
+		s += fmt.Sprintf(" (retry after %v)", time.Duration(e.RetryAfterMs)*time.Millisecond)
+	}
+	return s
 }
 
 // Is matches any *Error with the same code, so errors.Is(err, ErrUnknownPool)

@@ -20,9 +20,11 @@ func (m *Manager) startGrantLocked(r *request) {
 	go m.grant(r)
 }
 
-// startGrantsLocked starts the grants of waiters the pool just granted,
-// except those whose client abandoned them: their slots go to the next.
-func (m *Manager) startGrantsLocked(rs []*pools.Waiter) {
+// startGrantsLocked starts the grants of waiters p just granted, except
+// those whose client abandoned them: their slots go to the next. Then it
+// arms p's rate timer for the waiter after them.
+func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
+	defer m.armRateLocked(p)
 	for len(rs) > 0 {
 		var next []*pools.Waiter
 		now := time.Now().UnixNano()
@@ -97,7 +99,7 @@ func (m *Manager) grant(r *request) {
 		}
 		granted := p.p.ReleaseFor(r.tenant, r.slots)
 		if !m.closed {
-			m.startGrantsLocked(granted)
+			m.startGrantsLocked(p, granted)
 		}
 		e := errorf(CodeUnavailable, "storing the lease failed: %v", err)
 		telemetry.Fail(span, string(e.Code), e.Message)

@@ -350,6 +350,7 @@ func (m *Manager) Close() error {
 	// polling with the same request id.
 	m.mu.Lock()
 	for _, p := range m.pools {
+		p.stopRate()
 		for _, r := range p.waiting {
 			m.stopTimer(r)
 		}

@@ -197,11 +197,8 @@ func (m *Manager) restoreQueue() {
 			continue
 		}
 		m.lastOrder = max(m.lastOrder, v.QueuedAt)
-		var e *Error
-		switch {
-		case v.Slots > p.p.Stats().Capacity:
-			e = errorf(CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", v.Slots, p.name, p.p.Stats().Capacity)
-		case r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil:
+		e := exceeds(p, v.Slots)
+		if e == nil && r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil {
 			e = errorf(CodeWaitExpired, "not granted within the wait deadline")
 		}
 		var w *pools.Waiter

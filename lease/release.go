@@ -121,7 +121,7 @@ func (m *Manager) freeLocked(h *held, kind EventKind, code Code) {
 	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
 	m.emit(h.pool, Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
-		m.startGrantsLocked(granted)
+		m.startGrantsLocked(h.pool, granted)
 		m.persistUncoveredLocked(h.pool)
 	}
 }

@@ -21,6 +21,9 @@ type pool struct {
 	// unpersisted are queued requests whose entry was not written because
 	// releases in flight covered the whole queue (see persistQueuedLocked).
 	unpersisted []*request
+	// rate wakes the waiters of a pool with a start rate (rate.go); nil
+	// until first armed.
+	rate *time.Timer
 }
 
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
