@@ -149,6 +149,8 @@ func decodeResize(data []byte, req *ResizeRequest) *Error {
 			d.bool(2, &req.Reset)
 		case "force":
 			d.bool(3, &req.Force)
+		case "rates":
+			d.poolRates(4, &req.Rates)
 		default:
 			d.unknown()
 		}
@@ -202,23 +204,22 @@ func (d *decoder) poolName(field string) ([]byte, bool) {
 	return pool, true
 }
 
-// poolCapacities reads an object of pool name to capacity.
-func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
-	if !d.field(bit) {
-		return
-	}
-	name := string(d.key)
-	m := map[string]int64{}
-	ok := d.elements('{', '}', name+" must be an object of pool name to capacity", func() bool {
+// poolObject reads the field's object of pool name to value, refusing a
+// name given twice; value reads one value, positioned on it, and reports
+// whether to go on.
+func (d *decoder) poolObject(name, want string, value func(p string, pool []byte) bool) bool {
+	seen := map[string]bool{}
+	return d.elements('{', '}', name+" must be an object of pool name to "+want, func() bool {
 		pool, ok := d.poolName(name)
 		if !ok {
 			return false
 		}
 		p := string(pool)
-		if _, dup := m[p]; dup {
+		if seen[p] {
 			d.fail("%s: pool %s is given twice", name, echo(pool))
 			return false
 		}
+		seen[p] = true
 		d.skipSpace()
 		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
 			d.syntax("':'")
@@ -226,24 +227,103 @@ func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
 		}
 		d.pos++
 		d.skipSpace()
-		neg, mag, bad := d.number()
-		if bad == numOK && mag > math.MaxInt64 {
-			bad = numRange
-		}
-		if bad != numOK {
-			d.numFail(bad, name+": the capacity of pool "+echo(pool))
-			return false
-		}
-		c := int64(mag)
-		if neg {
-			c = -c
-		}
-		m[p] = c
-		return true
+		return value(p, pool)
 	})
-	if ok {
+}
+
+// poolCapacities reads an object of pool name to capacity.
+func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
+	if !d.field(bit) {
+		return
+	}
+	name := string(d.key)
+	m := map[string]int64{}
+	if d.poolObject(name, "capacity", func(p string, pool []byte) bool {
+		c, ok := d.signed(name + ": the capacity of pool " + echo(pool))
+		m[p] = c
+		return ok
+	}) {
 		*dst = m
 	}
+}
+
+// maxRateLen bounds a rate string of a resize ("60/m"; config.ParseRate
+// checks the rest).
+const maxRateLen = 32
+
+// poolRates reads an object of pool name to {"rate": "60/m", "burst": 5}.
+func (d *decoder) poolRates(bit uint, dst *map[string]RateSetting) {
+	if !d.field(bit) {
+		return
+	}
+	name := string(d.key)
+	m := map[string]RateSetting{}
+	if d.poolObject(name, `{"rate": "60/m", "burst": 5}`, func(p string, pool []byte) bool {
+		var rs RateSetting
+		what := name + ": pool " + echo(pool)
+		var seenRate, seenBurst bool
+		ok := d.elements('{', '}', what+` must be an object {"rate": "60/m", "burst": 5}`, func() bool {
+			key, bad := d.str(&d.scratch, maxPoolNameLen)
+			if bad != strOK {
+				d.strFail(bad, what+": a key", maxPoolNameLen)
+				return false
+			}
+			k := string(key)
+			d.skipSpace()
+			if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+				d.syntax("':'")
+				return false
+			}
+			d.pos++
+			d.skipSpace()
+			switch {
+			case k == "rate" && !seenRate:
+				seenRate = true
+				if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+					d.fail("%s: rate must be a string", what)
+					return false
+				}
+				v, bad := d.str(&d.scratch, maxRateLen)
+				if bad != strOK {
+					d.strFail(bad, what+": rate", maxRateLen)
+					return false
+				}
+				rs.Rate = string(v)
+				return true
+			case k == "burst" && !seenBurst:
+				seenBurst = true
+				var ok bool
+				rs.Burst, ok = d.signed(what + ": burst")
+				return ok
+			case k == "rate" || k == "burst":
+				d.fail("%s: key %s is given twice", what, echo(key))
+			default:
+				d.fail("%s: unknown key %s (want rate and burst)", what, echo(key))
+			}
+			return false
+		})
+		m[p] = rs
+		return ok
+	}) {
+		*dst = m
+	}
+}
+
+// signed reads an integer value, naming it what in an error.
+func (d *decoder) signed(what string) (int64, bool) {
+	neg, mag, bad := d.number()
+	if bad == numOK && mag > math.MaxInt64 {
+		bad = numRange
+	}
+	if bad != numOK {
+		d.numFail(bad, what)
+		return 0, false
+	}
+	c := int64(mag)
+	if neg {
+		c = -c
+	}
+	return c, true
 }
 
 // poolNames reads an array of pool names.

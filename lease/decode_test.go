@@ -30,10 +30,14 @@ func fill(t *testing.T, v reflect.Value) {
 		case reflect.Bool:
 			f.SetBool(true)
 		case reflect.Map:
-			if sf.Type != reflect.TypeFor[map[string]int64]() {
+			switch sf.Type {
+			case reflect.TypeFor[map[string]int64]():
+				f.Set(reflect.ValueOf(map[string]int64{fmt.Sprintf("p%d", i): int64(i + 1), "q": 7}))
+			case reflect.TypeFor[map[string]RateSetting]():
+				f.Set(reflect.ValueOf(map[string]RateSetting{fmt.Sprintf("p%d", i): {Rate: "60/m", Burst: int64(i + 1)}, "q": {Rate: "off"}}))
+			default:
 				t.Fatalf("%s.%s: map type %s has no decoder", typ.Name(), sf.Name, sf.Type)
 			}
-			f.Set(reflect.ValueOf(map[string]int64{fmt.Sprintf("p%d", i): int64(i + 1), "q": 7}))
 		case reflect.Slice:
 			if sf.Type != reflect.TypeFor[[]string]() {
 				t.Fatalf("%s.%s: slice type %s has no decoder", typ.Name(), sf.Name, sf.Type)
@@ -113,7 +117,8 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 			t.Errorf("%s: strict %+v, std %+v", b, strict, std)
 		}
 	}
-	for _, b := range []string{`{"set":{"a":1,"b":-2},"remove":["c","d"],"reset":true,"force":false}`, `{"set":{},"remove":[]}`, `{"set":null}`} {
+	for _, b := range []string{`{"set":{"a":1,"b":-2},"remove":["c","d"],"reset":true,"force":false}`, `{"set":{},"remove":[]}`, `{"set":null}`,
+		`{"rates":{"a":{"rate":"60/m","burst":5},"b":{"rate":"off"},"c":{"burst":-1},"d":{}}}`, `{"rates":{}}`, `{"rates":null}`} {
 		var strict, std ResizeRequest
 		if e := decode([]byte(b), &strict); e != nil {
 			t.Fatalf("%s: %v", b, e)
@@ -186,6 +191,15 @@ func TestDecodeRefuses(t *testing.T) {
 		{"remove number", `{"remove":["a",1]}`, &ResizeRequest{}, "remove must be an array of pool names"},
 		{"remove long name", `{"remove":["` + strings.Repeat("p", 200) + `"]}`, &ResizeRequest{}, "remove: a pool name is longer than 128 bytes"},
 		{"resize duplicate", `{"reset":true,"reset":false}`, &ResizeRequest{}, `key "reset" is given twice`},
+		{"rates not object", `{"rates":["a"]}`, &ResizeRequest{}, `rates must be an object of pool name to {"rate": "60/m", "burst": 5}`},
+		{"rate setting not object", `{"rates":{"a":"60/m"}}`, &ResizeRequest{}, `rates: pool "a" must be an object {"rate": "60/m", "burst": 5}`},
+		{"rate not string", `{"rates":{"a":{"rate":60}}}`, &ResizeRequest{}, `rates: pool "a": rate must be a string`},
+		{"rate too long", `{"rates":{"a":{"rate":"` + strings.Repeat("6", 40) + `"}}}`, &ResizeRequest{}, `rates: pool "a": rate is longer than 32 bytes`},
+		{"burst not number", `{"rates":{"a":{"burst":"5"}}}`, &ResizeRequest{}, `rates: pool "a": burst must be an integer`},
+		{"burst too big", `{"rates":{"a":{"burst":99999999999999999999}}}`, &ResizeRequest{}, `rates: pool "a": burst`},
+		{"rate twice", `{"rates":{"a":{"rate":"1/s","rate":"2/s"}}}`, &ResizeRequest{}, `rates: pool "a": key "rate" is given twice`},
+		{"rate unknown key", `{"rates":{"a":{"Rate":"1/s"}}}`, &ResizeRequest{}, `rates: pool "a": unknown key "Rate" (want rate and burst)`},
+		{"rates pool twice", `{"rates":{"a":{},"a":{}}}`, &ResizeRequest{}, `rates: pool "a" is given twice`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,40 +23,145 @@ import (
 // POOL_CAPACITIES still takes effect for pools no resize touched.
 
 // ResizeRequest changes a node's pools. Set adds a pool or changes its
-// capacity; Remove removes pools; Reset drops every runtime change (back to
-// the configured pools) before Set and Remove apply. Removing a pool that
-// has holders or waiters is refused with pool_busy unless Force: then its
-// waiters are refused and its leases revoked.
+// capacity; Rates gives a pool a start rate, changes it or (RateOff) takes
+// it away, adding a pool with only a rate (capacity pools.MaxCapacity) if
+// there is none of that name; Remove removes pools; Reset drops every
+// runtime change (back to the configured pools) before Set, Rates and
+// Remove apply. Removing a pool that has holders or waiters is refused with
+// pool_busy unless Force: then its waiters are refused and its leases
+// revoked.
 type ResizeRequest struct {
-	Set    map[string]int64 `json:"set,omitempty"`
-	Remove []string         `json:"remove,omitempty"`
-	Reset  bool             `json:"reset,omitempty"`
-	Force  bool             `json:"force,omitempty"`
+	Set    map[string]int64       `json:"set,omitempty"`
+	Rates  map[string]RateSetting `json:"rates,omitempty"`
+	Remove []string               `json:"remove,omitempty"`
+	Reset  bool                   `json:"reset,omitempty"`
+	Force  bool                   `json:"force,omitempty"`
 }
+
+// RateSetting is a start rate as a resize gives it: Rate is "60/m" (units
+// s, m, h; see config.ParseRate) or RateOff, and Burst the most slots it
+// starts at once, 0 for the default (one second's worth, at least 1). A
+// Rate of "" keeps the pool's rate and changes only its Burst.
+type RateSetting struct {
+	Rate  string `json:"rate,omitempty"`
+	Burst int64  `json:"burst,omitempty"`
+}
+
+// RateOff takes a pool's start rate away in a resize.
+const RateOff = "off"
 
 // poolDelta is the stored runtime change against the configured pools.
 type poolDelta struct {
-	Set     map[string]int64 `json:"set,omitempty"`
-	Removed []string         `json:"removed,omitempty"`
+	Set     map[string]int64       `json:"set,omitempty"`
+	Rates   map[string]RateSetting `json:"rates,omitempty"` // Rate is never ""
+	Removed []string               `json:"removed,omitempty"`
 }
 
 func (d poolDelta) clone() poolDelta {
-	return poolDelta{Set: maps.Clone(d.Set), Removed: slices.Clone(d.Removed)}
+	return poolDelta{Set: maps.Clone(d.Set), Rates: maps.Clone(d.Rates), Removed: slices.Clone(d.Removed)}
 }
 
-// effective applies d to the configured pools.
-func (d poolDelta) effective(base []PoolConfig) map[string]int64 {
-	out := make(map[string]int64, len(base)+len(d.Set))
+// poolShape is what a resize can change of a pool.
+type poolShape struct {
+	Capacity int64
+	Rate     pools.Rate
+	Burst    int64 // with its default filled in
+}
+
+func (s poolShape) String() string {
+	if s.Rate == (pools.Rate{}) {
+		return fmt.Sprintf("capacity %d", s.Capacity)
+	}
+	return fmt.Sprintf("capacity %d, rate %s", s.Capacity, s.rate())
+}
+
+func (s poolShape) rate() string {
+	if s.Rate == (pools.Rate{}) {
+		return RateOff
+	}
+	return fmt.Sprintf("%v burst %d", s.Rate, s.Burst)
+}
+
+// change says what changed from s to t, as resized events do:
+// "capacity 1 -> 2", "rate off -> 60/m burst 1", or both, comma-separated.
+func (s poolShape) change(t poolShape) string {
+	var out []string
+	if s.Capacity != t.Capacity {
+		out = append(out, fmt.Sprintf("capacity %d -> %d", s.Capacity, t.Capacity))
+	}
+	if s.rate() != t.rate() {
+		out = append(out, fmt.Sprintf("rate %s -> %s", s.rate(), t.rate()))
+	}
+	return strings.Join(out, ", ")
+}
+
+// effective applies d to the configured pools. A stored rate that no
+// longer parses (written by another version) is skipped.
+func (d poolDelta) effective(base []PoolConfig) map[string]poolShape {
+	out := make(map[string]poolShape, len(base)+len(d.Set))
 	for _, p := range base {
-		out[p.Name] = p.Capacity
+		burst, _ := pools.CheckRate(p.Options.Rate, p.Options.Burst)
+		out[p.Name] = poolShape{Capacity: p.Capacity, Rate: p.Options.Rate, Burst: burst}
 	}
 	for _, name := range d.Removed {
 		delete(out, name)
 	}
 	for name, c := range d.Set {
-		out[name] = c
+		s, ok := out[name]
+		if !ok {
+			s = configured(base, name)
+		}
+		s.Capacity = c
+		out[name] = s
+	}
+	for name, rs := range d.Rates {
+		s, ok := out[name]
+		if !ok {
+			s = configured(base, name)
+			if s.Capacity == 0 {
+				s.Capacity = pools.MaxCapacity // a pool with only a rate
+			}
+		}
+		r, burst, err := rs.parse()
+		if err != nil {
+			continue
+		}
+		s.Rate, s.Burst = r, burst
+		out[name] = s
 	}
 	return out
+}
+
+// configured is a configured pool's shape, or the zero shape.
+func configured(base []PoolConfig, name string) poolShape {
+	for _, p := range base {
+		if p.Name == name {
+			burst, _ := pools.CheckRate(p.Options.Rate, p.Options.Burst)
+			return poolShape{Capacity: p.Capacity, Rate: p.Options.Rate, Burst: burst}
+		}
+	}
+	return poolShape{}
+}
+
+// parse turns a setting with a Rate into a rate and its burst.
+func (rs RateSetting) parse() (pools.Rate, int64, error) {
+	if rs.Rate == RateOff {
+		if rs.Burst != 0 {
+			return pools.Rate{}, 0, fmt.Errorf("a burst without a rate (rate %q)", RateOff)
+		}
+		return pools.Rate{}, 0, nil
+	}
+	r, err := config.ParseRate(rs.Rate)
+	if err != nil {
+		return pools.Rate{}, 0, err
+	}
+	if rs.Burst != 0 {
+		if _, err := config.ParseRateBurst(fmt.Sprint(rs.Burst), r); err != nil {
+			return pools.Rate{}, 0, err
+		}
+	}
+	burst, err := pools.CheckRate(r, rs.Burst)
+	return r, burst, err
 }
 
 // ResizeSubject is where a node's manager takes resize requests:
@@ -123,12 +228,34 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 		d.Set[name] = c
 		d.Removed = slices.DeleteFunc(d.Removed, func(n string) bool { return n == name })
 	}
+	for _, name := range slices.Sorted(maps.Keys(req.Rates)) {
+		rs := req.Rates[name]
+		if rs.Rate == "" {
+			// The burst alone: keep the rate the pool has by now.
+			cur := d.effective(m.cfg.Pools)[name]
+			if cur.Rate == (pools.Rate{}) {
+				m.respondResize(msg.Reply, errReply(errorf(CodeBadRequest, "rates: pool %q has no rate whose burst to change: give the rate too", name)))
+				return
+			}
+			rs.Rate = cur.Rate.String()
+			if _, _, err := rs.parse(); err != nil {
+				m.respondResize(msg.Reply, errReply(errorf(CodeBadRequest, "rates: pool %q: %v", name, err)))
+				return
+			}
+		}
+		if d.Rates == nil {
+			d.Rates = map[string]RateSetting{}
+		}
+		d.Rates[name] = rs
+		d.Removed = slices.DeleteFunc(d.Removed, func(n string) bool { return n == name })
+	}
 	for _, name := range req.Remove {
 		if m.pools[name] == nil {
 			m.respondResize(msg.Reply, errReply(errorf(CodeUnknownPool, "node %s has no pool %q to remove", m.cfg.Node, name)))
 			return
 		}
 		delete(d.Set, name)
+		delete(d.Rates, name)
 		if slices.ContainsFunc(m.cfg.Pools, func(p PoolConfig) bool { return p.Name == name }) && !slices.Contains(d.Removed, name) {
 			d.Removed = append(d.Removed, name)
 		}
@@ -168,8 +295,29 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 }
 
 func validateResize(req *ResizeRequest) *Error {
-	if len(req.Set) == 0 && len(req.Remove) == 0 && !req.Reset {
-		return errorf(CodeBadRequest, "nothing to change: give set, remove or reset")
+	if len(req.Set) == 0 && len(req.Rates) == 0 && len(req.Remove) == 0 && !req.Reset {
+		return errorf(CodeBadRequest, "nothing to change: give set, rates, remove or reset")
+	}
+	for _, name := range slices.Sorted(maps.Keys(req.Rates)) {
+		rs := req.Rates[name]
+		if err := config.ValidToken(name); err != nil {
+			return errorf(CodeBadRequest, "rates: pool %q: %v", name, err)
+		}
+		if rs.Burst < 0 || rs.Burst > pools.MaxCapacity {
+			return errorf(CodeBadRequest, "rates: pool %q: burst must be between 1 and %d, got %d", name, int64(pools.MaxCapacity), rs.Burst)
+		}
+		if rs.Rate == "" {
+			if rs.Burst == 0 {
+				return errorf(CodeBadRequest, "rates: pool %q: give a rate (e.g. 60/m, or %q), a burst, or both", name, RateOff)
+			}
+			continue // the burst alone; checked against the pool's rate
+		}
+		if _, _, err := rs.parse(); err != nil {
+			return errorf(CodeBadRequest, "rates: pool %q: %v", name, err)
+		}
+		if slices.Contains(req.Remove, name) {
+			return errorf(CodeBadRequest, "pool %q is both given a rate and removed", name)
+		}
 	}
 	for name, c := range req.Set {
 		if err := config.ValidToken(name); err != nil {
@@ -187,35 +335,40 @@ func validateResize(req *ResizeRequest) *Error {
 	return nil
 }
 
-// applyLocked makes the pools match target: removes, resizes and adds,
-// answering waiters that can no longer be served. quiet skips events (at
-// start, before anyone listens for this manager).
-func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
+// applyLocked makes the pools match target: removes, resizes, changes
+// rates and adds, answering waiters that can no longer be served. quiet
+// skips events (at start, before anyone listens for this manager).
+func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 	names := slices.Sorted(maps.Keys(m.pools))
 	for _, name := range names {
 		p := m.pools[name]
-		c, keep := target[name]
+		want, keep := target[name]
 		if !keep {
 			m.removePoolLocked(p, quiet)
 			continue
 		}
-		old := p.p.Stats().Capacity
-		if c == old {
+		o := p.p.Options()
+		old := poolShape{Capacity: p.p.Stats().Capacity, Rate: o.Rate, Burst: o.Burst}
+		if want == old {
 			continue
 		}
-		granted, rejected := p.p.SetCapacity(c)
-		for _, w := range rejected {
-			r := w.Value.(*request)
-			delete(p.waiting, r.id)
-			m.stopTimer(r)
-			m.journal.dropLocked(r)
-			e := errorf(CodeExceedsCapacity, "%d slots requested, pool %q was resized to capacity %d", r.slots, p.name, c)
-			m.respond(r.reply, errReply(e))
-			m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		if want.Capacity != old.Capacity {
+			granted, rejected := p.p.SetCapacity(want.Capacity)
+			m.refuseResizedLocked(p, rejected, fmt.Sprintf("pool %q was resized to capacity %d", p.name, want.Capacity))
+			m.startGrantsLocked(p, granted)
 		}
-		m.startGrantsLocked(granted)
+		if want.Rate != old.Rate || want.Burst != old.Burst {
+			granted, rejected, err := p.p.SetRate(want.Rate, want.Burst)
+			if err != nil {
+				// Validated before it was stored; a stored change another
+				// version wrote may still be refused here.
+				m.log.Error("changing a pool's rate", "pool", name, "err", err)
+			}
+			m.refuseResizedLocked(p, rejected, fmt.Sprintf("pool %q's rate %v starts at most %d at once", p.name, want.Rate, want.Burst))
+			m.startGrantsLocked(p, granted)
+		}
 		if !quiet {
-			m.emit(p, Event{Kind: EventResized, Message: fmt.Sprintf("capacity %d -> %d", old, c)})
+			m.emit(p, Event{Kind: EventResized, Message: old.change(want)})
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(target)) {
@@ -227,16 +380,32 @@ func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
 					o = pc.Options
 				}
 			}
-			p, err := newPool(name, target[name], o)
+			want := target[name]
+			o.Rate, o.Burst = want.Rate, want.Burst
+			p, err := newPool(name, want.Capacity, o)
 			if err != nil {
 				m.log.Error("adding a pool", "pool", name, "err", err)
 				continue
 			}
 			m.pools[name] = p
 			if !quiet {
-				m.emit(p, Event{Kind: EventResized, Message: fmt.Sprintf("added with capacity %d", target[name])})
+				m.emit(p, Event{Kind: EventResized, Message: fmt.Sprintf("added with %v", want)})
 			}
 		}
+	}
+}
+
+// refuseResizedLocked answers the waiters a resize left asking for more
+// than the pool can ever grant at once.
+func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
+	for _, w := range rejected {
+		r := w.Value.(*request)
+		delete(p.waiting, r.id)
+		m.stopTimer(r)
+		m.journal.dropLocked(r)
+		e := errorf(CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
+		m.respond(r.reply, errReply(e))
+		m.emit(p, Event{Kind: EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	}
 }
 
@@ -244,6 +413,7 @@ func (m *Manager) applyLocked(target map[string]int64, quiet bool) {
 // revoked (their holders' renewals fail, so they stop).
 func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 	delete(m.pools, p.name)
+	p.stopRate()
 	for _, r := range p.waiting {
 		if r.state != queued {
 			r.state = grantCancelled // the grant in flight is given back once stored
