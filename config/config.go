@@ -342,6 +342,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	c.Pools = pools
 	errs = append(errs, c.resolveClusterPools()...)
+	errs = append(errs, c.resolveRates(m)...)
 	errs = append(errs, c.resolvePolicies(m)...)
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	errs = append(errs, c.resolveFastRelease(m, bad)...)

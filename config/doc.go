@@ -43,6 +43,11 @@
 //	POOL_CAPACITIES           comma-separated name=capacity, e.g. "gpu=1,io=16"
 //	CLUSTER_POOLS             pools shared by every node, same syntax, e.g.
 //	                          "api=50"; a name may not also be a node pool
+//	POOL_RATES                start rates, e.g. "api=60/m,embed=5/s" (units s,
+//	                          m, h); a name in no list above becomes a node
+//	                          pool with a rate and no concurrency limit
+//	POOL_RATE_BURST           most slots a rate starts at once, e.g. "api=5";
+//	                          default one second's worth, at least 1
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
 //	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream

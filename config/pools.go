@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/slotlease/slotlease/pools"
 )
 
 // MaxTokenLen is the longest token ValidToken accepts. It keeps subjects
@@ -22,6 +24,11 @@ type Pool struct {
 	Policy    string
 	MaxQueue  int
 	TenantCap int64
+	// Rate is the start rate (POOL_RATES), zero if none, and Burst its
+	// burst (POOL_RATE_BURST, or the default: one second's worth, at
+	// least 1). A pool named only in POOL_RATES has capacity MaxCapacity.
+	Rate  pools.Rate
+	Burst int64
 }
 
 // ValidToken reports whether s may be used as a node id, a pool name or one

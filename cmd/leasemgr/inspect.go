@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 )
 
 // connect dials the NATS this node's manager uses: NATS_URL, or the embedded
@@ -127,7 +129,14 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if s.TenantCap > 0 {
 				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", n.Node, s.Name, s.Capacity, s.InUse, s.Available, s.QueuedRequests, s.QueuedSlots, policy)
+			if s.Rate != "" {
+				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
+			}
+			capacity, available := strconv.FormatInt(s.Capacity, 10), strconv.FormatInt(s.Available, 10)
+			if s.Capacity == pools.MaxCapacity {
+				capacity, available = "unlimited", "-" // a pool with only a rate
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", n.Node, s.Name, capacity, s.InUse, available, s.QueuedRequests, s.QueuedSlots, policy)
 			// Per-tenant figures for pools that share by tenant or have
 			// tenants other than the unnamed one.
 			for _, t := range s.Tenants {
@@ -253,6 +262,51 @@ func formatEvent(ev lease.Event) string {
 	return b.String()
 }
 
+// rateSettings turns resize's --rate name=60/m and --burst name=5 flags
+// into the request's rates. A burst without a rate changes the burst of the
+// pool's rate.
+func rateSettings(rates, bursts []string) (map[string]lease.RateSetting, error) {
+	if len(rates) == 0 && len(bursts) == 0 {
+		return nil, nil
+	}
+	out := map[string]lease.RateSetting{}
+	for _, f := range rates {
+		name, v, ok := strings.Cut(f, "=")
+		if !ok || config.ValidToken(name) != nil {
+			return nil, fmt.Errorf("--rate %q: want name=60/m (units s, m, h) or name=%s", f, lease.RateOff)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--rate: pool %q given twice", name)
+		}
+		if v != lease.RateOff {
+			if _, err := config.ParseRate(v); err != nil {
+				return nil, fmt.Errorf("--rate %q: %w", f, err)
+			}
+		}
+		out[name] = lease.RateSetting{Rate: v}
+	}
+	for _, f := range bursts {
+		name, v, ok := strings.Cut(f, "=")
+		if !ok || config.ValidToken(name) != nil {
+			return nil, fmt.Errorf("--burst %q: want name=N", f)
+		}
+		rs := out[name]
+		if rs.Burst != 0 {
+			return nil, fmt.Errorf("--burst: pool %q given twice", name)
+		}
+		if rs.Rate == lease.RateOff {
+			return nil, fmt.Errorf("--burst %q: pool %q's rate is turned off", f, name)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > config.MaxCapacity {
+			return nil, fmt.Errorf("--burst %q: want a burst from 1 to %d", f, int64(config.MaxCapacity))
+		}
+		rs.Burst = n
+		out[name] = rs
+	}
+	return out, nil
+}
+
 // stringList collects a repeatable string flag.
 type stringList []string
 
@@ -262,8 +316,10 @@ func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("leasemgr resize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var remove stringList
+	var remove, rates, bursts stringList
 	fs.Var(&remove, "remove", "pool to remove (repeatable)")
+	fs.Var(&rates, "rate", `start rate, name=60/m (units s, m, h) or name=off (repeatable)`)
+	fs.Var(&bursts, "burst", "most slots a rate starts at once, name=5 (repeatable)")
 	force := fs.Bool("force", false, "remove pools even with holders (revoked) or waiters (refused)")
 	reset := fs.Bool("reset", false, "drop every runtime change first: back to POOL_CAPACITIES")
 	node := fs.String("node", "", "node to change (default NODE_ID)")
@@ -271,6 +327,7 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{err}
 	}
 	req := lease.ResizeRequest{Remove: remove, Force: *force, Reset: *reset}
+	var err error
 	if fs.NArg() > 0 {
 		set, err := config.ParsePoolCapacities(strings.Join(fs.Args(), ","))
 		if err != nil {
@@ -281,8 +338,11 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			req.Set[p.Name] = p.Capacity
 		}
 	}
-	if len(req.Set) == 0 && len(req.Remove) == 0 && !req.Reset {
-		return usageError{fmt.Errorf("nothing to change: give name=capacity arguments, --remove or --reset")}
+	if req.Rates, err = rateSettings(rates, bursts); err != nil {
+		return usageError{err}
+	}
+	if len(req.Set) == 0 && len(req.Rates) == 0 && len(req.Remove) == 0 && !req.Reset {
+		return usageError{fmt.Errorf("nothing to change: give name=capacity arguments, --rate, --burst, --remove or --reset")}
 	}
 	nc, cfg, err := connect("leasemgr resize", config.RoleManager)
 	if err != nil {

@@ -63,10 +63,11 @@ commands:
   watch [flags]       print lease events live (--node, --pool, --kind, --json;
                       --since 1h replays the stored events first)
   resize [flags] name=capacity...
-                      change pools at runtime (--remove P, --force, --reset)
+                      change pools at runtime (--rate P=60/m, --burst P=5,
+                      --remove P, --force, --reset)
 
 Configuration is read from the environment: NODE_ID, POOL_CAPACITIES,
-EXECUTOR_MAX_CONCURRENCY, POOL_POLICIES, POOL_MAX_QUEUE, TENANT_WEIGHTS,
+CLUSTER_POOLS, POOL_RATES, POOL_RATE_BURST, EXECUTOR_MAX_CONCURRENCY, POOL_POLICIES, POOL_MAX_QUEUE, TENANT_WEIGHTS,
 TENANT_DEFAULT_WEIGHT, TENANT_CAPS, PRIORITY_AGING, NATS_URL, NATS_LISTEN,
 NATS_STORE_DIR, NATS_REPLICAS, LEASE_TTL, LEADER_TTL, LEASE_SUBJECT_PREFIX,
 HTTP_ADDR, EVENT_RETENTION, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD,

@@ -199,7 +199,7 @@ func poolConfigs(cfg *config.Manager, ps []config.Pool) []lease.PoolConfig {
 	for _, p := range ps {
 		out = append(out, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
 			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
-			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight,
+			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight, Rate: p.Rate, Burst: p.Burst,
 		}})
 	}
 	return out

@@ -1,0 +1,102 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/pools"
+)
+
+// Start rate variables: a pool may have a capacity (how many at once), a
+// start rate (how many start per second, minute or hour), or both.
+const (
+	EnvPoolRates     = "POOL_RATES"      // api=60/m,embed=5/s (units s, m, h)
+	EnvPoolRateBurst = "POOL_RATE_BURST" // api=5: most slots started at once (default one second's worth, at least 1)
+)
+
+// rateUnits are the periods a rate may be given per.
+var rateUnits = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+
+// ParseRate parses a start rate: N/s, N/m or N/h, N from 1 to MaxCapacity,
+// e.g. "60/m". Its errors are reasons only (see ValidToken).
+func ParseRate(s string) (pools.Rate, error) {
+	num, unit, ok := strings.Cut(s, "/")
+	if !ok {
+		return pools.Rate{}, reason(fmt.Sprintf("rate %q: want N/s, N/m or N/h, e.g. 60/m", s))
+	}
+	per, ok := rateUnits[unit]
+	if !ok {
+		return pools.Rate{}, reason(fmt.Sprintf("rate %q: unit %q is not s, m or h", s, unit))
+	}
+	n, err := parseBounded(num, "rate", 1, MaxCapacity)
+	if err != nil {
+		return pools.Rate{}, err
+	}
+	return pools.Rate{Slots: n, Per: per}, nil
+}
+
+// ParseRateBurst parses a burst: a plain decimal from 1 to MaxCapacity that
+// r can hold (pools.CheckRate).
+func ParseRateBurst(s string, r pools.Rate) (int64, error) {
+	n, err := parseBounded(s, "burst", 1, MaxCapacity)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := pools.CheckRate(r, n); err != nil {
+		return 0, reason(err.Error())
+	}
+	return n, nil
+}
+
+// resolveRates reads POOL_RATES and POOL_RATE_BURST into the pools. A name
+// in neither POOL_CAPACITIES nor CLUSTER_POOLS becomes a node pool with
+// only a rate: capacity MaxCapacity. Pools and ClusterPools must already
+// be built; queue policies come after, so that they may name such a pool.
+func (c *Manager) resolveRates(m map[string]string) []error {
+	var errs []error
+	var added []Pool
+	find := func(name string) *Pool {
+		for _, ps := range [][]Pool{c.Pools, c.ClusterPools, added} {
+			if i := slices.IndexFunc(ps, func(p Pool) bool { return p.Name == name }); i >= 0 {
+				return &ps[i]
+			}
+		}
+		return nil
+	}
+	errs = append(errs, parseEntries(EnvPoolRates, m[EnvPoolRates], "=", func(name, v string) error {
+		r, err := ParseRate(v)
+		if err != nil {
+			return err
+		}
+		burst, err := pools.CheckRate(r, 0)
+		if err != nil {
+			return reason(err.Error())
+		}
+		if p := find(name); p != nil {
+			p.Rate, p.Burst = r, burst
+			return nil
+		}
+		added = append(added, Pool{Name: name, Capacity: MaxCapacity, Rate: r, Burst: burst})
+		return nil
+	})...)
+	// added is complete: find may now hand out pointers into it.
+	errs = append(errs, parseEntries(EnvPoolRateBurst, m[EnvPoolRateBurst], "=", func(name, v string) error {
+		p := find(name)
+		if p == nil || p.Rate == (pools.Rate{}) {
+			return reason(fmt.Sprintf("pool %q has no rate (give it one in POOL_RATES first)", name))
+		}
+		n, err := ParseRateBurst(v, p.Rate)
+		if err != nil {
+			return err
+		}
+		p.Burst = n
+		return nil
+	})...)
+	if len(added) > 0 {
+		c.Pools = append(c.Pools, added...)
+		slices.SortFunc(c.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return errs
+}
