@@ -500,7 +500,7 @@ func (p *Pool) SetRate(r Rate, burst int64) (granted, rejected []*Waiter, err er
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
-		b.units = min(p.bucket.tokens(now), burst) * int64(r.Per)
+		b.units = min(p.bucket.tokens(now), burst) * b.unit // whole slots: a fraction is lost, never gained
 		p.bucket = b
 	}
 	p.opts.Rate, p.opts.Burst = r, burst

@@ -145,3 +145,116 @@ func TestRateOptions(t *testing.T) {
 		t.Fatalf("60/m default burst: %+v, want 1 (one second's worth)", s)
 	}
 }
+
+// SetRate gives, changes and takes away a rate: a new rate starts empty, a
+// changed one keeps its tokens up to the new burst, waiters over a lowered
+// burst are rejected, and taking the rate away grants who it held back.
+func TestSetRate(t *testing.T) {
+	p, clk := ratePool(t, 10, pools.Options{})
+	r := pools.Rate{Slots: 10, Per: time.Second}
+	if _, _, err := p.SetRate(r, -1); !errors.Is(err, pools.ErrInvalidOptions) {
+		t.Fatalf("negative burst: %v", err)
+	}
+	if _, _, err := p.SetRate(pools.Rate{}, 2); !errors.Is(err, pools.ErrInvalidOptions) {
+		t.Fatalf("burst without a rate: %v", err)
+	}
+	if g, rj, err := p.SetRate(r, 4); err != nil || len(g)+len(rj) != 0 {
+		t.Fatalf("SetRate: %v %v %v", g, rj, err)
+	}
+	if s := p.Stats(); s.Rate != "10/s" || s.Burst != 4 || s.Tokens != 0 {
+		t.Fatalf("a new rate starts empty: %+v", s)
+	}
+	if o := p.Options(); o.Rate != r || o.Burst != 4 {
+		t.Fatalf("Options after SetRate: %+v", o)
+	}
+	clk.add(time.Second) // full: 4
+	small, _, _, _ := p.EnqueueRequest(pools.Request{Slots: 4})
+	if !small.Granted() {
+		t.Fatal("4 slots from a full bucket of 4 not granted")
+	}
+	clk.add(300 * time.Millisecond) // 3 tokens
+	big, granted, _, err := p.EnqueueRequest(pools.Request{Slots: 4})
+	if err != nil || granted {
+		t.Fatalf("4 slots with 3 tokens: granted %v, %v", granted, err)
+	}
+	// Doubling the rate keeps the 3 tokens; lowering the burst to 3
+	// rejects the 4-slot waiter.
+	g, rj, err := p.SetRate(pools.Rate{Slots: 20, Per: time.Second}, 3)
+	if err != nil || len(g) != 0 || len(rj) != 1 || rj[0] != big {
+		t.Fatalf("SetRate(20/s, 3): granted %d, rejected %d, %v", len(g), len(rj), err)
+	}
+	if s := p.Stats(); s.Tokens != 3 || s.QueuedRequests != 0 {
+		t.Fatalf("after lowering the burst: %+v, want 3 tokens kept, nothing queued", s)
+	}
+	p.Release(4)
+	for range 3 {
+		if !p.TryAcquire(1) {
+			t.Fatal("3 kept tokens: 3 slots")
+		}
+	}
+	w, granted, _, _ := p.EnqueueRequest(pools.Request{Slots: 1})
+	if granted {
+		t.Fatal("granted from an empty bucket")
+	}
+	// Taken away: the waiter goes in at once.
+	if g, _, err := p.SetRate(pools.Rate{}, 0); err != nil || len(g) != 1 || g[0] != w {
+		t.Fatalf("rate off: granted %v, %v", g, err)
+	}
+	if s := p.Stats(); s.Rate != "" || s.Tokens != 0 || s.Burst != 0 {
+		t.Fatalf("rate off: %+v", s)
+	}
+}
+
+// RetryAfter is honest about what a fifo queue starts first, and says
+// nothing (0) without a rate or when the rate allows it now.
+func TestRetryAfterCountsTheQueue(t *testing.T) {
+	p, clk := ratePool(t, 100, pools.Options{Rate: pools.Rate{Slots: 10, Per: time.Second}, Burst: 5})
+	if d := p.RetryAfter(2); d != 200*time.Millisecond {
+		t.Fatalf("2 slots from empty: %v, want 200ms", d)
+	}
+	for range 3 {
+		if _, _, _, err := p.EnqueueRequest(pools.Request{Slots: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := p.RetryAfter(2); d != 500*time.Millisecond {
+		t.Fatalf("2 slots behind 3 queued: %v, want 500ms", d)
+	}
+	clk.add(time.Second)
+	p.Refill()
+	if d := p.RetryAfter(2); d != 0 {
+		t.Fatalf("2 slots with 2 tokens left: %v, want 0", d)
+	}
+	q, _ := pools.NewWithOptions(1, pools.Options{})
+	if d := q.RetryAfter(1); d != 0 {
+		t.Fatalf("no rate: %v", d)
+	}
+}
+
+// Rates at the edges of the configuration's range keep exact, overflow-free
+// arithmetic: a day's worth at 1/h, 2^40 per second.
+func TestRateExtremes(t *testing.T) {
+	for _, tc := range []struct {
+		r     pools.Rate
+		burst int64
+	}{
+		{pools.Rate{Slots: 1, Per: time.Hour}, 24},
+		{pools.Rate{Slots: 1 << 40, Per: time.Second}, 1 << 40},
+		{pools.Rate{Slots: 90000, Per: time.Minute}, 1500},
+	} {
+		p, clk := ratePool(t, pools.MaxCapacity, pools.Options{Rate: tc.r, Burst: tc.burst})
+		clk.add(1000 * time.Hour)
+		if s := p.Stats(); s.Tokens != tc.burst {
+			t.Errorf("%v after a long idle: %d tokens, want the burst %d", tc.r, s.Tokens, tc.burst)
+		}
+		if !p.TryAcquire(tc.burst) || p.TryAcquire(1) {
+			t.Errorf("%v: a full bucket grants exactly its burst", tc.r)
+		}
+		if d := p.RetryAfter(tc.burst); d <= 0 || d > tc.r.Per*time.Duration(tc.burst/tc.r.Slots+1) {
+			t.Errorf("%v: a burst again in %v", tc.r, d)
+		}
+	}
+	if _, err := pools.CheckRate(pools.Rate{Slots: 1, Per: time.Hour}, 1<<40); err == nil {
+		t.Error("a burst of 2^40 at 1/h accepted: its tokens overflow")
+	}
+}
