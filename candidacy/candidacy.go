@@ -32,6 +32,9 @@ type Record struct {
 	Node     string           `json:"node"`
 	Instance string           `json:"instance"`
 	Pools    map[string]int64 `json:"pools"` // name -> capacity, as configured
+	// Rates are the start rates of the pools that have one, as configured:
+	// name -> "60/m burst 5".
+	Rates map[string]string `json:"rates,omitempty"`
 }
 
 // Config configures Run.
@@ -164,8 +167,9 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 }
 
 // Disagreements lists, one line per pool in name order, every cluster pool
-// the candidates do not agree on: its capacities and the nodes that list
-// each, and the nodes that do not list it at all. Nil when all agree.
+// the candidates do not agree on: its capacities (and start rates) and the
+// nodes that list each, and the nodes that do not list it at all. Nil when
+// all agree.
 func Disagreements(recs []Record) []string {
 	names := map[string]bool{}
 	for _, r := range recs {
@@ -175,21 +179,33 @@ func Disagreements(recs []Record) []string {
 	}
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		byCap := map[int64][]string{}
+		type shape struct {
+			capacity int64
+			rate     string
+		}
+		byShape := map[shape][]string{}
 		var missing []string
 		for _, r := range recs {
 			if c, ok := r.Pools[name]; ok {
-				byCap[c] = append(byCap[c], r.Node)
+				s := shape{c, r.Rates[name]}
+				byShape[s] = append(byShape[s], r.Node)
 			} else {
 				missing = append(missing, r.Node)
 			}
 		}
-		if len(byCap) == 1 && len(missing) == 0 {
+		if len(byShape) == 1 && len(missing) == 0 {
 			continue
 		}
+		shapes := slices.SortedFunc(maps.Keys(byShape), func(a, b shape) int {
+			return cmp.Or(cmp.Compare(a.capacity, b.capacity), strings.Compare(a.rate, b.rate))
+		})
 		var parts []string
-		for _, c := range slices.Sorted(maps.Keys(byCap)) {
-			parts = append(parts, fmt.Sprintf("capacity %d on %s", c, nodes(byCap[c])))
+		for _, s := range shapes {
+			what := fmt.Sprintf("capacity %d", s.capacity)
+			if s.rate != "" {
+				what += ", rate " + s.rate
+			}
+			parts = append(parts, fmt.Sprintf("%s on %s", what, nodes(byShape[s])))
 		}
 		if len(missing) > 0 {
 			parts = append(parts, "not listed on "+nodes(missing))

@@ -26,6 +26,16 @@ func TestDisagreements(t *testing.T) {
 	if d := candidacy.Disagreements([]candidacy.Record{c, b, a}); !slices.Equal(d, want) {
 		t.Fatalf("got %q\nwant %q", d, want)
 	}
+	// A start rate is part of what they must agree on.
+	r := candidacy.Record{Node: "n3", Instance: "i3", Pools: map[string]int64{"api": 50, "embed": 20}, Rates: map[string]string{"api": "60/m burst 5"}}
+	want = []string{"cluster pool api: capacity 50 on n1, n2; capacity 50, rate 60/m burst 5 on n3"}
+	if d := candidacy.Disagreements([]candidacy.Record{a, b, r}); !slices.Equal(d, want) {
+		t.Fatalf("got %q\nwant %q", d, want)
+	}
+	a.Rates, b.Rates = r.Rates, r.Rates
+	if d := candidacy.Disagreements([]candidacy.Record{a, b, r}); d != nil {
+		t.Fatalf("agreeing rates: %v", d)
+	}
 }
 
 // Two candidates with different capacities both learn of it; when one

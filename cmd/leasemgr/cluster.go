@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/slotlease/slotlease/candidacy"
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
 )
 
@@ -78,9 +80,12 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.Mana
 	})
 	defer metrics.SetPoolSource(lease.ClusterNode, nil)
 
-	self := candidacy.Record{Node: cfg.NodeID, Instance: mc.Instance, Pools: map[string]int64{}}
+	self := candidacy.Record{Node: cfg.NodeID, Instance: mc.Instance, Pools: map[string]int64{}, Rates: map[string]string{}}
 	for _, p := range cfg.ClusterPools {
 		self.Pools[p.Name] = p.Capacity
+		if p.Rate != (pools.Rate{}) {
+			self.Rates[p.Name] = fmt.Sprintf("%v burst %d", p.Rate, p.Burst)
+		}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
