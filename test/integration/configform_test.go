@@ -28,6 +28,8 @@ func TestConfigFormRefusedBeforeStarting(t *testing.T) {
 		{"POOL_CAPACITIES=gpu=9223372036854775807", `POOL_CAPACITIES: entry "gpu=9223372036854775807": capacity must be at most 1099511627776`},
 		{"EXECUTOR_MAX_CONCURRENCY=+4", `EXECUTOR_MAX_CONCURRENCY: "+4": value must not have a '+' sign`},
 		{"NATS_REPLICAS= 1", `NATS_REPLICAS: " 1": must not have spaces around it`},
+		{"POOL_RATES=gpu=60/min", `POOL_RATES: entry "gpu=60/min": rate "60/min": unit "min" is not s, m or h`},
+		{"POOL_RATE_BURST=gpu=5", `POOL_RATE_BURST: entry "gpu=5": pool "gpu" has no rate (give it one in POOL_RATES first)`},
 	} {
 		t.Run(tt.set, func(t *testing.T) {
 			env, _ := managerEnv(t, "form", "gpu=1", "15s")
