@@ -10,6 +10,8 @@
 //	lease.in_use          lease_in_use{node,pool}                      gauge, slots held
 //	lease.queued          lease_queued{node,pool}                      gauge, requests waiting
 //	lease.queued_slots    lease_queued_slots{node,pool}                gauge, slots they want
+//	lease.rate_tokens     lease_rate_tokens{node,pool}                 gauge, slots the start rate's bucket
+//	                                                                   allows now (pools with a rate only)
 //	lease.requests        lease_requests_total{node,pool}              new acquire requests
 //	lease.enqueued        lease_enqueued_total{node,pool}              requests that had to wait
 //	lease.grants          lease_grants_total{node,pool}                grants stored and sent
@@ -166,6 +168,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	inUse := gauge("lease.in_use", "{slot}", "Slots held by leases.")
 	queued := gauge("lease.queued", "{request}", "Acquire requests waiting.")
 	queuedSlots := gauge("lease.queued_slots", "{slot}", "Slots wanted by the waiting requests.")
+	tokens := gauge("lease.rate_tokens", "{slot}", "Slots the start rate's bucket allows now (pools with a rate only).")
 	if err != nil {
 		return nil, err
 	}
@@ -175,6 +178,9 @@ func New(meter metric.Meter) (*Metrics, error) {
 			o.ObserveInt64(inUse, st.InUse, a.observe...)
 			o.ObserveInt64(queued, int64(st.QueuedRequests), a.observe...)
 			o.ObserveInt64(queuedSlots, st.QueuedSlots, a.observe...)
+			if st.Rate != "" {
+				o.ObserveInt64(tokens, st.Tokens, a.observe...)
+			}
 		}
 		m.mu.Lock()
 		sources := maps.Clone(m.sources)
@@ -195,7 +201,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			}
 		}
 		return nil
-	}, capacity, inUse, queued, queuedSlots)
+	}, capacity, inUse, queued, queuedSlots, tokens)
 	if err != nil {
 		return nil, err
 	}

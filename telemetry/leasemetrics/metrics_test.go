@@ -155,7 +155,7 @@ func TestSinkTurnsEventsIntoPrometheusSeries(t *testing.T) {
 		gpu(lease.EventRejected, 2, 0, code(lease.CodeExceedsCapacity)),
 		gpu(lease.EventReleased, 1, 0),
 		gpu(lease.EventExpired, 0, 0),
-		{Kind: lease.EventGranted, Node: "n1", Pool: "io", WaitMs: 1500, Stats: pools.Stats{Capacity: 16, InUse: 4, QueuedRequests: 3, QueuedSlots: 7}},
+		{Kind: lease.EventGranted, Node: "n1", Pool: "io", WaitMs: 1500, Stats: pools.Stats{Capacity: 16, InUse: 4, QueuedRequests: 3, QueuedSlots: 7, Rate: "10/s", Burst: 5, Tokens: 2}},
 	}
 	for _, ev := range events {
 		sink.Publish(ev)
@@ -184,6 +184,7 @@ func TestSinkTurnsEventsIntoPrometheusSeries(t *testing.T) {
 		{"lease_in_use", ioL, 4},
 		{"lease_queued", ioL, 3},
 		{"lease_queued_slots", ioL, 7},
+		{"lease_rate_tokens", ioL, 2},
 		{"lease_requests_total", gpuL, 4},
 		{"lease_enqueued_total", gpuL, 2},
 		{"lease_grants_total", gpuL, 2},
@@ -197,6 +198,9 @@ func TestSinkTurnsEventsIntoPrometheusSeries(t *testing.T) {
 		if got := value(t, fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	if s := series(fams, "lease_rate_tokens", gpuL...); s != nil {
+		t.Errorf("lease_rate_tokens for gpu, a pool without a rate: %v", s)
 	}
 	// What did not happen is there at 0 from the pool's first event on.
 	for _, c := range []struct {

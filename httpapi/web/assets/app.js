@@ -66,13 +66,13 @@
     p.stats = s;
     const el = p.el;
     const r = ratio(s);
-    field(el, 'capacity').textContent = s.capacity;
+    field(el, 'capacity').textContent = slotleaseFormat.capacity(s.capacity);
     field(el, 'in_use').textContent = s.in_use;
     field(el, 'available').textContent = s.available;
     field(el, 'queued').textContent = s.queued;
     field(el, 'queued_slots').textContent = s.queued_slots;
     field(el, 'utilisation').textContent = Math.round(r * 100) + '%';
-    field(el, 'policy').textContent = s.policy || 'fifo';
+    field(el, 'policy').textContent = slotleaseFormat.policy(s);
     el.querySelector('.fill').style.width = Math.min(100, r * 100) + '%';
     el.querySelector('.bar').setAttribute('aria-valuenow', String(Math.round(r * 100)));
     el.dataset.level = r >= 1 ? 'full' : r >= 0.75 ? 'warn' : 'ok';

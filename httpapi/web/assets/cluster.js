@@ -229,14 +229,14 @@
     if (k === selected) tr.classList.add('selected');
     cell(tr, 'node', n.node === 'cluster' ? 'cluster (shared)' : n.node);
     cell(tr, 'name', p.name);
-    cell(tr, 'policy', p.policy || 'fifo');
+    cell(tr, 'policy', slotleaseFormat.policy(p));
     cell(tr, 'in_use', String(p.in_use), 'num');
     const bar = cell(tr, '', undefined, 'col-bar');
     bar.innerHTML = '<div class="barcell"><div class="minibar" role="meter" aria-valuemin="0" aria-valuemax="100"><div></div></div>' +
       '<span>of <span data-field="capacity"></span></span></div>';
     bar.querySelector('.minibar').setAttribute('aria-valuenow', String(Math.round(r * 100)));
     bar.querySelector('.minibar div').style.width = (r * 100) + '%';
-    bar.querySelector('[data-field="capacity"]').textContent = String(p.capacity);
+    bar.querySelector('[data-field="capacity"]').textContent = slotleaseFormat.capacity(p.capacity);
     cell(tr, 'queued', String(p.queued), 'num');
     cell(tr, 'util', Math.round(r * 100) + '%', 'num');
     cell(tr, '', undefined, 'col-spark').appendChild(spark(k, now, !n.stale));
@@ -325,8 +325,8 @@
     if (!x) return;
     const p = x.p;
     $('detail-name').textContent = selected;
-    $('detail-figures').textContent = p.in_use + ' of ' + p.capacity + ' slots in use, ' + p.queued + ' queued (' +
-      (p.policy || 'fifo') + ')' + (x.n.stale ? '; node stale, as last seen' : '');
+    $('detail-figures').textContent = p.in_use + ' of ' + slotleaseFormat.capacity(p.capacity) + ' slots in use, ' + p.queued + ' queued (' +
+      slotleaseFormat.policy(p) + ')' + (x.n.stale ? '; node stale, as last seen' : '');
     const hb = document.querySelector('#holders tbody');
     hb.replaceChildren(...p.holders.map((h) => {
       const tr = document.createElement('tr');

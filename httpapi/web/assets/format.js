@@ -11,5 +11,19 @@ const slotleaseFormat = (function () {
       '.' + String(d.getMilliseconds()).padStart(3, '0');
   }
 
-  return { two: two, clock: clock };
+  // MAX_CAPACITY is the capacity of a pool with only a start rate.
+  const MAX_CAPACITY = 1099511627776;
+
+  // capacity is a pool's capacity, "unlimited" for a pool with only a rate.
+  function capacity(c) { return c === MAX_CAPACITY ? 'unlimited' : String(c); }
+
+  // policy is a pool's queue policy and, if it has one, its start rate:
+  // "fifo, rate 60/m (3 of 5 tokens)".
+  function policy(s) {
+    let out = s.policy || 'fifo';
+    if (s.rate) out += ', rate ' + s.rate + ' (' + (s.tokens || 0) + ' of ' + s.burst + ' tokens)';
+    return out;
+  }
+
+  return { two: two, clock: clock, capacity: capacity, policy: policy };
 })();
