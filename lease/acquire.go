@@ -154,6 +154,10 @@ func (m *Manager) enqueueError(p *pool, req AcquireRequest, err error) *Error {
 	switch {
 	case errors.Is(err, pools.ErrWouldWait):
 		e := errorf(CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		if s.Rate != "" && s.Available >= req.Slots && s.QueuedRequests == 0 {
+			// The slots are free: the rate alone holds it back.
+			e = errorf(CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", req.Slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
+		}
 		// With a start rate, the earliest the rate lets this request in:
 		// honest when the rate is what holds it back, a lower bound when
 		// slots are busy too. Without one, nothing says when slots free.

@@ -258,7 +258,19 @@ func formatEvent(ev lease.Event) string {
 	if ev.Code != "" {
 		fmt.Fprintf(&b, " code=%s", ev.Code)
 	}
-	fmt.Fprintf(&b, "  [in_use=%d/%d queued=%d]", ev.Stats.InUse, ev.Stats.Capacity, ev.Stats.QueuedRequests)
+	if ev.Kind == lease.EventResized {
+		fmt.Fprintf(&b, " %s", ev.Message)
+	}
+	s := ev.Stats
+	if s.Capacity == pools.MaxCapacity {
+		fmt.Fprintf(&b, "  [in_use=%d queued=%d", s.InUse, s.QueuedRequests) // a pool with only a rate
+	} else {
+		fmt.Fprintf(&b, "  [in_use=%d/%d queued=%d", s.InUse, s.Capacity, s.QueuedRequests)
+	}
+	if s.Rate != "" {
+		fmt.Fprintf(&b, " tokens=%d/%d", s.Tokens, s.Burst)
+	}
+	b.WriteString("]")
 	return b.String()
 }
 

@@ -42,7 +42,7 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 	// A bucket that is empty (1/h, just started): a try-acquire is told
 	// when to retry.
 	code, out = runExecutor(t, env, "run", "--pool", "slow", "--no-wait", "--", "true")
-	if code != 75 || !strings.Contains(out, "would_wait") || !strings.Contains(out, "rate 1/h, 0 of 1 tokens in the bucket") || !regexp.MustCompile(`retry after (59m|1h)`).MatchString(out) {
+	if code != 75 || !strings.Contains(out, "would_wait") || !strings.Contains(out, `1 slots not started at once in pool "slow": its rate 1/h has 0 of 1 tokens in the bucket`) || !regexp.MustCompile(`retry after (59m|1h)`).MatchString(out) {
 		t.Fatalf("--no-wait on an empty bucket: exit %d:\n%s", code, out)
 	}
 	code, out = runExecutor(t, env, "run", "--pool", "embed", "--slots", "6", "--", "true")
