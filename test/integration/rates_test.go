@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -73,5 +76,104 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 	code, out = runLeasemgr(t, env, "resize", "--rate", "api=off")
 	if code != 0 || strings.Contains(out, "rate=600/m") {
 		t.Fatalf("resize --rate api=off: exit %d:\n%s", code, out)
+	}
+}
+
+// A cluster pool with a start rate, as a user runs it: two candidates list
+// CLUSTER_POOLS=api=20 with POOL_RATES=api=120/m and a burst of 20; a third
+// that lists another rate is reported. Executors keep asking; the serving
+// manager is SIGKILLed mid-run. The granted events (each stamped after its
+// grant took its tokens) show at most 20 + 2t starts in any t from the
+// start, and at most 2t in the t after the kill: the new manager's bucket
+// started empty, so the takeover let no burst through.
+func TestClusterRateAcrossATakeover(t *testing.T) {
+	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
+	startManager(t, host, hostHTTP)
+	rate := []string{"POOL_RATES=api=120/m", "POOL_RATE_BURST=api=20"}
+	t0 := time.Now()
+	envA, _ := joinNode(t, host, "ca", "gpu=1")
+	envA = append(append(envA, "CLUSTER_POOLS=api=20", "LEADER_TTL=1s"), rate...)
+	procA := start(t, envA, "leasemgr")
+	envB, httpB := joinNode(t, host, "cb", "gpu=1")
+	envB = append(append(envB, "CLUSTER_POOLS=api=20", "LEADER_TTL=1s"), rate...)
+	procB := startManager(t, envB, httpB)
+	procs := map[string]*proc{"ca": procA, "cb": procB}
+	envs := map[string][]string{"ca": envA, "cb": envB}
+	var serving string
+	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool {
+		serving = servedBy(t, envB)
+		return serving == "ca" || serving == "cb"
+	})
+	other := map[string]string{"ca": "cb", "cb": "ca"}[serving]
+
+	// A candidate with another rate is reported.
+	envC, httpC := joinNode(t, host, "cc", "gpu=1")
+	envC = append(envC, "CLUSTER_POOLS=api=20", "LEADER_TTL=1s", "POOL_RATES=api=60/m")
+	procC := startManager(t, envC, httpC)
+	const want = "warning: cluster pool api: capacity 20, rate 120/m burst 20 on ca, cb; capacity 20, rate 60/m burst 1 on cc"
+	eventually(t, 10*time.Second, "/readyz to report the other rate", func() bool {
+		_, body := readyz(t, httpB)
+		return strings.Contains(body, want)
+	})
+	_ = procC.cmd.Process.Signal(syscall.SIGTERM)
+	procC.Wait(t, 20*time.Second)
+
+	watch := start(t, envs[other], "leasemgr", "watch", "--node", "cluster", "--kind", "granted", "--json")
+	var killed time.Time
+	for wave := 0; time.Since(t0) < 40*time.Second; wave++ {
+		var runs []*proc
+		for range 8 {
+			runs = append(runs, start(t, envs[other], "executor", "run", "--node", "cluster", "--pool", "api", "--", "true"))
+		}
+		for _, p := range runs {
+			if code := p.Wait(t, 60*time.Second); code != 0 {
+				t.Fatalf("executor run: exit %d:\n%s", code, p.Output())
+			}
+		}
+		if killed.IsZero() && wave == 2 {
+			killed = time.Now()
+			_ = procs[serving].cmd.Process.Kill()
+		}
+		if !killed.IsZero() && time.Since(killed) > 8*time.Second {
+			break
+		}
+	}
+	if killed.IsZero() {
+		t.Fatal("the serving manager was never killed")
+	}
+	time.Sleep(500 * time.Millisecond) // the last events
+	var starts []time.Time
+	for _, line := range strings.Split(watch.Output(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var ev struct {
+			Time  time.Time `json:"time"`
+			Slots int64     `json:"slots"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("watch --json line %q: %v", line, err)
+		}
+		starts = append(starts, ev.Time)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	var before, after int
+	for _, at := range starts {
+		from0 := at.Sub(t0).Seconds()
+		if at.Before(killed) {
+			before++
+			if n := before; float64(n) > 20+2*from0 {
+				t.Errorf("%d starts by t=%.2fs from the start: over 20 + 2t", n, from0)
+			}
+			continue
+		}
+		after++
+		if d := at.Sub(killed).Seconds(); float64(after) > 2*d {
+			t.Errorf("%d starts %.2fs after the kill: over 2t, a burst after the takeover", after, d)
+		}
+	}
+	t.Logf("%d starts before the kill, %d in the %v after it (120/m, burst 20)", before, after, time.Since(killed).Round(time.Millisecond))
+	if before < 20 || after < 4 {
+		t.Fatalf("too few starts to judge: %d before the kill, %d after", before, after)
 	}
 }
