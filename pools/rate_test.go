@@ -3,6 +3,7 @@ package pools_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -256,5 +257,51 @@ func TestRateExtremes(t *testing.T) {
 	}
 	if _, err := pools.CheckRate(pools.Rate{Slots: 1, Per: time.Hour}, 1<<40); err == nil {
 		t.Error("a burst of 2^40 at 1/h accepted: its tokens overflow")
+	}
+}
+
+// The policy's order holds under a rate: the head waits for its tokens and
+// nobody jumps it, whether it is a multi-slot fifo head or the highest
+// priority.
+func TestRateKeepsThePolicyOrder(t *testing.T) {
+	r := pools.Rate{Slots: 10, Per: time.Second}
+	p, clk := ratePool(t, 100, pools.Options{Rate: r, Burst: 3})
+	big, _, _, _ := p.EnqueueRequest(pools.Request{Slots: 3, Value: "big"})
+	small, _, _, _ := p.EnqueueRequest(pools.Request{Slots: 1, Value: "small"})
+	clk.add(100 * time.Millisecond) // one token: enough for small, not for big
+	if g := p.Refill(); len(g) != 0 {
+		t.Fatalf("granted %v ahead of the 3-slot head", g[0].Value)
+	}
+	if _, err := p.TryAcquireRequest(pools.Request{Slots: 1}); !errors.Is(err, pools.ErrWouldWait) {
+		t.Fatalf("a newcomer jumped the queue: %v", err)
+	}
+	clk.add(200 * time.Millisecond)
+	if g := p.Refill(); len(g) != 1 || g[0] != big {
+		t.Fatalf("after 3 tokens: granted %d, want the head", len(g))
+	}
+	clk.add(100 * time.Millisecond)
+	if g := p.Refill(); len(g) != 1 || g[0] != small {
+		t.Fatal("small not granted next")
+	}
+
+	q, clk := ratePool(t, 100, pools.Options{Policy: pools.PolicyPriority, AgingStep: time.Hour, Rate: r, Burst: 1})
+	for _, pr := range []int{-1, 0, 1} {
+		if _, _, _, err := q.EnqueueRequest(pools.Request{Slots: 1, Priority: pr, Value: pr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []any
+	for len(order) < 3 {
+		d, ok := q.NextGrant()
+		if !ok {
+			t.Fatal("nothing waits for the rate")
+		}
+		clk.add(d)
+		for _, w := range q.Refill() {
+			order = append(order, w.Value)
+		}
+	}
+	if fmt.Sprint(order) != "[1 0 -1]" {
+		t.Fatalf("priority order under a rate: %v, want [1 0 -1]", order)
 	}
 }
