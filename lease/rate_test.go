@@ -445,3 +445,27 @@ func TestRateResize(t *testing.T) {
 		t.Fatalf("a rate on a new pool: %+v", stats)
 	}
 }
+
+// queue_full from a pool whose queue waits for the rate says when the rate
+// lets the next waiter in, not the TTL/3 hint; would_wait counts what a
+// fifo queue starts first.
+func TestRateRetryHints(t *testing.T) {
+	srv, _ := startNode(t, 6*time.Second, lease.PoolConfig{Name: "p", Capacity: 10,
+		Options: pools.Options{Rate: pools.Rate{Slots: 2, Per: time.Minute}, Burst: 1, MaxQueue: 1}})
+	c := harness.Client(t, srv.URL, node)
+	ctx := context.Background()
+	_, err := c.Acquire(ctx, "p", 1, lease.NoWait())
+	var le *lease.Error
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 {
+		t.Fatalf("try on an empty 2/m bucket: %v, want would_wait, retry after about 30 s", err)
+	}
+	queuedAcquire(t, c, ctx, "p", 1)
+	_, err = c.Acquire(ctx, "p", 1, lease.NoWait())
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 59_000 || le.RetryAfterMs > 60_000 {
+		t.Fatalf("try behind one queued: %v, want would_wait, retry after about 60 s (the queued one starts first)", err)
+	}
+	_, err = c.Acquire(ctx, "p", 1)
+	if !errors.As(err, &le) || le.Code != lease.CodeQueueFull || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 || !strings.Contains(le.Message, "rate 2/m, 0 of 1 tokens") {
+		t.Fatalf("queue full behind the rate: %v, want queue_full, retry after about 30 s (not the TTL/3 hint of 2 s)", err)
+	}
+}
