@@ -100,8 +100,7 @@ func (s poolShape) change(t poolShape) string {
 func (d poolDelta) effective(base []PoolConfig) map[string]poolShape {
 	out := make(map[string]poolShape, len(base)+len(d.Set))
 	for _, p := range base {
-		burst, _ := pools.CheckRate(p.Options.Rate, p.Options.Burst)
-		out[p.Name] = poolShape{Capacity: p.Capacity, Rate: p.Options.Rate, Burst: burst}
+		out[p.Name] = shapeOf(p)
 	}
 	for _, name := range d.Removed {
 		delete(out, name)
@@ -136,11 +135,17 @@ func (d poolDelta) effective(base []PoolConfig) map[string]poolShape {
 func configured(base []PoolConfig, name string) poolShape {
 	for _, p := range base {
 		if p.Name == name {
-			burst, _ := pools.CheckRate(p.Options.Rate, p.Options.Burst)
-			return poolShape{Capacity: p.Capacity, Rate: p.Options.Rate, Burst: burst}
+			return shapeOf(p)
 		}
 	}
 	return poolShape{}
+}
+
+// shapeOf is a configured pool's shape, its burst's default filled in (the
+// Manager checked its options when it made the pool).
+func shapeOf(p PoolConfig) poolShape {
+	burst, _ := pools.CheckRate(p.Options.Rate, p.Options.Burst)
+	return poolShape{Capacity: p.Capacity, Rate: p.Options.Rate, Burst: burst}
 }
 
 // parse turns a setting with a Rate into a rate and its burst.
