@@ -220,13 +220,9 @@ func (d *decoder) poolObject(name, want string, value func(p string, pool []byte
 			return false
 		}
 		seen[p] = true
-		d.skipSpace()
-		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-			d.syntax("':'")
+		if !d.colon() {
 			return false
 		}
-		d.pos++
-		d.skipSpace()
 		return value(p, pool)
 	})
 }
@@ -269,13 +265,9 @@ func (d *decoder) poolRates(bit uint, dst *map[string]RateSetting) {
 				return false
 			}
 			k := string(key)
-			d.skipSpace()
-			if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-				d.syntax("':'")
+			if !d.colon() {
 				return false
 			}
-			d.pos++
-			d.skipSpace()
 			switch {
 			case k == "rate" && !seenRate:
 				seenRate = true

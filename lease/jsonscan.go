@@ -103,6 +103,12 @@ func (d *decoder) next() bool {
 		return false
 	}
 	d.key = key
+	return d.colon()
+}
+
+// colon moves past the ':' after a key and the spaces around it,
+// reporting whether there was one.
+func (d *decoder) colon() bool {
 	d.skipSpace()
 	if d.pos >= len(d.data) || d.data[d.pos] != ':' {
 		d.syntax("':'")
