@@ -46,6 +46,18 @@ func servedBy(t *testing.T, env []string) string {
 	return strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
 }
 
+// waitServed waits until candidate ca or cb serves the cluster pools, as
+// `leasemgr pools` run with env says, and returns which.
+func waitServed(t *testing.T, env []string) string {
+	t.Helper()
+	var serving string
+	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool {
+		serving = servedBy(t, env)
+		return serving == "ca" || serving == "cb"
+	})
+	return serving
+}
+
 // Cluster pools as a user runs them: two leasemgr list CLUSTER_POOLS=api=1
 // beside their own gpu=1 (a third node, without cluster pools, runs the
 // NATS server). One serves api; `leasemgr pools` on either node shows it
@@ -62,11 +74,7 @@ func TestClusterPoolsServedAndTakenOver(t *testing.T) {
 	procs := map[string]*proc{"ca": procA, "cb": procB}
 	envs := map[string][]string{"ca": envA, "cb": envB}
 
-	var serving string
-	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool {
-		serving = servedBy(t, envB)
-		return serving == "ca" || serving == "cb"
-	})
+	serving := waitServed(t, envB)
 	p := start(t, envA, "leasemgr", "pools")
 	if code := p.Wait(t, 30*time.Second); code != 0 || !strings.Contains(p.Output(), "cluster  api") || strings.Contains(p.Output(), "warning") {
 		t.Fatalf("leasemgr pools on ca: exit %d, want node ca's pools and the cluster's api, no warning:\n%s", code, p.Output())

@@ -99,11 +99,7 @@ func TestClusterRateAcrossATakeover(t *testing.T) {
 	procB := startManager(t, envB, httpB)
 	procs := map[string]*proc{"ca": procA, "cb": procB}
 	envs := map[string][]string{"ca": envA, "cb": envB}
-	var serving string
-	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool {
-		serving = servedBy(t, envB)
-		return serving == "ca" || serving == "cb"
-	})
+	serving := waitServed(t, envB)
 	other := map[string]string{"ca": "cb", "cb": "ca"}[serving]
 
 	// A candidate with another rate is reported.
