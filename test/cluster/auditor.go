@@ -243,14 +243,15 @@ func (a *Auditor) Live() (leases, queued []string) {
 // storedRecord is the auditor's own reading of a lease bucket value: a
 // lease record (docs/protocol.md section 3) or a queue entry (section 7).
 type storedRecord struct {
-	ID      string `json:"id"`
-	Node    string `json:"node"`
-	Pool    string `json:"pool"`
-	Slots   int64  `json:"slots"`
-	Token   uint64 `json:"token"`
-	TTLMs   int64  `json:"ttl_ms"`
-	Manager string `json:"manager"`
-	Queued  bool   `json:"queued"`
+	ID        string    `json:"id"`
+	GrantedAt time.Time `json:"granted_at"`
+	Node      string    `json:"node"`
+	Pool      string    `json:"pool"`
+	Slots     int64     `json:"slots"`
+	Token     uint64    `json:"token"`
+	TTLMs     int64     `json:"ttl_ms"`
+	Manager   string    `json:"manager"`
+	Queued    bool      `json:"queued"`
 }
 
 type leaderRecord struct {
@@ -271,7 +272,8 @@ type ServerFault struct {
 
 // AuditInput is everything the analysis needs.
 type AuditInput struct {
-	Capacity   map[string]map[string]int64 // node -> pool -> true capacity
+	Capacity   map[string]map[string]int64     // node -> pool -> true capacity
+	Rates      map[string]map[string]RateLimit // node -> pool -> start rate, for the pools that have one
 	LeaseTTL   time.Duration
 	Leases     []Observation
 	Leaders    []Observation
@@ -309,6 +311,11 @@ type Report struct {
 	LostExcused  map[string]int
 	MaxKVInUse   map[string]int64 // node.pool -> most slots held at once, KV view
 	MaxHeldInUse map[string]int64 // the same, holders' view
+	// RateStarts counts the grants of each pool with a start rate, and
+	// MaxRateUse is the most of its bound any window used (checkRates):
+	// above 1 is a violation.
+	RateStarts map[string]int
+	MaxRateUse map[string]float64
 	// OrphanOvergrants are KV-view over-grants that need a record nobody
 	// ever held (known problem 1).
 	OrphanOvergrants []string
@@ -351,6 +358,7 @@ type kvLease struct {
 	Token      uint64
 	Instance   string
 	Start      time.Time // the grant's write
+	GrantedAt  time.Time // the granting manager's stamp (record granted_at)
 	End        time.Time // the delete or expiry marker; RunEnd if still live
 	EndKnown   bool      // false: still live at the end, or the end was missed
 	LastPut    time.Time
@@ -371,9 +379,11 @@ const tsFormat = "15:04:05.000"
 
 // Audit analyses a run. It is a pure function of its input.
 func Audit(in AuditInput) *Report {
-	r := &Report{Outcomes: map[string]int{}, LostExcused: map[string]int{}, MaxKVInUse: map[string]int64{}, MaxHeldInUse: map[string]int64{}}
+	r := &Report{Outcomes: map[string]int{}, LostExcused: map[string]int{}, MaxKVInUse: map[string]int64{}, MaxHeldInUse: map[string]int64{},
+		RateStarts: map[string]int{}, MaxRateUse: map[string]float64{}}
 	kv := buildKVLeases(in, r)
 	r.KVLeases = len(kv)
+	checkRates(in, kv, r)
 	leaders := buildLeadership(in, r)
 
 	// (a) slots held per pool never above capacity: KV view.
@@ -772,7 +782,7 @@ func buildKVLeases(in AuditInput, r *Report) []kvLease {
 			// (written and renewed before delivery): count it from here.
 			r.note("KV: first write seen of %s token %d is a renewal at %s", o.Key, token, o.TS.Format(tsFormat))
 		}
-		open[o.Key] = &kvLease{Key: o.Key, Node: v.Node, Pool: v.Pool, Slots: v.Slots, Token: token, Instance: v.Manager, Start: o.TS, LastPut: o.TS, FromGrant: v.Token == 0,
+		open[o.Key] = &kvLease{Key: o.Key, Node: v.Node, Pool: v.Pool, Slots: v.Slots, Token: token, Instance: v.Manager, Start: o.TS, GrantedAt: v.GrantedAt, LastPut: o.TS, FromGrant: v.Token == 0,
 			TTL: time.Duration(v.TTLMs) * time.Millisecond}
 	}
 	for _, l := range open {

@@ -12,8 +12,12 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
+
+// apiPool is the cluster pool of TestClusterPoolsAcrossNodes.
+var apiPool = lease.PoolConfig{Name: "api", Capacity: 2, Options: pools.Options{Rate: pools.Rate{Slots: 8, Per: time.Second}, Burst: 2}}
 
 // Cluster pools on a real 3-server cluster: nodes n1..n3, each with gpu=1
 // and a candidate for the cluster pools (api=2) beside its own manager.
@@ -21,9 +25,10 @@ import (
 // api slots in one acquire, the two pools in a random order, waiting as
 // long as it takes: the auditor sees never more than 2 api slots held in
 // the cluster nor more than 1 gpu per node, in the records or the holders'
-// view; every executor keeps being granted (no deadlock); and the manager
-// serving the cluster pools, crashed mid-run, costs no lease. 15 s in the
-// normal run, 60 s with CLUSTER_POOLS_LONG=1.
+// view; api never starts more than its rate allows (8/s, burst 2), also
+// across the takeover; every executor keeps being granted (no deadlock);
+// and the manager serving the cluster pools, crashed mid-run, costs no
+// lease. 15 s in the normal run, 60 s with CLUSTER_POOLS_LONG=1.
 func TestClusterPoolsAcrossNodes(t *testing.T) {
 	run := 15 * time.Second
 	if os.Getenv("CLUSTER_POOLS_LONG") != "" {
@@ -58,7 +63,7 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 		}
 		defer c.Stop()
 		cc, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: lease.ClusterNode, Instance: "cluster-on-" + n, Upstream: i,
-			Pools: []lease.PoolConfig{{Name: "api", Capacity: 2}}, Terms: terms})
+			Pools: []lease.PoolConfig{apiPool}, Terms: terms})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,12 +129,13 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	holds, calls, _ := rec.Snapshot()
 	rep := Audit(AuditInput{
 		Capacity: map[string]map[string]int64{"n1": {"gpu": 1}, "n2": {"gpu": 1}, "n3": {"gpu": 1}, lease.ClusterNode: {"api": 2}},
+		Rates:    rateLimits([]string{lease.ClusterNode}, []lease.PoolConfig{apiPool}),
 		LeaseTTL: st.LeaseTTL, LeaderTTL: st.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, Terms: terms.All(), Overlaps: terms.Overlaps(), RunEnd: runEnd, HangGrace: 2 * time.Second,
 		StrictKill: true, StrictOrphans: true, StrictStalls: true,
 	})
-	t.Logf("%d holds, %d grants of gpu+api; most held at once: records %v, holders %v; outcomes %v",
-		rep.Holds, len(holds)/2, rep.MaxKVInUse, rep.MaxHeldInUse, rep.Outcomes)
+	t.Logf("%d holds, %d grants of gpu+api; most held at once: records %v, holders %v; outcomes %v; api grants %d, most of its rate's bound used %.2f",
+		rep.Holds, len(holds)/2, rep.MaxKVInUse, rep.MaxHeldInUse, rep.Outcomes, rep.RateStarts[lease.ClusterNode+".api"], rep.MaxRateUse[lease.ClusterNode+".api"])
 	if rep.Lost > 0 {
 		t.Errorf("%d leases lost (none may be: the only fault is a manager crash)", rep.Lost)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 )
 
 // SuiteConfig configures one randomized fault run.
@@ -80,7 +81,10 @@ func (c *SuiteConfig) defaults() {
 		c.CandidatesPerNode = 2
 	}
 	if len(c.Pools) == 0 {
-		c.Pools = []lease.PoolConfig{{Name: "gpu", Capacity: 1}, {Name: "cpu", Capacity: 3}}
+		// cpu also has a start rate, which binds most after a takeover,
+		// when the restored queue meets the new manager's empty bucket.
+		c.Pools = []lease.PoolConfig{{Name: "gpu", Capacity: 1},
+			{Name: "cpu", Capacity: 3, Options: pools.Options{Rate: pools.Rate{Slots: 2, Per: time.Second}, Burst: 3}}}
 	}
 	if c.ExecutorsPerPool == 0 {
 		c.ExecutorsPerPool = 3
@@ -148,8 +152,23 @@ func (r *SuiteResult) Summary() string {
 	fmt.Fprintf(&b, "server kills: %s; lease bucket leader re-elected after killing its leader: %s\n", r.serverSummary(), durations(r.LeaseLeaderBack))
 	fmt.Fprintf(&b, "known problems: KV-view over-grants by orphan records (1): %d; leases lost to a stalled takeover (3): %d; queue entries left after the drain (4): %d; live leases refused on renewal (5): %d\n",
 		len(rep.OrphanOvergrants), len(rep.StalledTakeovers), len(rep.LeakedQueueEntries), len(rep.RefusedRenewals))
-	fmt.Fprintf(&b, "peak slots in use without orphans, KV view: %v; holders' view: %v", sortedCounts64(rep.MaxKVInUse), sortedCounts64(rep.MaxHeldInUse))
+	fmt.Fprintf(&b, "peak slots in use without orphans, KV view: %v; holders' view: %v\n", sortedCounts64(rep.MaxKVInUse), sortedCounts64(rep.MaxHeldInUse))
+	fmt.Fprintf(&b, "grants of pools with a start rate: %v; most of the rate's bound (burst + rate x window) used: %s", sortedCounts(rep.RateStarts), rateUse(rep.MaxRateUse))
 	return b.String()
+}
+
+// rateUse is MaxRateUse as "node1.cpu=0.93 ...".
+func rateUse(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%.2f", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 func sortedCounts(m map[string]int) string {
@@ -358,7 +377,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		}
 	}
 	rep := Audit(AuditInput{
-		Capacity: capacity, LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
+		Capacity: capacity, Rates: rateLimits(s.nodes, cfg.Pools), LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, NetFaults: nf, Servers: s.servers, Terms: s.terms.All(), Overlaps: s.terms.Overlaps(),
 		RunEnd: runEnd, HangGrace: 2 * time.Second, StrictKill: !cfg.ExcuseServerKills, StrictOrphans: cfg.StrictOrphans,
 		StrictStalls: cfg.StrictOrphans,
