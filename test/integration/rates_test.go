@@ -28,6 +28,8 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 
 	// Five runs at 120/m (2/s): the two of a full bucket at once, then the
 	// others half a second apart, whatever the capacity allows.
+	watch := start(t, env, "leasemgr", "watch", "--pool", "api")
+	eventually(t, 10*time.Second, "watch to start", func() bool { return strings.Contains(watch.Output(), "watching") })
 	began := time.Now()
 	var runs []*proc
 	for range 5 {
@@ -41,6 +43,10 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 	if took := time.Since(began); took < 1400*time.Millisecond {
 		t.Errorf("5 runs on a 120/m pool took %v: faster than the rate", took)
 	}
+	// leasemgr watch shows the bucket's level with every event.
+	eventually(t, 10*time.Second, "watch to show the grants with the bucket's level", func() bool {
+		return regexp.MustCompile(`granted .*\[in_use=\d/2 queued=\d tokens=0/2\]`).MatchString(watch.Output())
+	})
 
 	// A bucket that is empty (1/h, just started): a try-acquire is told
 	// when to retry.
@@ -77,6 +83,10 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 	if code != 0 || strings.Contains(out, "rate=600/m") {
 		t.Fatalf("resize --rate api=off: exit %d:\n%s", code, out)
 	}
+	eventually(t, 10*time.Second, "watch to show what the resizes changed", func() bool {
+		o := watch.Output()
+		return strings.Contains(o, "resized   rt/api rate 120/m burst 2 -> 600/m burst 10") && strings.Contains(o, "rate 600/m burst 10 -> off")
+	})
 }
 
 // A cluster pool with a start rate, as a user runs it: two candidates list
