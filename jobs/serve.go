@@ -688,9 +688,13 @@ func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
 	rec := t.rec
 	rec.State, rec.Error, rec.NextAttemptAt = StateCancelled, "cancelled: "+reason, time.Time{}
 	rec.FinishedAt = time.Now().UTC()
+	// The attempt was under way (its running state stored), even if the
+	// cancel came before its command started: the cancel stopped it. The
+	// exit code stays unset when the command never ran.
+	rec.StoppedBy = "cancel"
 	if res != nil {
 		code := res.ExitCode
-		rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = &code, res.Signal, res.Duration.Milliseconds(), "cancel"
+		rec.ExitCode, rec.Signal, rec.DurationMs = &code, res.Signal, res.Duration.Milliseconds()
 		rec.StdoutTail, rec.StderrTail = string(res.StdoutTail), string(res.StderrTail)
 	}
 	if err := s.store(rec); err != nil {
