@@ -330,6 +330,9 @@ func TestRateResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the subscription is in place before the first resize
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 
 	// A slow rate: the waiters queue behind it.

@@ -23,8 +23,9 @@ type RateLimit struct {
 // scheduling, a few milliseconds, more on a starved race-built test
 // machine. Stamps that lag unevenly can squeeze more grants into a window
 // than the tokens allowed, so every window is widened by this much. It is
-// well under one token's time of the suite's rates, so a bucket that
-// started full after a takeover (burst extra starts at once) still fails.
+// well under one token's time of the suite's rates. A bucket that started
+// full after a takeover fails the check only if the old manager had just
+// spent its tokens (docs/guarantees.md §5, check 8).
 const RateSlack = 250 * time.Millisecond
 
 // rateStart is one grant seen in KV: when its manager stamped it.
