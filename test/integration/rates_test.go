@@ -125,6 +125,7 @@ func TestClusterRateAcrossATakeover(t *testing.T) {
 	procC.Wait(t, 20*time.Second)
 
 	watch := start(t, envs[other], "leasemgr", "watch", "--node", "cluster", "--kind", "granted", "--json")
+	eventually(t, 10*time.Second, "watch to subscribe", func() bool { return strings.Contains(watch.Output(), "watching") })
 	var killed time.Time
 	for wave := 0; time.Since(t0) < 40*time.Second; wave++ {
 		var runs []*proc
