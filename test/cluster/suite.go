@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -157,45 +158,20 @@ func (r *SuiteResult) Summary() string {
 	return b.String()
 }
 
+// sortedMap writes m as "k1=v1 k2=v2" by key, each value in format.
+func sortedMap[V any](m map[string]V, format string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+fmt.Sprintf(format, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func sortedCounts(m map[string]int) string     { return sortedMap(m, "%d") }
+func sortedCounts64(m map[string]int64) string { return sortedMap(m, "%d") }
+
 // rateUse is MaxRateUse as "node1.cpu=0.93 ...".
-func rateUse(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%.2f", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
-
-func sortedCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
-
-func sortedCounts64(m map[string]int64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
+func rateUse(m map[string]float64) string { return sortedMap(m, "%.2f") }
 
 func durations(ds []time.Duration) string {
 	if len(ds) == 0 {
