@@ -160,12 +160,10 @@ func (rs RateSetting) parse() (pools.Rate, int64, error) {
 	if err != nil {
 		return pools.Rate{}, 0, err
 	}
-	if rs.Burst != 0 {
-		if _, err := config.ParseRateBurst(fmt.Sprint(rs.Burst), r); err != nil {
-			return pools.Rate{}, 0, err
-		}
+	if rs.Burst < 0 || rs.Burst > pools.MaxCapacity {
+		return pools.Rate{}, 0, fmt.Errorf("burst must be between 1 and %d, got %d", int64(pools.MaxCapacity), rs.Burst)
 	}
-	burst, err := pools.CheckRate(r, rs.Burst)
+	burst, err := pools.CheckRate(r, rs.Burst) // 0: the default; refuses what the bucket cannot hold
 	return r, burst, err
 }
 
