@@ -24,12 +24,6 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	if msg.Reply == "" {
-		// Nobody could hear of the grant; it would only hold slots for a TTL.
-		m.log.Debug("acquire without a reply subject ignored", "pool", poolName, "request", req.RequestID)
-		return
-	}
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, e := m.poolLocked(poolName)

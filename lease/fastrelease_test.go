@@ -20,7 +20,7 @@ func fastRelease(t *testing.T) (*harness.SecureServer, *harness.Node) {
 	t.Helper()
 	srv := harness.StartSecureServer(t)
 	cfg := lease.ManagerConfig{Node: node, TTL: 15 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
 	return srv, harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
 }
 

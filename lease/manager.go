@@ -61,7 +61,7 @@ type ManagerConfig struct {
 	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
 	ReplyPrefixes []string
 	// ReplyRefused, if set, counts each request refused for its reply
-	// subject (leasemetrics.Metrics.ReplyRefusals).
+	// subject, or ignored for having none (leasemetrics.Metrics.ReplyRefusals).
 	ReplyRefused func()
 	// DisconnectEvents, if set, turns fast release on (disconnect.go): it
 	// is the subject on which the NATS server's client disconnect
@@ -300,16 +300,29 @@ func (m *Manager) start(ctx context.Context) error {
 	return nil
 }
 
-// guard keeps a bug in one handler from taking the process down with
-// input from the network: the requester gets an internal error instead.
-// It also keeps the reply rule (replyto.go): a request whose reply subject
-// is not an inbox is dropped before its handler sees it.
+// guard keeps the reply rule (replyto.go) for a request handler: a request
+// without a reply subject, or whose reply subject is not an inbox, is
+// dropped before the handler sees it. The handler runs under protect.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
-		if msg.Reply != "" && !m.replies.allowed(msg.Reply) {
+		if msg.Reply == "" {
+			m.replies.ignoreNoReply(m.log, msg.Subject)
+			return
+		}
+		if !m.replies.allowed(msg.Reply) {
 			m.replies.refuse(m.log, msg.Subject, msg.Reply)
 			return
 		}
+		m.protect(h)(msg)
+	}
+}
+
+// protect keeps a bug in one handler from taking the process down with
+// input from the network: it logs the panic and answers an internal error
+// to the reply subject, if any. The server's advisories, which come
+// without a reply, are handled under protect alone.
+func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
 		defer func() {
 			if r := recover(); r != nil {
 				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/config"
@@ -64,11 +65,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	defer metrics.Close()
 
 	url := cfg.NATSURL
+	var jobsAuth nats.Option // the embedded server's executors' account
 	if url == "" {
-		srv, err := startEmbedded(cfg)
+		srv, jobs, err := startEmbedded(cfg, log)
 		if err != nil {
 			return err
 		}
+		jobsAuth = jobs
 		defer func() {
 			srv.Shutdown()
 			srv.WaitForShutdown()
@@ -76,7 +79,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		url = srv.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir, "credentials", cfg.NATSAuthDir)
 	}
-	ns, err := setUp(ctx, cfg, url, log)
+	ns, err := setUp(ctx, cfg, url, jobsAuth, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("shut down during NATS set-up")
@@ -86,6 +89,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	nc, store, leaders, poolStore := ns.nc, ns.store, ns.leaders, ns.poolStore
 	defer nc.Close()
+	if ns.jobs != nil {
+		defer ns.jobs.Close()
+	}
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs(cfg, cfg.Pools), TTL: cfg.LeaseTTL, Instance: instance,
@@ -113,7 +119,11 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return nil // standing by: this process reports no pools
 	})
-	jobMetrics, err := startJobMetrics(nc, cfg.SubjectPrefix, &active)
+	jobsConn := nc // on a real NATS: the job queue, if the managers' account holds it
+	if ns.jobs != nil {
+		jobsConn = ns.jobs
+	}
+	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, &active)
 	if err != nil {
 		return err
 	}
@@ -215,7 +225,7 @@ func disconnectEvents(cfg *config.Manager, embedded bool) string {
 	case cfg.DisconnectEvents != "":
 		return cfg.DisconnectEvents
 	case embedded:
-		return jetstream.EmbeddedDisconnectSubject
+		return jetstream.ExecutorDisconnectSubject
 	}
 	return ""
 }

@@ -247,7 +247,7 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		RebuildStall: time.Second,
 		// Fast release, as leasemgr runs it on its embedded server: the
 		// suite's servers export the disconnect advisories the same way.
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject, DisconnectGrace: cfg.DisconnectGrace,
+		DisconnectEvents: jetstream.AnonymousDisconnectSubject, DisconnectGrace: cfg.DisconnectGrace,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil {
 		nc.Close()

@@ -695,7 +695,7 @@ func (s *suite) apply(ctx context.Context, kind string) bool {
 			return false
 		}
 		adv := fmt.Appendf(nil, `{"type":"io.nats.server.advisory.v1.client_disconnect","server":{"id":%q},"client":{"id":%d}}`, server, id)
-		if s.forger.Publish(jetstream.EmbeddedDisconnectSubject, adv) != nil {
+		if s.forger.Publish(jetstream.AnonymousDisconnectSubject, adv) != nil {
 			return false
 		}
 		s.logf("exec-forge %s (conn %d on %s)", e.ID(), id, server)
