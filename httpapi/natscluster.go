@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/slotlease/slotlease/eventstream"
 	"github.com/slotlease/slotlease/lease"
 )
