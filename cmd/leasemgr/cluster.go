@@ -91,7 +91,7 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.Mana
 	defer wg.Wait()
 	wg.Go(func() {
 		err := candidacy.Run(ctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Self: self, TTL: cfg.LeaderTTL, Logger: log,
-			OnChange: func(d []string) { cs.warnings.Store(&d) }})
+			OnChange: func(d []string) { cs.warnings.Store(&d) }, Refused: mc.RecordRefused})
 		if err != nil {
 			log.Error("cluster pool candidacy", "err", err)
 		}

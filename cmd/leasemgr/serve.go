@@ -199,7 +199,8 @@ func leadNode(ctx context.Context, cfg *config.Manager, mcfg lease.ManagerConfig
 			active.Store(m)
 		})
 	}
-	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log,
+		Refused: mcfg.RecordRefused}, serve)
 }
 
 // poolConfigs turns configured pools into the manager's, with the queue
