@@ -89,10 +89,11 @@ type (
 		Permissions *perms `json:"permissions,omitempty"`
 	}
 	export struct {
-		Service      string   `json:"service,omitempty"`
-		Stream       string   `json:"stream,omitempty"`
-		Accounts     []string `json:"accounts"`
-		ResponseType string   `json:"response_type,omitempty"`
+		Service           string   `json:"service,omitempty"`
+		Stream            string   `json:"stream,omitempty"`
+		Accounts          []string `json:"accounts"`
+		ResponseType      string   `json:"response_type,omitempty"`
+		ResponseThreshold string   `json:"response_threshold,omitempty"`
 	}
 	importFrom struct {
 		Account string `json:"account"`
@@ -101,6 +102,11 @@ type (
 	confImport struct {
 		Service *importFrom `json:"service,omitempty"`
 		Stream  *importFrom `json:"stream,omitempty"`
+		// Share puts the requester's connection (server, client id) into
+		// the Nats-Request-Info header the server sets on a request that
+		// crosses the import: what the manager counts queued requests by
+		// (lease/connqueue.go).
+		Share bool `json:"share,omitempty"`
 	}
 	account struct {
 		JetStream string       `json:"jetstream,omitempty"`
@@ -114,13 +120,21 @@ type (
 // requester may get more than one answer to one request (an acquire's
 // "queued" then "granted", a renewal's "bound" then "renewed", every
 // manager's discovery answer), so the server keeps the reply mapping for
-// its response threshold (2 minutes) rather than dropping it after the
-// first answer.
+// multiResponseThreshold rather than dropping it after the first answer.
+// Every request keeps one mapping that long, so the threshold is what a
+// flood of requests costs the server; a queued acquire is re-sent every
+// few seconds (5 s by the Go client), each time with a fresh mapping, so
+// its grant finds one. A client that polls less often than the threshold
+// hears its grant at its next poll, as after a lost reply.
 type service struct {
 	subject string
 	multi   bool
 	to      []string
 }
+
+// multiResponseThreshold is how long the server keeps a multi-answer
+// request's reply mapping.
+const multiResponseThreshold = "30s"
 
 // managerServices are what ManagerAccount exports, and to whom.
 func managerServices(p string) []service {
@@ -184,7 +198,7 @@ func authConfig(users []User, p string) (string, error) {
 		for _, s := range managerServices(p) {
 			e := export{Service: s.subject, Accounts: s.to}
 			if s.multi {
-				e.ResponseType = "stream"
+				e.ResponseType, e.ResponseThreshold = "stream", multiResponseThreshold
 			}
 			a.Exports = append(a.Exports, e)
 		}
@@ -193,7 +207,7 @@ func authConfig(users []User, p string) (string, error) {
 	for _, s := range managerServices(p) {
 		for _, to := range s.to {
 			add(to, func(a *account) {
-				a.Imports = append(a.Imports, confImport{Service: &importFrom{Account: ManagerAccount, Subject: s.subject}})
+				a.Imports = append(a.Imports, confImport{Service: &importFrom{Account: ManagerAccount, Subject: s.subject}, Share: true})
 			})
 		}
 	}

@@ -74,6 +74,10 @@ type ManagerConfig struct {
 	// leases are freed (DefaultDisconnectGrace if zero), between
 	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
 	DisconnectGrace time.Duration
+	// MaxQueuedPerConn bounds the requests one client connection may have
+	// waiting on this node, over all pools (connqueue.go);
+	// config.DefaultMaxQueuedPerConnection if zero.
+	MaxQueuedPerConn int
 	// ServedBy and Warnings, if set, go into every stats reply: the node
 	// of the process serving (for the cluster pools' manager, whose Node is
 	// ClusterNode), and what an operator should know about the pools (the
@@ -132,6 +136,10 @@ type Manager struct {
 
 	journal *journal    // the queue entries' writes and deletes
 	gone    disconnects // fast release; guarded by mu
+	// queuedBy counts the waiting requests of each connection
+	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
+	// of requests with owner o in the pools' waiting maps.
+	queuedBy map[string]int
 }
 
 // NewManager validates cfg and builds a Manager. Call Start to serve.
@@ -188,6 +196,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		ready:     make(chan struct{}),
 		deposedCh: make(chan struct{}),
 		gone:      newDisconnects(),
+		queuedBy:  make(map[string]int),
 	}
 	m.ownMark = ownMark(cfg.Instance, m.term())
 	if cfg.Fence != nil {

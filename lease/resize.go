@@ -372,7 +372,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
 	for _, w := range rejected {
 		r := w.Value.(*request)
-		delete(p.waiting, r.id)
+		m.dropWaitingLocked(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		e := errorf(CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
@@ -392,7 +392,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 			continue
 		}
 		p.p.Cancel(r.w)
-		delete(p.waiting, r.id)
+		m.dropWaitingLocked(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s", p.name, m.cfg.Node)))

@@ -100,6 +100,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 		RecordRefused:    metrics.RecordsRefused(cfg.NodeID),
 		DisconnectEvents: disconnectEvents(cfg, embedded), DisconnectGrace: cfg.DisconnectGrace,
+		MaxQueuedPerConn: cfg.MaxQueuedPerConnection,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
@@ -147,7 +148,12 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+		// Bounded: at most DefaultMaxConns connections (and
+		// DefaultMaxStreams event streams) at once, idle keep-alive
+		// connections closed after a minute, so no client can take the
+		// descriptors the embedded NATS server needs.
+		ln = httpapi.LimitListener(ln, httpapi.DefaultMaxConns)
+		hs := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 		hs.RegisterOnShutdown(api.Close) // ends open event streams so Shutdown does not wait on browsers
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
