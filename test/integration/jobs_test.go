@@ -242,8 +242,8 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 		return runExecutor(t, env, append([]string{"submit", "--pool", "p", "--tenant", "team-a", "--idempotency-key", "release 1.4 / linux-arm64", "--"}, cmd...)...)
 	}
 	code, first := submit("echo", "hi")
-	if code != 0 || !strings.HasPrefix(first, "k-") {
-		t.Fatalf("first submit: exit %d\n%s", code, first)
+	if code != 0 || !strings.HasPrefix(first, jobs.TenantScope("team-a")+"k-") {
+		t.Fatalf("first submit: exit %d\n%s\nwant an id in tenant team-a's scope", code, first)
 	}
 	code, again := submit("echo", "hi")
 	if code != 0 || !strings.HasPrefix(again, strings.TrimSpace(first)) || !strings.Contains(again, "exists (queued)") {
