@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -258,7 +259,7 @@ func (e *Executor) incarnation(ctx context.Context) error {
 	e.proxy = p
 	e.mu.Unlock()
 	var down connDown
-	nc, err := dial(ctx, p.URL(), holder, nats.DisconnectErrHandler(func(*nats.Conn, error) { down.set(true) }),
+	nc, err := dial(ctx, p.URL(), holder, e.cfg.Cluster.Auth(config.RoleExecutor), nats.DisconnectErrHandler(func(*nats.Conn, error) { down.set(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) { down.set(false) }))
 	if err != nil {
 		p.Close()

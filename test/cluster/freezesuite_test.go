@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -108,7 +109,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	nats := startNATSProcs(t, natsBin, 3)
 	url := nats.URL()
 	nats.provision(ctx, Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL})
-	aud, err := StartAuditor(ctx, url, lease.DefaultPrefix)
+	aud, err := StartAuditor(ctx, url, jetstream.Auth{}, lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/jetstream"
 )
 
 // natsProcs is a cluster of real nats-server processes, so that a server
@@ -103,7 +105,7 @@ func (c *natsProcs) provision(ctx context.Context, st Settings) {
 	c.t.Helper()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := Provision(tctx, c.URL(), st)
+		err := Provision(tctx, c.URL(), jetstream.Auth{}, st)
 		cancel()
 		if err == nil {
 			return
