@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
@@ -32,6 +33,8 @@ type Cluster struct {
 
 	// authDir holds the roles' nkey seeds; "" on an Anonymous cluster.
 	authDir string
+	// jobsAdmin authenticates the executors' account's administrator.
+	jobsAdmin nats.Option
 
 	mu      sync.Mutex
 	members []*member
@@ -115,7 +118,11 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		users = jetstream.EmbeddedUsers(keys, lease.DefaultPrefix)
+		admin, opt, err := jetstream.NewJobsAdmin()
+		if err != nil {
+			return nil, err
+		}
+		users, c.jobsAdmin = append(jetstream.EmbeddedUsers(keys, lease.DefaultPrefix), admin), opt
 	}
 	for i := range cfg.Size {
 		name := fmt.Sprintf("n%d", i)
@@ -169,6 +176,11 @@ func (c *Cluster) Auth(r config.Role) jetstream.Auth {
 	}
 	return jetstream.Auth{NKeySeed: config.AuthFile(c.authDir, r), InboxPrefix: r.InboxPrefix()}
 }
+
+// JobsAdmin is the option that connects as the executors' account's
+// administrator (jetstream.NewJobsAdmin), which makes the job queue; nil on
+// an Anonymous cluster.
+func (c *Cluster) JobsAdmin() nats.Option { return c.jobsAdmin }
 
 // Env is what a binary of role needs in its environment to connect.
 func (c *Cluster) Env(r config.Role) []string {

@@ -526,22 +526,22 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		t.Fatalf("the leadership key of a ready node: %v", err)
 	}
 	nonce := nuid.Next()
-	spy := spyOnManagers(t, mgrNC, nonce)
+	spy := harness.SpyOnManagers(t, mgrNC, nonce)
 	attacker := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"))
 	subjs := append(verbSubjects("node1", "gpu"), lease.StatsSubject(lease.DefaultPrefix, "node1"), "$SRV.PING."+lease.ServiceName)
 	replyToLeadershipKey(t, attacker, "node1", subjs)
-	targets := bounceTargets("node1", "gpu", "none")
-	bounceWithDirectGets(t, attacker, jobs.NamesFor(lease.DefaultPrefix).Results, nonce, forgedMsgs("node1", "gpu"), targets)
-	spy.check(t, "executor a")
+	targets := harness.BounceTargets("node1", "gpu", "none")
+	harness.BounceWithDirectGets(t, attacker, jobs.NamesFor(lease.DefaultPrefix).Results, nonce, harness.ForgedMsgs("node1", "gpu"), targets)
+	spy.Check(t, "executor a")
 	reader := harness.ConnectAuth(t, ss.url, ss.userAuth("reader"))
-	bounceWithRequests(t, reader, []string{
+	harness.BounceWithRequests(t, reader, []string{
 		"$JS.API.DIRECT.GET." + jetstream.NamesFor(lease.DefaultPrefix).Events,
 		lease.StatsSubject(lease.DefaultPrefix, "node1"), lease.SnapshotSubject(lease.DefaultPrefix, "node1"), "$SRV.PING." + lease.ServiceName,
 	}, nonce, targets)
 	if _, err := reader.Request(lease.StatsSubject(lease.DefaultPrefix, "node1"), nil, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	spy.check(t, "reader")
+	spy.Check(t, "reader")
 	// The leader renews its key every LEADER_TTL/3, which moves the
 	// revision but writes the same value.
 	if keyAfter, revAfter, err := leaders.Get(kctx, "node1"); err != nil || string(keyAfter) != string(keyBefore) {
