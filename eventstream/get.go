@@ -64,6 +64,9 @@ func (r *reader) each(ctx context.Context, req []byte, fn func(*nats.Msg)) error
 	defer cancel()
 	for {
 		msg, err := sub.NextMsgWithContext(bctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return ErrNoEventStream
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
