@@ -124,7 +124,7 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if policy == "" {
 				policy = "fifo"
 			}
-			if s.MaxQueue > 0 {
+			if s.MaxQueue > 0 && s.MaxQueue != config.DefaultMaxQueue { // the default goes without saying
 				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
 			}
 			if s.TenantCap > 0 {
