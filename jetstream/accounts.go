@@ -130,6 +130,10 @@ type service struct {
 	subject string
 	multi   bool
 	to      []string
+	// share: the importer shares the requester's connection with the
+	// managers (the acquire: see confImport.Share). It costs the server
+	// an encoded header per request, so only where it is used.
+	share bool
 }
 
 // multiResponseThreshold is how long the server keeps a multi-answer
@@ -140,7 +144,7 @@ const multiResponseThreshold = "30s"
 func managerServices(p string) []service {
 	exe, both := []string{ExecutorAccount}, []string{ExecutorAccount, ReaderAccount}
 	return []service{
-		{subject: lease.Subject(p, "*", "*", lease.VerbAcquire), multi: true, to: exe},
+		{subject: lease.Subject(p, "*", "*", lease.VerbAcquire), multi: true, to: exe, share: true},
 		{subject: lease.Subject(p, "*", "*", lease.VerbRenew), multi: true, to: exe},
 		{subject: lease.Subject(p, "*", "*", lease.VerbRelease), to: exe},
 		{subject: lease.Subject(p, "*", "*", lease.VerbCancel), to: exe},
@@ -207,7 +211,7 @@ func authConfig(users []User, p string) (string, error) {
 	for _, s := range managerServices(p) {
 		for _, to := range s.to {
 			add(to, func(a *account) {
-				a.Imports = append(a.Imports, confImport{Service: &importFrom{Account: ManagerAccount, Subject: s.subject}, Share: true})
+				a.Imports = append(a.Imports, confImport{Service: &importFrom{Account: ManagerAccount, Subject: s.subject}, Share: s.share})
 			})
 		}
 	}
