@@ -19,8 +19,8 @@ import (
 // A connection is known by what the server says of it: a request that
 // crossed a service import carries the requester's account, server and
 // client id in its Nats-Request-Info header, set by the server over
-// whatever the client sent (jetstream/accounts.go imports the verbs with
-// share). Where the holders share the managers' account there is no
+// whatever the client sent (jetstream/accounts.go imports the acquire
+// with share). Where the holders share the managers' account there is no
 // import and no such header the server vouches for; the request's own
 // conn_server and conn_id (or a header it sent) stand in, which a client
 // can vary to get around the bound.

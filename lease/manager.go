@@ -313,6 +313,7 @@ func (m *Manager) start(ctx context.Context) error {
 // without a reply subject, or whose reply subject is not an inbox, is
 // dropped before the handler sees it. The handler runs under protect.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
+	h = m.protect(h)
 	return func(msg *nats.Msg) {
 		if msg.Reply == "" {
 			m.replies.ignoreNoReply(m.log, msg.Subject)
@@ -322,7 +323,7 @@ func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
 			m.replies.refuse(m.log, msg.Subject, msg.Reply)
 			return
 		}
-		m.protect(h)(msg)
+		h(msg)
 	}
 }
 
