@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -62,6 +63,9 @@ type FollowUpReply struct {
 	// Invalid says the spec itself was refused (a usage error), as
 	// opposed to a limit or an unavailable queue.
 	Invalid bool `json:"invalid,omitempty"`
+	// Limited lists what of the spec was tightened to the parent's
+	// (inheritLimits), e.g. "timeout 2m0s (the parent's, was none)".
+	Limited []string `json:"limited,omitempty"`
 }
 
 // channel is one job attempt's command channel.
@@ -236,17 +240,64 @@ func (c *channel) submit(req FollowUpRequest) FollowUpReply {
 		return FollowUpReply{Invalid: true, Error: fmt.Sprintf("%v: %s", ErrInvalidSpec, bad)}
 	}
 	spec.Parent, spec.Depth, spec.Batch, spec.Tenant = c.parent.ID, parent.Depth+1, parent.Batch, parent.Tenant
-	if spec.Priority.rank() > parent.Priority.rank() {
-		spec.Priority = parent.Priority // never above the parent's
-	}
+	limited := inheritLimits(&spec, parent)
 	ctx, cancel := context.WithTimeout(c.ctx, followUpTimeout)
 	defer cancel()
 	rec, err := c.s.q.Submit(ctx, spec)
 	if err != nil {
 		return FollowUpReply{Invalid: errors.Is(err, ErrInvalidSpec) || errors.Is(err, ErrDuplicate), Error: err.Error()}
 	}
-	c.s.log.Info("follow-up job submitted", "job", rec.ID, "parent", c.parent.ID, "depth", spec.Depth, "batch", spec.Batch)
-	return FollowUpReply{ID: rec.ID, State: rec.State, Existing: rec.Existing, Parent: spec.Parent, Depth: spec.Depth}
+	c.s.log.Info("follow-up job submitted", "job", rec.ID, "parent", c.parent.ID, "depth", spec.Depth, "batch", spec.Batch, "limited", limited)
+	return FollowUpReply{ID: rec.ID, State: rec.State, Existing: rec.Existing, Parent: spec.Parent, Depth: spec.Depth, Limited: limited}
+}
+
+// inheritLimits makes a follow-up job's spec no looser than its parent's:
+// a job must not get, by submitting a child, what its own spec withholds
+// (a network, more memory, processes, files, time or CPU, more attempts,
+// a higher priority). Flags the parent has stick; every limit the parent
+// has is the child's at most (a child's 0, no limit, becomes the
+// parent's); max_attempts and the priority are at most the parent's. The
+// spec is changed in place, so the child's record shows what it got; the
+// result says what was changed, for the submitter.
+func inheritLimits(spec *Spec, parent Spec) []string {
+	var changed []string
+	flag := func(name string, child *bool, p bool) {
+		if p && !*child {
+			*child = true
+			changed = append(changed, name+" true (the parent's)")
+		}
+	}
+	flag("no_network", &spec.NoNetwork, parent.NoNetwork)
+	flag("isolate", &spec.Isolate, parent.Isolate)
+	atMost := func(name string, child *int64, p int64, show func(int64) string) {
+		if p > 0 && (*child == 0 || *child > p) {
+			was := "none"
+			if *child != 0 {
+				was = show(*child)
+			}
+			*child = p
+			changed = append(changed, fmt.Sprintf("%s %s (the parent's, was %s)", name, show(p), was))
+		}
+	}
+	num := func(v int64) string { return strconv.FormatInt(v, 10) }
+	dur := func(v int64) string { return time.Duration(v).String() }
+	timeout, cpu := int64(spec.Timeout), int64(spec.CPU)
+	procs, files := int64(spec.MaxProcs), int64(spec.MaxOpenFiles)
+	atMost("timeout", &timeout, int64(parent.Timeout), dur)
+	atMost("cpu", &cpu, int64(parent.CPU), dur)
+	atMost("memory_bytes", &spec.MemoryBytes, parent.MemoryBytes, num)
+	atMost("max_procs", &procs, int64(parent.MaxProcs), num)
+	atMost("max_open_files", &files, int64(parent.MaxOpenFiles), num)
+	spec.Timeout, spec.CPU, spec.MaxProcs, spec.MaxOpenFiles = Duration(timeout), Duration(cpu), int(procs), int(files)
+	if spec.MaxAttempts > parent.MaxAttempts {
+		changed = append(changed, fmt.Sprintf("max_attempts %d (the parent's, was %d)", parent.MaxAttempts, spec.MaxAttempts))
+		spec.MaxAttempts = parent.MaxAttempts
+	}
+	if spec.Priority.rank() > parent.Priority.rank() {
+		changed = append(changed, fmt.Sprintf("priority %s (the parent's, was %s)", parent.Priority, spec.Priority))
+		spec.Priority = parent.Priority
+	}
+	return changed
 }
 
 // admit counts an authenticated request against the job's limits.
