@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/slotlease/slotlease/sandbox"
 )
 
 // A running job reaches its executor through a command channel that
@@ -117,7 +119,18 @@ func (c *channel) listen() error {
 		if err := os.Mkdir(c.bin, 0o700); err != nil {
 			return err
 		}
-		if err := os.Symlink(exe, filepath.Join(c.bin, "executor")); err != nil {
+		if c.confined() {
+			// A confined job may not reach exe's own path (a home
+			// directory of mode 0700, say): the sandbox binds exe over
+			// this file in the job's view (sandbox.Spec.Binds).
+			f, err := os.OpenFile(filepath.Join(c.bin, "executor"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+			if err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+		} else if err := os.Symlink(exe, filepath.Join(c.bin, "executor")); err != nil {
 			return err
 		}
 	}
@@ -128,6 +141,24 @@ func (c *channel) listen() error {
 	ln.SetUnlinkOnClose(true)
 	c.ln = ln
 	return os.Chmod(c.sock, 0o600)
+}
+
+// confined: the jobs run confined (ServerConfig.Hide), with ids of their
+// own where they can be had.
+func (c *channel) confined() bool { return len(c.s.cfg.Hide) > 0 }
+
+// grant lets a confined job use its channel: the directory is lent to the
+// job's ids for the attempt (so it may enter it and connect to the socket,
+// which are the executor's and private), and the executor's binary is
+// bound at bin/executor.
+func (c *channel) grant(spec *sandbox.Spec) {
+	if !c.confined() {
+		return
+	}
+	spec.Lend = append(spec.Lend, c.dir)
+	if c.bin != "" {
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: c.s.cfg.Executable, Target: filepath.Join(c.bin, "executor")})
+	}
 }
 
 // env adds the channel to a worker's environment: its socket, its token,

@@ -118,7 +118,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))
 		telemetry.End(span, err)
 	}()
-	hide := secretsToHide(cfg, stderr) // warns now, before any wait for slots
+	hide, err := workerHide(cfg, stderr) // refuses or warns now, before any wait for slots
+	if err != nil {
+		return codeOf(err), err
+	}
 	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
@@ -173,7 +176,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		Hide: hide,
 	}, set.Done())
 	if err != nil {
-		return 1, fmt.Errorf("running %q: %w", cmd[0], err)
+		err = notIsolated(fmt.Errorf("running %q: %w", cmd[0], err))
+		return codeOf(err), err
 	}
 	for _, n := range res.Notes {
 		fmt.Fprintf(stderr, "executor: note: %s\n", n)
