@@ -12,7 +12,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,6 +268,11 @@ func (c *channel) submit(req FollowUpRequest) FollowUpReply {
 	}
 	if spec.Tenant != "" && spec.Tenant != parent.Tenant {
 		bad = append(bad, fmt.Sprintf("tenant %q: a follow-up job runs for its parent's tenant (%q)", spec.Tenant, parent.Tenant))
+	}
+	for _, w := range spec.Writable {
+		if !slices.ContainsFunc(parent.Writable, func(p string) bool { return w == p || strings.HasPrefix(w, p+"/") }) {
+			bad = append(bad, fmt.Sprintf("writable %q: a follow-up job may write only within its parent's writable paths %q", w, parent.Writable))
+		}
 	}
 	if len(bad) > 0 {
 		return FollowUpReply{Invalid: true, Error: fmt.Sprintf("%v: %s", ErrInvalidSpec, bad)}

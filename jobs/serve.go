@@ -534,6 +534,9 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
 		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: set.LossGrace(), Deadline: set.Deadline, Hide: s.cfg.Hide,
 	}
+	if len(s.cfg.Hide) > 0 {
+		sbSpec.Writable = spec.Writable // unconfined, a job writes what its executor's user can anyway
+	}
 	if ch != nil {
 		ch.grant(&sbSpec)
 	}

@@ -27,8 +27,11 @@ import (
 //     says so ("returned:"); Run gives them back itself when it did not
 //     (reclaim).
 //  3. Every mount becomes read-only (mount_setattr with AT_RECURSIVE).
-//  4. The working directory and Spec.Lend are bound onto themselves,
-//     writable; Spec.Binds are bound, read-only.
+//  4. The working directory, Spec.Lend and Spec.Writable are bound onto
+//     themselves, writable; Spec.Binds are bound, read-only. A directory
+//     on the way to one of them (or to the command) that the worker's
+//     ids may not enter is masked: an empty tmpfs with only those mounted
+//     in, at the same paths (maskedDirs).
 //  5. /dev/shm gets a tmpfs of its own (POSIX shared memory and
 //     semaphores work, and go with the run).
 //  6. A fresh /proc for the PID namespace, then the hidden paths.
@@ -79,6 +82,16 @@ func confine(cfg initConfig) error {
 		if err != nil {
 			return fmt.Errorf("open %s: %w", src, err)
 		}
+		if writable {
+			// Run resolved these; a symlink that appeared since (a job
+			// that swapped a directory of a writable path for a link to
+			// the user's files, say) must not make another place
+			// writable. What was opened is what counts.
+			if got, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || got != src {
+				unix.Close(fd)
+				return fmt.Errorf("%s is reached through a symlink now (it leads to %s)", src, got)
+			}
+		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
@@ -87,7 +100,7 @@ func confine(cfg initConfig) error {
 		needs = append(needs, need{at: at, fd: fd, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR, writable: writable})
 		return nil
 	}
-	for _, p := range cfg.Lend {
+	for _, p := range append(slices.Clip(cfg.Lend), cfg.Writable...) {
 		if err := add(p, p, true); err != nil {
 			return err
 		}
@@ -103,7 +116,7 @@ func confine(cfg initConfig) error {
 	}
 	masks := maskedDirs(append(needPaths(needs), command), cfg.UID, cfg.GID)
 	if slices.ContainsFunc(masks, func(m string) bool { return within(command, m) }) &&
-		!slices.ContainsFunc(cfg.Lend, func(l string) bool { return within(command, l) }) {
+		!slices.ContainsFunc(append(slices.Clip(cfg.Lend), cfg.Writable...), func(l string) bool { return within(command, l) }) {
 		if err := add(command, command, false); err != nil {
 			return err
 		}

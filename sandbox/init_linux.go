@@ -141,8 +141,10 @@ type initConfig struct {
 	Confine bool `json:"confine,omitempty"`
 	// Lend are the working directory and Spec.Lend, resolved: lent to the
 	// worker's ids when they are not the supervisor's, writable in its view.
-	Lend  []string `json:"lend,omitempty"`
-	Binds []Bind   `json:"binds,omitempty"`
+	Lend []string `json:"lend,omitempty"`
+	// Writable: Spec.Writable, resolved: writable in the worker's view.
+	Writable []string `json:"writable,omitempty"`
+	Binds    []Bind   `json:"binds,omitempty"`
 
 	// The worker's ids in the supervisor's user namespace (-1: keep the
 	// supervisor's) and whether to drop the supplementary groups: from the

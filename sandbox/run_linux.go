@@ -125,12 +125,12 @@ func validate(spec Spec) error {
 	if spec.MemoryBytes < 0 || spec.MaxProcs < 0 || spec.MaxOpenFiles < 0 || spec.CPUTime < 0 || spec.Timeout < 0 {
 		return errors.New("sandbox: negative limit")
 	}
-	if (len(spec.Lend) > 0 || len(spec.Binds) > 0) && !spec.Confine && len(spec.Hide) == 0 {
-		return errors.New("sandbox: Lend and Binds need a confined run (Confine or Hide)")
+	if (len(spec.Lend) > 0 || len(spec.Writable) > 0 || len(spec.Binds) > 0) && !spec.Confine && len(spec.Hide) == 0 {
+		return errors.New("sandbox: Lend, Writable and Binds need a confined run (Confine or Hide)")
 	}
-	for _, p := range spec.Lend {
+	for _, p := range append(slices.Clip(spec.Lend), spec.Writable...) {
 		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-			return fmt.Errorf("sandbox: lent path %q is not an absolute path", p)
+			return fmt.Errorf("sandbox: lent or writable path %q is not an absolute path", p)
 		}
 	}
 	for _, b := range spec.Binds {
@@ -185,6 +185,7 @@ type runner struct {
 	confined bool
 	plan     *idPlan
 	lend     []string
+	writable []string
 	binds    []Bind
 
 	cg                     *cgroup
@@ -259,14 +260,18 @@ func (r *runner) prepare() error {
 	if r.lend, err = resolveLend(append([]string{r.workdir}, r.spec.Lend...), r.hide); err != nil {
 		return err
 	}
+	if r.writable, err = resolveLend(r.spec.Writable, r.hide); err != nil {
+		return err
+	}
 	r.binds, err = resolveBinds(r.spec.Binds)
 	return err
 }
 
 // resolveLend resolves the paths a confined worker is lent (its working
-// directory first). The worker can write every file in them the executor
-// owns, so none may be the root directory, hold the executor's own binary
-// (the worker could replace it) or lie in a hidden path.
+// directory first) or may write. The worker can write every file in them
+// the executor owns, so none may be the root directory, hold the
+// executor's own binary (the worker could replace it) or lie in a hidden
+// path.
 func resolveLend(paths []string, hide []hiddenPath) ([]string, error) {
 	exe, _ := os.Executable()
 	if real, err := filepath.EvalSymlinks(exe); err == nil {
@@ -276,17 +281,17 @@ func resolveLend(paths []string, hide []hiddenPath) ([]string, error) {
 	for _, p := range paths {
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil {
-			return nil, fmt.Errorf("sandbox: lent path %q: %w", p, err)
+			return nil, fmt.Errorf("sandbox: lent or writable path %q: %w", p, err)
 		}
 		switch {
 		case real == "/":
-			return nil, fmt.Errorf("sandbox: lent path %q: cannot lend the root directory to the worker", p)
+			return nil, fmt.Errorf("sandbox: lent or writable path %q: the worker may not write the root directory", p)
 		case exe != "" && within(exe, real):
-			return nil, fmt.Errorf("sandbox: lent path %q holds the executor's own binary %s: the worker could replace it", p, exe)
+			return nil, fmt.Errorf("sandbox: lent or writable path %q holds the executor's own binary %s: the worker could replace it", p, exe)
 		}
 		for _, h := range hide {
 			if within(real, h.Path) {
-				return nil, fmt.Errorf("sandbox: lent path %q is hidden (%s)", p, h.Path)
+				return nil, fmt.Errorf("sandbox: lent or writable path %q is hidden (%s)", p, h.Path)
 			}
 		}
 		if !slices.Contains(out, real) {
@@ -418,7 +423,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		GID:           -1,
 	}
 	if r.confined && v.flags&unix.CLONE_NEWNS != 0 {
-		cfg.Confine, cfg.Hide, cfg.Lend, cfg.Binds = true, r.hide, r.lend, r.binds
+		cfg.Confine, cfg.Hide, cfg.Lend, cfg.Writable, cfg.Binds = true, r.hide, r.lend, r.writable, r.binds
 	}
 	// No core dumps: a worker killed by SIGXCPU/SIGABRT must not write
 	// hundreds of MB into its workdir or the host's crash collector.

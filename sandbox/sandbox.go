@@ -60,6 +60,14 @@ type Spec struct {
 	// owner to the worker's, and back when the run ends) and writable in
 	// its view.
 	Lend []string
+	// Writable lists directories (or files) a confined worker may write
+	// besides Dir, as far as its ids may: they are writable in its view
+	// but not lent, so their owners and modes stay. For a worker with ids
+	// of its own, make them writable by anyone (mode 1777) or by those
+	// ids; one with the executor's ids can write there all the
+	// executor's user can. None may be the root directory, hold the
+	// executor's binary or lie in a hidden path.
+	Writable []string
 	// Binds are read-only bind mounts in a confined worker's view: the
 	// file or directory at Source (as the executor reaches it) appears at
 	// Target (an existing file or directory of the same kind). For giving

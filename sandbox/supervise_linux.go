@@ -154,7 +154,7 @@ func forwardTerm() {
 // startExecStage forks and execs the exec stage (a new run of this binary)
 // with the config on fd 3 and the status pipe on fd 4.
 func startExecStage(cfg initConfig) int {
-	cfg.MountProc, cfg.LoopbackUp, cfg.Confine, cfg.Hide, cfg.Lend, cfg.Binds = false, false, false, nil, nil, nil
+	cfg.MountProc, cfg.LoopbackUp, cfg.Confine, cfg.Hide, cfg.Lend, cfg.Writable, cfg.Binds = false, false, false, nil, nil, nil, nil
 	f, err := configFile(cfg)
 	if err != nil {
 		helperFail("supervisor: config for the exec stage: %v", err)
