@@ -86,7 +86,11 @@ type idPlan struct {
 	canMap bool
 	// canNamespace: it may create PID and mount namespaces without a user
 	// namespace (CAP_SYS_ADMIN).
-	canNamespace         bool
+	canNamespace bool
+	// setgroups: its user namespace lets it drop supplementary groups
+	// (not one made by `unshare -r`, which denies setgroups, nor any
+	// below one).
+	setgroups            bool
 	newuidmap, newgidmap string
 	// why says, for IdentityExecutor, what is missing for ids of its own.
 	why string
@@ -98,7 +102,7 @@ var planOnce = sync.OnceValue(makePlan)
 func currentPlan() *idPlan { return planOnce() }
 
 func makePlan() *idPlan {
-	p := &idPlan{kind: IdentityExecutor, uid: os.Geteuid(), gid: os.Getegid()}
+	p := &idPlan{kind: IdentityExecutor, uid: os.Geteuid(), gid: os.Getegid(), setgroups: setgroupsAllowed("/proc/self/setgroups")}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if unix.Capget(&hdr, &data[0]) == nil {
@@ -118,6 +122,13 @@ func makePlan() *idPlan {
 	}
 	p.kind, p.why = p.subordinate()
 	return p
+}
+
+// setgroupsAllowed reads a /proc/<pid>/setgroups file: "allow", or no
+// such file (kernels before 3.19 have no way to deny it).
+func setgroupsAllowed(file string) bool {
+	data, err := os.ReadFile(file)
+	return os.IsNotExist(err) || (err == nil && strings.TrimSpace(string(data)) == "allow")
 }
 
 // mappedRange is ownRange if this user namespace maps all of it, else the
@@ -254,7 +265,10 @@ func (p *idPlan) writeMaps(pid int, id Identity) (dropGroups bool, err error) {
 		if err := writeProcFile(proc+"/uid_map", uids); err != nil {
 			return false, err
 		}
-		return true, writeProcFile(proc+"/gid_map", gids)
+		if err := writeProcFile(proc+"/gid_map", gids); err != nil {
+			return false, err
+		}
+		return setgroupsAllowed(proc + "/setgroups"), nil
 	case !own:
 		// newuidmap and newgidmap check the ranges against /etc/subuid
 		// and /etc/subgid; the executor's own id may always be mapped.
@@ -266,8 +280,7 @@ func (p *idPlan) writeMaps(pid int, id Identity) (dropGroups bool, err error) {
 				return false, err
 			}
 		}
-		sg, err := os.ReadFile(proc + "/setgroups")
-		return err == nil && strings.TrimSpace(string(sg)) == "allow", nil
+		return setgroupsAllowed(proc + "/setgroups"), nil
 	default:
 		// An unprivileged process may map only its own ids, and its gid
 		// only with setgroups denied.

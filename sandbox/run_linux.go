@@ -566,7 +566,7 @@ func (r *runner) handOver(v nsVariant, pid int, w *os.File, fixed *Identity) (Id
 		}
 		h.DropGroups = drop && r.confined
 	} else {
-		h.DropGroups = r.confined && r.plan.canMap
+		h.DropGroups = r.confined && r.plan.canMap && r.plan.setgroups
 	}
 	if r.confined {
 		h.UID, h.GID = id.UID, id.GID
