@@ -121,12 +121,13 @@ cat %[5]s/f
 // runs, and reads neither.
 func TestHideNested(t *testing.T) {
 	const secret = "hide-nested-secret-2c9e"
-	dir := filepath.Join(t.TempDir(), "slotlease")
+	// Readable by anyone, so that only the hiding keeps it from the worker.
+	dir := filepath.Join(openDir(t), "slotlease")
 	file := filepath.Join(dir, "embedded", "executor.nk")
-	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(file, []byte(secret), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(secret), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	requireConfine(t)

@@ -47,8 +47,9 @@ type User struct {
 	// Dropped: the test runs as root and drops to UID (else it runs as
 	// itself, UID).
 	Dropped bool
-	etc     string // passwd, group, subuid, subgid for the bind mounts
-	kind    int
+	// Kind is Plain or Subordinate.
+	Kind int
+	etc  string // passwd, group, subuid, subgid for the bind mounts
 }
 
 // New returns a user of kind for the test: as root, uid (which must be
@@ -58,11 +59,11 @@ type User struct {
 // newuidmap.
 func New(t testing.TB, kind, uid, subStart int) *User {
 	t.Helper()
-	u := &User{kind: kind}
+	u := &User{Kind: kind}
 	if os.Geteuid() != 0 {
 		u.UID, u.GID = os.Getuid(), os.Getgid()
 		u.Home, u.Tmp = mkdir(t, 0o700), mkdir(t, 0o700)
-		if kind == Subordinate && !hasSubordinate() {
+		if kind == Subordinate && !HasSubordinate() {
 			t.Skip("the test runs as an ordinary user without subordinate ids and newuidmap: skipping the subordinate-id case")
 		}
 		return u
@@ -179,8 +180,8 @@ func mkdir(t testing.TB, perm os.FileMode) string {
 	return d
 }
 
-// hasSubordinate: this (ordinary) user has subordinate ids and the tools.
-func hasSubordinate() bool {
+// HasSubordinate: this (ordinary) user has subordinate ids and the tools.
+func HasSubordinate() bool {
 	if _, err := exec.LookPath("newuidmap"); err != nil {
 		return false
 	}

@@ -24,7 +24,7 @@ ls -A "$HIDDEN" > "$OUT/hidden-$JOB_ID" 2>&1
 command -v executor > "$OUT/which-$JOB_ID"
 if [ "$LEVEL" -lt 3 ]; then
 	for i in 1 2; do
-		executor submit --pool p --env OUT="$OUT" --env HIDDEN="$HIDDEN" --env LEVEL=$((LEVEL + 1)) --env SCRIPT="$SCRIPT" -- sh -c "$SCRIPT" || exit 1
+		executor submit --pool p --writable "$OUT" --env OUT="$OUT" --env HIDDEN="$HIDDEN" --env LEVEL=$((LEVEL + 1)) --env SCRIPT="$SCRIPT" -- sh -c "$SCRIPT" || exit 1
 	done
 else
 	executor submit --pool p -- true > "$OUT/deep-$JOB_ID" 2>&1
@@ -39,14 +39,14 @@ fi`
 func TestFollowUpsFromInsideJobs(t *testing.T) {
 	env, httpAddr := managerEnv(t, "fan", "p=4", "15s")
 	startManager(t, env, httpAddr)
-	out := t.TempDir()
+	out := sharedDir(t)
 	hidden := authDirFor(t, envValue(env, "HOME"), natsURL(env))
 	if entries, err := os.ReadDir(hidden); err != nil || len(entries) == 0 {
 		t.Fatalf("the credential directory %s is empty or missing (%v): the test would prove nothing", hidden, err)
 	}
 
 	root, _ := json.Marshal(map[string]any{
-		"pool": "p", "batch": "fan", "command": []string{"sh", "-c", fanOutScript},
+		"pool": "p", "batch": "fan", "command": []string{"sh", "-c", fanOutScript}, "writable": []string{out},
 		"env": map[string]string{"OUT": out, "HIDDEN": hidden, "LEVEL": "0", "SCRIPT": fanOutScript},
 	})
 	specFile := filepath.Join(t.TempDir(), "root.json")

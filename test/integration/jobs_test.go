@@ -190,11 +190,13 @@ func TestServeKilledMidJob(t *testing.T) {
 	envB = append(envB, "NATS_URL="+natsURL(envA))
 	startManager(t, envB, httpB)
 
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	serveArgs := []string{"serve", "--pools", "p", "--ack-wait", "2s", "--poll", "100ms", "--kill-grace", "200ms"}
 	serveA := start(t, envA, "executor", serveArgs...)
-	code, out := runExecutor(t, envA, "submit", "--pool", "p", "--env", "OUT="+dir, "--",
-		"sh", "-c", `echo "$LEASE_NODE $JOB_ATTEMPT" >> "$OUT/runs"; sleep 3`)
+	// umask 0: the attempt on b, with ids of its own, appends to the file
+	// the attempt on a made.
+	code, out := runExecutor(t, envA, "submit", "--pool", "p", "--writable", dir, "--env", "OUT="+dir, "--",
+		"sh", "-c", `umask 0; echo "$LEASE_NODE $JOB_ATTEMPT" >> "$OUT/runs"; sleep 3`)
 	id := strings.TrimSpace(out)
 	if code != 0 {
 		t.Fatalf("submit: exit %d\n%s", code, out)
