@@ -600,6 +600,9 @@ func (r *runner) start() error {
 				}
 				return nil
 			}
+			if errors.Is(err, syscall.ENOSPC) && v.flags != 0 {
+				err = fmt.Errorf("%w (a limit of namespaces in /proc/sys/user is reached: every process of the user counts, workers too)", err)
+			}
 			lastErr = err
 			failures = append(failures, fmt.Sprintf("namespaces=%s cgroup=%t: %v", v, useCg, err))
 		}

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 )
 
@@ -43,6 +46,10 @@ func natsURL(env []string) string {
 func jobQueue(t *testing.T, env []string) *jobs.Queue {
 	t.Helper()
 	nc, err := connectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleExecutor)
+	if dir := envValue(env, "NATS_AUTH_DIR"); dir != "" {
+		nc, err = jetstream.Connect(natsURL(env), jetstream.Auth{NKeySeed: config.AuthFile(dir, config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()},
+			t.Name(), nats.MaxReconnects(0))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
