@@ -105,6 +105,49 @@ func TestJobsRefusedWhenNamespacesRunOut(t *testing.T) {
 	}
 }
 
+// The same for `executor run`: its start-up check passed, then, while it
+// waits for its slot, the namespaces run out: it exits 71 with a clear
+// error, and the command never ran.
+func TestExecutorRunRefusedWhenNamespacesRunOut(t *testing.T) {
+	var u *asuser.User
+	if os.Geteuid() == 0 {
+		u = asuser.New(t, asuser.Plain, 42204, 0)
+	}
+	s := newAttackSetup(t, u)
+	natsPort := freePort(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	env := s.env(natsPort, httpAddr)
+	startManagerAs(t, u, env, httpAddr)
+	out := sharedDir(t)
+	exe := filepath.Join(binDir, "executor")
+	holder := launch(t, command(u, env, exe, "run", "--pool", "gpu", "--writable", out, "--env", "OUT="+out, "--",
+		"sh", "-c", `while [ ! -e "$OUT/release" ]; do sleep 0.1; done`))
+	eventually(t, 30*time.Second, "the holder's grant", func() bool { return strings.Contains(holder.Output(), "granted") })
+
+	secret := filepath.Join(s.hidden[0], "planted", "planted-secret")
+	run := launch(t, command(u, env, "unshare", "-U", "-r", exe, "run", "--pool", "gpu", "--", "cat", secret))
+	eventually(t, 30*time.Second, "the run to wait for its slot", func() bool { return strings.Contains(run.Output(), "position 1 in queue") })
+	cmd := command(u, nil, "nsenter", "-U", "--preserve-credentials", "-t", strconv.Itoa(run.cmd.Process.Pid),
+		"sh", "-c", "echo 0 > /proc/sys/user/max_mnt_namespaces")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("setting the run's max_mnt_namespaces to 0: %v\n%s", err, b)
+	}
+	if err := os.WriteFile(filepath.Join(out, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := run.Wait(t, 60*time.Second)
+	o := run.Output()
+	if code != 71 || !strings.Contains(o, "could not be isolated") || !strings.Contains(o, "limit of namespaces") {
+		t.Fatalf("executor run without namespaces left: exit %d, want 71 saying the worker could not be isolated for a namespace limit:\n%s", code, o)
+	}
+	if strings.Contains(o, s.marker) {
+		t.Fatalf("the command ran and read the secret:\n%s", o)
+	}
+	if !strings.Contains(o, "granted") {
+		t.Fatalf("the run was refused before it had its slot, so the test shows nothing about a run's attempt:\n%s", o)
+	}
+}
+
 // command runs prog as u (or as the test's user if u is nil) with env.
 func command(u *asuser.User, env []string, prog string, args ...string) *exec.Cmd {
 	if u != nil {
