@@ -114,8 +114,9 @@ type Spec struct {
 	Isolate      bool     `json:"isolate,omitempty"`
 	NoNetwork    bool     `json:"no_network,omitempty"`
 	// Writable lists absolute paths a confined job may write besides its
-	// working directory, as far as its ids may (sandbox.Spec.Writable).
-	// A follow-up job may name only paths within its parent's.
+	// working directory, as far as its ids may (sandbox.Spec.Writable),
+	// each by its real name (no symlink on the way). A follow-up job may
+	// name only paths within its parent's.
 	Writable []string `json:"writable,omitempty"`
 	// Tenant is the lease request's tenant: fair pools share by it, and
 	// tenant caps count it (at most lease.MaxTenantLen bytes).

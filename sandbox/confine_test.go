@@ -277,3 +277,31 @@ func supervisorOf(parent int) int {
 	}
 	return 0
 }
+
+// A writable path is taken only by its real name: one that leads
+// elsewhere through a symlink (which a job could have made in its own
+// writable directory, to have a follow-up write the user's files) is
+// refused, and the command does not run.
+func TestWritableThroughASymlinkRefused(t *testing.T) {
+	requireConfine(t)
+	shared, victim := openDir(t), openDir(t)
+	link := filepath.Join(shared, "link")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(victim, "written")
+	_, err := Run(context.Background(), Spec{Confine: true, Writable: []string{link}, Command: []string{"sh", "-c", "touch " + marker}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "through a symlink") {
+		t.Fatalf("writable path through a symlink: err %v, want a refusal naming the symlink", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+	// By its real name the same directory is writable.
+	if err := os.Chmod(victim, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if res, out := runSh(t, Spec{Confine: true, Writable: []string{victim}}, "touch "+marker+" && echo wrote"); !strings.Contains(out, "wrote") {
+		t.Fatalf("by its real name: %q, notes %q", out, res.Notes)
+	}
+}

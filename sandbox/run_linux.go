@@ -260,6 +260,15 @@ func (r *runner) prepare() error {
 	if r.lend, err = resolveLend(append([]string{r.workdir}, r.spec.Lend...), r.hide); err != nil {
 		return err
 	}
+	for _, w := range r.spec.Writable {
+		// Taken as given: a path that leads elsewhere through a symlink
+		// could be made (by a job, in its own writable directory) to name
+		// any place, and a follow-up's writable paths are checked against
+		// its parent's by name.
+		if real, err := filepath.EvalSymlinks(w); err == nil && real != filepath.Clean(w) {
+			return fmt.Errorf("sandbox: writable path %q leads to %s through a symlink: give the real path", w, real)
+		}
+	}
 	if r.writable, err = resolveLend(r.spec.Writable, r.hide); err != nil {
 		return err
 	}

@@ -66,7 +66,8 @@ type Spec struct {
 	// of its own, make them writable by anyone (mode 1777) or by those
 	// ids; one with the executor's ids can write there all the
 	// executor's user can. None may be the root directory, hold the
-	// executor's binary or lie in a hidden path.
+	// executor's binary, lie in a hidden path or lead elsewhere through a
+	// symlink.
 	Writable []string
 	// Binds are read-only bind mounts in a confined worker's view: the
 	// file or directory at Source (as the executor reaches it) appears at

@@ -176,7 +176,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		Command: cmd, Env: workerEnv(leases, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
-		Hide: hide, Writable: writableIfConfined(hide, f.writable),
+		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()),
 	}, set.Done())
 	if err != nil {
 		err = notIsolated(fmt.Errorf("running %q: %w", cmd[0], err))
@@ -205,7 +205,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	return 1, nil
 }
 
-// pathFlags collects a repeated path flag (--writable), made absolute.
+// pathFlags collects a repeated path flag (--writable), made absolute
+// (and, for executor run, which runs here, with symlinks resolved: the
+// sandbox takes a writable path only by its real name).
 type pathFlags []string
 
 func (p *pathFlags) String() string { return strings.Join(*p, ",") }
@@ -217,6 +219,18 @@ func (p *pathFlags) Set(s string) error {
 	}
 	*p = append(*p, abs)
 	return nil
+}
+
+// real resolves the symlinks of each path that exists.
+func (p pathFlags) real() []string {
+	out := make([]string, len(p))
+	for i, s := range p {
+		out[i] = s
+		if r, err := filepath.EvalSymlinks(s); err == nil {
+			out[i] = r
+		}
+	}
+	return out
 }
 
 // writableIfConfined: an unconfined worker writes what the executor's
