@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,7 +215,7 @@ func subordinateRange(file string, names []string, own int) (idRange, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.Split(strings.TrimSpace(sc.Text()), ":")
-		if len(parts) != 3 || !containsString(names, parts[0]) {
+		if len(parts) != 3 || !slices.Contains(names, parts[0]) {
 			continue
 		}
 		start, err1 := strconv.ParseUint(parts[1], 10, 32)
@@ -224,15 +225,6 @@ func subordinateRange(file string, names []string, own int) (idRange, error) {
 		}
 	}
 	return idRange{}, fmt.Errorf("%s has no range of 3 ids or more for %s", file, strings.Join(names, " or "))
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // identity is the identity of a run whose supervisor has pid; not
