@@ -180,8 +180,8 @@ type runner struct {
 	hide    []hiddenPath
 
 	// confined: Spec.Confine or Hide; plan: where the worker's ids come
-	// from (identity_linux.go); lend: the working directory and Spec.Lend,
-	// resolved; binds: Spec.Binds, resolved.
+	// from (identity_linux.go); lend (the working directory first),
+	// writable and binds: Spec.Lend, Writable and Binds, resolved.
 	confined bool
 	plan     *idPlan
 	lend     []string
