@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -112,6 +113,11 @@ type Spec struct {
 	MaxOpenFiles int      `json:"max_open_files,omitempty"`
 	Isolate      bool     `json:"isolate,omitempty"`
 	NoNetwork    bool     `json:"no_network,omitempty"`
+	// Writable lists absolute paths a confined job may write besides its
+	// working directory, as far as its ids may (sandbox.Spec.Writable),
+	// each by its real name (no symlink on the way). A follow-up job may
+	// name only paths within its parent's.
+	Writable []string `json:"writable,omitempty"`
 	// Tenant is the lease request's tenant: fair pools share by it, and
 	// tenant caps count it (at most lease.MaxTenantLen bytes).
 	Tenant string `json:"tenant,omitempty"`
@@ -141,6 +147,9 @@ type PoolSlots struct {
 	Pool  string `json:"pool"`
 	Slots int64  `json:"slots"`
 }
+
+// MaxWritable bounds Spec.Writable.
+const MaxWritable = 16
 
 // MaxDepth bounds Spec.Depth whatever an executor's --max-depth says.
 const MaxDepth = 100
@@ -339,6 +348,14 @@ func (s *Spec) Validate() error {
 	}
 	if s.MemoryBytes < 0 || s.MaxProcs < 0 || s.MaxOpenFiles < 0 {
 		bad("memory_bytes, max_procs and max_open_files must not be negative")
+	}
+	if len(s.Writable) > MaxWritable {
+		bad("writable: %d paths, at most %d", len(s.Writable), MaxWritable)
+	}
+	for _, p := range s.Writable {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" || strings.IndexByte(p, 0) >= 0 {
+			bad("writable %q: must be a clean absolute path other than /", p)
+		}
 	}
 	if len(s.Tenant) > lease.MaxTenantLen || strings.IndexByte(s.Tenant, 0) >= 0 {
 		bad("tenant: at most %d bytes, without NUL", lease.MaxTenantLen)

@@ -43,7 +43,15 @@ type freezeWorker struct {
 
 func startWorker(t *testing.T, bin, url, node, label string, hold time.Duration) *freezeWorker {
 	t.Helper()
-	w, err := launchWorker(t, bin, url, node, label, hold, filepath.Join(t.TempDir(), "stop"))
+	// The worker, confined with ids of its own, must see the file:
+	// t.TempDir is private, so open the way to it.
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := launchWorker(t, bin, url, node, label, hold, filepath.Join(dir, "stop"))
 	if err != nil {
 		t.Fatal(err)
 	}
