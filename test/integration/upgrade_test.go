@@ -56,9 +56,10 @@ func TestUpgradeKeepsJobsPoolsAndCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := t.TempDir()
+	work := sharedDir(t) // the confined worker writes only there
 	spec := jobs.NewSpec()
 	spec.ID, spec.Pool, spec.Command = "queued-before-the-upgrade", "gpu", []string{"sh", "-c", "touch " + filepath.Join(work, "ran")}
+	spec.Writable = []string{work}
 	if _, err := q.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
