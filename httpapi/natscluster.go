@@ -36,6 +36,7 @@ func (s *NATSSource) Discover(ctx context.Context) ([]string, error) {
 
 // Snapshots implements ClusterSource: it asks every node at once (at most
 // askers in flight) and returns one result per node, in the given order.
+// The nodes this process serves answer in process (localManager).
 func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool) []NodeResult {
 	out := make([]NodeResult, len(nodes))
 	next := make(chan int)
@@ -43,6 +44,10 @@ func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool
 	for range min(askers, len(nodes)) {
 		wg.Go(func() {
 			for i := range next {
+				if m := s.localManager(nodes[i]); m != nil {
+					out[i] = NodeResult{Node: nodes[i], Snapshot: m.Snapshot(history)}
+					continue
+				}
 				rctx, cancel := context.WithTimeout(ctx, snapshotWait)
 				snap, err := lease.RequestSnapshot(rctx, s.nc, s.prefix, nodes[i], history)
 				cancel()

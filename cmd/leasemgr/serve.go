@@ -135,7 +135,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 		opts := []httpapi.SourceOption{httpapi.WithWarnings(cluster.Warnings),
-			httpapi.WithLocalCluster(func() (lease.NodePools, bool) { return cluster.local(cfg.NodeID) })}
+			httpapi.WithLocalCluster(cluster.active.Load, cfg.NodeID)}
 		// The cluster page's events from before it opened:
 		if cfg.EventRetention > 0 {
 			opts = append(opts, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
