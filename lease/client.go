@@ -34,6 +34,7 @@ type Client struct {
 	closed  bool
 
 	live liveness // pings for the leases with fast release (liveness.go)
+	wake wake     // renew now: a reconnect, a manager's stop notice (wake.go)
 
 	cluster *Client // the cluster pools' client (acquireall.go); guarded by mu
 }
@@ -122,7 +123,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		pollInterval:   5 * time.Second,
 		noManagerWait:  10 * time.Second,
 		waiters:        make(map[string]chan *nats.Msg),
-		live:           liveness{nc: nc},
+		live:           newLiveness(nc),
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -154,6 +155,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.live.close()
+	c.wake.unhook(c.nc)
 	if c.cluster != nil {
 		_ = c.cluster.Close()
 	}
@@ -346,6 +348,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 				if r.Lease == nil {
 					return nil, errorf(CodeInternal, "grant without a lease from the lease manager")
 				}
+				c.live.serverStopping(r.ServerStopping)
 				return c.newLease(ctx, *r.Lease, firstSent, !ownID && (queued || r.Existing))
 			default:
 				e := replyError(&r)
@@ -425,6 +428,7 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 		base = sent
 	}
 	l.deadline = base.Add(rec.TTL() - margin(rec.TTL()))
+	c.hookWake()
 	if rec.DisconnectGraceMs > 0 {
 		if err := l.bindLive(ctx); err != nil {
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)

@@ -63,12 +63,16 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	resend := time.NewTicker(renewRetry(l.rec.TTL()))
 	defer resend.Stop()
 	var moved <-chan time.Time // fast release: re-send at once on a new connection
+	soon := time.NewTimer(time.Hour)
+	soon.Stop()
+	defer soon.Stop()
 	if l.grace > 0 {
 		t := time.NewTicker(l.grace / 8)
 		defer t.Stop()
 		moved = t.C
 	}
 	for {
+		woken := l.c.wake.wait()
 		select {
 		case <-stop:
 			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
@@ -78,17 +82,22 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			if now := l.c.live.identity(); !now.known() || now == sentOn {
 				continue
 			}
-			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
-				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case <-woken: // reconnected: an attempt sent before may be lost
+			if now := l.c.live.identity(); !now.known() || now == sentOn {
+				continue
 			}
+		case <-soon.C:
 		case <-resend.C:
-			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
-				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
 		case msg := <-ch:
 			if isNoResponders(msg) {
 				// Nobody serves the node at this moment (a takeover in
-				// progress): the next attempt may reach the new manager.
+				// progress, or the manager's subscription not yet on the
+				// server the holder reconnected to): the next attempt may
+				// reach it. A lease that must move to a new connection
+				// within its grace asks again soon.
+				if l.grace > 0 && l.c.live.dropped(l.boundConn()) {
+					soon.Reset(l.grace / 8)
+				}
 				continue
 			}
 			var r Reply
@@ -98,6 +107,7 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			if r.Status == StatusError {
 				return first, nil, replyError(&r)
 			}
+			l.c.live.serverStopping(r.ServerStopping)
 			if r.Status == StatusBound {
 				if r.Lease != nil {
 					l.bindTo(recordConn(r.Lease))
@@ -105,6 +115,9 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 				continue // the renewal's own answer follows
 			}
 			return first, r.Lease, nil
+		}
+		if err := l.c.publish(ctx, subject, reply, body()); err != nil {
+			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 }
