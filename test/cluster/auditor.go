@@ -63,9 +63,9 @@ type Auditor struct {
 
 // StartAuditor connects to url (directly, not through a proxy: the auditor
 // is not under test) and starts its watches. The buckets and the event
-// stream must exist.
-func StartAuditor(ctx context.Context, url, prefix string) (*Auditor, error) {
-	nc, err := dial(ctx, url, "auditor")
+// stream must exist. opts are extra connection options (credentials).
+func StartAuditor(ctx context.Context, url, prefix string, opts ...nats.Option) (*Auditor, error) {
+	nc, err := dial(ctx, url, "auditor", opts...)
 	if err != nil {
 		return nil, err
 	}
