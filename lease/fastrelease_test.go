@@ -326,3 +326,38 @@ func TestStalledConnectionKeepsTheLease(t *testing.T) {
 		t.Fatalf("release after the stall: %v", err)
 	}
 }
+
+// A connection that drops while a renewal waits for an answer (the
+// manager is stalled) ends the lease by the dropped clock, not when the
+// renewal gives up at the TTL deadline: Done must close while the slot
+// could still be freed a grace after the drop.
+func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
+	srv := harness.StartSecureServer(t)
+	pm := harness.StartProxy(t, srv.Server.Addr().String())
+	mnc := harness.ConnectAuth(t, pm.URL(), jetstream.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),
+		InboxPrefix: config.RoleManager.InboxPrefix()})
+	cfg := lease.ManagerConfig{Node: node, TTL: 3 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
+		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+	harness.StartManagerConn(t, mnc, cfg)
+	ph := harness.StartProxy(t, srv.Server.Addr().String())
+	holder, _ := proxiedClient(t, srv, ph)
+	l, err := holder.Acquire(t.Context(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm.Stall() // renewals go unanswered from now on
+	// The first renewal goes out TTL/3 after the grant; let it wait.
+	time.Sleep(l.TTL()/3 + 300*time.Millisecond)
+	ttlDeadline := l.Deadline() // the connection lives: the TTL's
+	ph.Refuse()
+	ph.Reset()
+	select {
+	case <-l.Done():
+		if lost := time.Now(); !lost.Before(ttlDeadline) || !errors.Is(l.Err(), lease.ErrConnectionDropped) {
+			t.Fatalf("lease ended at its TTL deadline %v (now %v) with %v; want it ended by the dropped clock", ttlDeadline, lost, l.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease did not end")
+	}
+	pm.Resume()
+}

@@ -227,6 +227,7 @@ func (l *Lease) heartbeat() {
 			return
 		default:
 			next.Reset(retry)
+			lost.Reset(time.Until(l.Deadline())) // it may have moved during the renewal
 		}
 	}
 }

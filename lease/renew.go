@@ -79,6 +79,11 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 		case <-ctx.Done():
 			return first, nil, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
 		case <-moved:
+			// The lease's deadline moves earlier when its connection
+			// drops: the heartbeat must see it pass, not wait here.
+			if !time.Now().Before(l.Deadline()) {
+				return first, nil, fmt.Errorf("%w: renewal not answered before the lease's deadline", ErrUnavailable)
+			}
 			if now := l.c.live.identity(); !now.known() || now == sentOn {
 				continue
 			}
