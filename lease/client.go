@@ -105,6 +105,24 @@ func WithNoManagerWait(d time.Duration) ClientOption {
 	}
 }
 
+// WithServerOnlyDrops says that the connection goes straight to a NATS
+// server on this host (leasemgr's embedded server, over loopback, where
+// nothing between them can reset it) and that this program never closes it
+// or makes it reconnect while it holds leases. Every drop of the
+// connection is then the server's doing (it stopped, crashed, or closed
+// the connection), which frees no lease (disconnect.go), so a lease with
+// fast release is not given up when its connection drops, only by its
+// silent and TTL clocks (liveness.go): a crash of leasemgr, too, costs no
+// running work if it serves again in time. The executor sets it when it
+// uses leasemgr's embedded server (no NATS_URL). Do not set it for a
+// connection through a proxy or a load balancer.
+func WithServerOnlyDrops() ClientOption {
+	return func(c *Client) error {
+		c.live.serverDrops = true
+		return nil
+	}
+}
+
 // NewClient returns a client for the lease manager of node.
 func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error) {
 	if nc == nil {

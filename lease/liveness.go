@@ -28,7 +28,9 @@ import (
 //     G after the close it confirmed, and the close came after the PING.
 //     A drop by a server that, with its manager, said it was stopping
 //     (ServerStopping, stop.go) does not count: no manager can have that
-//     server confirm a close any more.
+//     server confirm a close any more; nor does any drop on a connection
+//     only its server can close (WithServerOnlyDrops: loopback to
+//     leasemgr's embedded server, a program that closes nothing itself).
 //   - silent: while the connection stays open but unanswered (a stalled
 //     server or manager, a partition), the lease is lost at that PING +
 //     maxSilence, long after any stall a restart or a pause causes, and
@@ -73,6 +75,9 @@ func silenceLimit(o *nats.Options) time.Duration {
 type liveness struct {
 	nc      *nats.Conn
 	silence time.Duration // silenceLimit of nc's options
+	// serverDrops: every drop of nc is its server's doing
+	// (WithServerOnlyDrops), so the dropped clock never runs.
+	serverDrops bool
 
 	mu       sync.Mutex
 	users    int                // leases that need it
@@ -113,7 +118,7 @@ func (v *liveness) deadline(c conn, g time.Duration) time.Time {
 	_, stopping := v.stopping[c.server]
 	v.mu.Unlock()
 	d := last.Add(v.silence)
-	if !stopping && v.identity() != c {
+	if !stopping && !v.serverDrops && v.identity() != c {
 		d = minTime(d, last.Add(liveDeadline(g)))
 	}
 	return d
@@ -124,7 +129,7 @@ func (v *liveness) dropped(c conn) bool {
 	v.mu.Lock()
 	_, stopping := v.stopping[c.server]
 	v.mu.Unlock()
-	return !stopping && v.identity() != c
+	return !stopping && !v.serverDrops && v.identity() != c
 }
 
 // serverStopping notes a manager's word that server stops with it.

@@ -72,3 +72,30 @@ func TestDroppedConnectionWithoutStopNoticeEndsTheLease(t *testing.T) {
 		t.Fatal("the lease was kept after its connection dropped for good")
 	}
 }
+
+// A client whose connection only its server can close (WithServerOnlyDrops:
+// the executor on leasemgr's embedded server) keeps its lease through its
+// server's going, even without a stop notice (a crash of leasemgr): that
+// drop freed nothing, so only the silent and TTL clocks count.
+func TestServerOnlyDropsKeepTheLeaseThroughACrash(t *testing.T) {
+	srv := harness.StartSecureServer(t)
+	cfg := lease.ManagerConfig{Node: node, TTL: 15 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
+		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+	harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
+	nc := srv.Connect(t, config.RoleExecutor)
+	c, err := lease.NewClient(nc, node, lease.WithServerOnlyDrops())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Acquire(t.Context(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown() // as if leasemgr was killed: no notice
+	harness.Eventually(t, 5*time.Second, "the holder to see its server gone", func() bool { return nc.Status() != nats.CONNECTED })
+	time.Sleep(3 * lease.DefaultDisconnectGrace) // three times what the dropped clock would allow
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease was given up over its server's going: %v", err)
+	}
+}

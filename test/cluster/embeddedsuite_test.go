@@ -24,9 +24,10 @@ import (
 // release, the default LEASE_TTL (15s) and grace, gpu=2, and three
 // executors looping `executor run` with holds of 0.3-6s. Seeded faults,
 // one at a time, 1-3s apart: leasemgr frozen (SIGSTOP, then SIGCONT) for
-// 1-5s, or restarted (SIGTERM, started again on the same store 0.5-5s
-// later). Nothing can free a slot while leasemgr is frozen or down, so no
-// lease may be lost, and the auditor checks capacity in both views.
+// 1-5s, restarted (SIGTERM, started again on the same store 0.5-5s later)
+// or crashed (SIGKILL, started again 0.5-2s later). Nothing can free a slot
+// while leasemgr is frozen or down, so no lease may be lost, and the
+// auditor checks capacity in both views.
 //
 // One fresh seed of EMBEDDED_DURATION (20s); EMBEDDED_SEEDS=n (or a list)
 // runs more.
@@ -122,22 +123,29 @@ func embeddedSuiteRun(t *testing.T, bin string, seed uint64, dur time.Duration) 
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
 		start := time.Now()
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 0:
 			d := time.Duration(1000+rng.IntN(4001)) * time.Millisecond
 			mgr.signal(t, syscall.SIGSTOP)
 			time.Sleep(d)
 			mgr.signal(t, syscall.SIGCONT)
 			faults = append(faults, fmt.Sprintf("froze leasemgr for %v", d))
-		} else {
-			down := time.Duration(500+rng.IntN(4501)) * time.Millisecond
-			mgr.signal(t, syscall.SIGTERM)
+		default:
+			// A clean restart (SIGTERM) with 0.5-5s down, or a crash
+			// (SIGKILL: no notice, and the new one waits for the old
+			// leadership key to expire, up to LEADER_TTL) with 0.5-2s.
+			sig, down := syscall.SIGTERM, time.Duration(500+rng.IntN(4501))*time.Millisecond
+			if rng.IntN(2) == 0 {
+				sig, down = syscall.SIGKILL, time.Duration(500+rng.IntN(1501))*time.Millisecond
+			}
+			mgr.signal(t, sig)
 			<-mgr.done
 			stopped := time.Since(start)
 			time.Sleep(down)
 			startMgr()
 			harness.Eventually(t, 30*time.Second, "leasemgr to serve again", func() bool { return readyz(httpAddr) == 200 })
-			faults = append(faults, fmt.Sprintf("restarted leasemgr: stopped in %v, down %v, serving %v after the SIGTERM",
-				stopped.Round(time.Millisecond), down, time.Since(start).Round(time.Millisecond)))
+			faults = append(faults, fmt.Sprintf("restarted leasemgr after %v: stopped in %v, down %v, serving %v after the signal",
+				sig, stopped.Round(time.Millisecond), down, time.Since(start).Round(time.Millisecond)))
 		}
 		t.Log(faults[len(faults)-1])
 	}

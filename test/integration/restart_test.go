@@ -269,3 +269,52 @@ func TestStalledManagerStopsNoWork(t *testing.T) {
 	}
 	serve.Wait(t, 30*time.Second)
 }
+
+// A crash of leasemgr (SIGKILL: no stop notice, its embedded server dies
+// with it) started again 2s later stops no running work either: the
+// executors of the default layout talk straight to that server, so a drop
+// of their connection can only be its doing, which frees nothing
+// (lease.WithServerOnlyDrops), and their leases outlive the crash on their
+// TTL. The new manager waits for the old leadership key to expire, then
+// restores the leases.
+func TestCrashedManagerKeepsRunningWork(t *testing.T) {
+	env, httpAddr := managerEnv(t, "crash", "gpu=2,cpu=1", "15s")
+	mgr := startManager(t, env, httpAddr)
+	dir := sharedDir(t)
+	var holders []*proc
+	for i := range 2 {
+		holders = append(holders, start(t, env, "executor", "run", "--pool", "gpu", "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=h%d", i), "--", "sh", "-c", untilStopped))
+	}
+	code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--env", "DIR="+dir, "--env", "NAME=j", "--", "sh", "-c", untilStopped)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, out)
+	}
+	id := strings.TrimSpace(out)
+	serve := start(t, env, "executor", "serve", "--pools", "cpu")
+	eventually(t, 30*time.Second, "the commands and the job to run", func() bool {
+		return exists(filepath.Join(dir, "start.h0")) && exists(filepath.Join(dir, "start.h1")) && exists(filepath.Join(dir, "start.j"))
+	})
+	if err := mgr.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mgr.Wait(t, 10*time.Second)
+	time.Sleep(2 * time.Second) // leasemgr is down this long: the fault itself
+	mgr = startManager(t, env, httpAddr)
+	if !strings.Contains(mgr.Output(), "leases_restored=3") {
+		t.Fatalf("the restarted manager did not restore the three leases:\n%s", mgr.Output())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range holders {
+		if code := h.Wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("holder %d exit %d over a crash of leasemgr:\n%s", i, code, h.Output())
+		}
+	}
+	q := jobQueue(t, env)
+	eventually(t, 30*time.Second, "the job to succeed", func() bool { return record(q, id).State == jobs.StateSucceeded })
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	serve.Wait(t, 30*time.Second)
+}
