@@ -678,8 +678,16 @@ func (r *runner) pump(f *os.File, w io.Writer, tail *tailBuffer, name string) {
 
 func (r *runner) signalAll(sig syscall.Signal) {
 	_ = syscall.Kill(-r.pgid, sig)
-	if r.cgUsed {
-		r.cg.signal(sig)
+	if !r.cgUsed {
+		return
+	}
+	// The cgroup also holds what left the process group. Only those: a
+	// process signalled twice may take both (a shell runs its TERM trap
+	// twice, and a 2s cleanup then needs 4s of the kill grace).
+	for _, pid := range r.cg.procs() {
+		if pg, err := syscall.Getpgid(pid); err != nil || pg != r.pgid {
+			_ = syscall.Kill(pid, sig)
+		}
 	}
 }
 
