@@ -12,6 +12,7 @@
 package candidacy
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -24,7 +25,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 )
 
 // Record is one candidate's list of cluster pools.
@@ -47,6 +50,9 @@ type Config struct {
 	// OnChange is called with the disagreements (Disagreements) whenever
 	// they change, from Run's goroutine; nil when everyone agrees.
 	OnChange func([]string)
+	// Refused, if set, is told lease.RefusedCandidate for each record no
+	// candidate wrote (see accept), which is not reported.
+	Refused func(reason string)
 }
 
 // Key is where instance's record is kept: three tokens, so it never
@@ -124,6 +130,7 @@ func keep(ctx context.Context, cfg Config, key string, value []byte, rev uint64,
 // when they change. It restarts the watch if it ends before ctx does.
 func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 	var last []string
+	var refusals refusalLog
 	report := func(recs map[string]Record) {
 		d := Disagreements(slices.Collect(maps.Values(recs)))
 		if slices.Equal(d, last) {
@@ -149,10 +156,13 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		for ch := range w.Changes() {
 			switch ch.Op {
 			case lease.ChangePut:
-				var r Record
-				if json.Unmarshal(ch.Value, &r) == nil && r.Instance != "" {
-					recs[ch.Key] = r
+				r, err := accept(cfg.Cluster, ch)
+				if err != nil {
+					delete(recs, ch.Key)
+					refusals.refuse(cfg, log, ch.Key, err)
+					break
 				}
+				recs[ch.Key] = r
 			case lease.ChangeDelete, lease.ChangeExpire:
 				delete(recs, ch.Key)
 			case lease.ChangeCaughtUp:
@@ -164,6 +174,75 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		}
 		_ = w.Stop()
 	}
+}
+
+// accept decodes a candidate's record and checks that a candidate wrote
+// it: with a TTL (Run writes every record with one, so a dead candidate's
+// lapses; one without would be reported forever), strictly decoded, under
+// the key of the instance it names, for a valid node, with valid pool
+// names and capacities.
+func accept(cluster string, ch lease.Change) (Record, error) {
+	var r Record
+	if ch.TTL <= 0 {
+		return r, errors.New("stored without a TTL")
+	}
+	dec := json.NewDecoder(bytes.NewReader(ch.Value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		return r, fmt.Errorf("does not decode as a candidate's record: %v", err)
+	}
+	if r.Instance == "" || Key(cluster, r.Instance) != ch.Key {
+		return r, errors.New("its key does not name the instance it holds")
+	}
+	if err := config.ValidToken(r.Node); err != nil {
+		return r, fmt.Errorf("node: %w", err)
+	}
+	if len(r.Pools) > maxPools || len(r.Rates) > maxPools {
+		return r, fmt.Errorf("more than %d pools", maxPools)
+	}
+	for name, c := range r.Pools {
+		if err := config.ValidToken(name); err != nil || c < 0 || c > pools.MaxCapacity {
+			return r, fmt.Errorf("pool %.64q: not a pool name with a capacity a manager serves", name)
+		}
+	}
+	for name, rate := range r.Rates {
+		if _, ok := r.Pools[name]; !ok || len(rate) > maxRateText {
+			return r, fmt.Errorf("rate of pool %.64q: not one a candidate lists", name)
+		}
+	}
+	return r, nil
+}
+
+// Bounds of a candidate's record: far more pools than a configuration
+// holds, and a rate's "<n>/<unit> burst <n>".
+const (
+	maxPools    = 4096
+	maxRateText = 64
+)
+
+// refusalLog spaces out the log lines about refused records: whoever
+// wrote them may write many.
+type refusalLog struct {
+	last    time.Time
+	skipped int
+}
+
+// refuseLogEvery is the least time between two such lines.
+const refuseLogEvery = 10 * time.Second
+
+// refuse counts a record no candidate wrote and logs it, unless a line was
+// written in the last refuseLogEvery.
+func (l *refusalLog) refuse(cfg Config, log *slog.Logger, key string, why error) {
+	if cfg.Refused != nil {
+		cfg.Refused(lease.RefusedCandidate)
+	}
+	if time.Since(l.last) < refuseLogEvery {
+		l.skipped++
+		return
+	}
+	log.Warn("refusing a cluster pool candidate's record no candidate wrote; it is not reported",
+		"key", fmt.Sprintf("%.128s", key), "why", why, "unlogged_since_last", l.skipped)
+	l.last, l.skipped = time.Now(), 0
 }
 
 // Disagreements lists, one line per pool in name order, every cluster pool

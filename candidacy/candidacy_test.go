@@ -88,3 +88,62 @@ func TestCandidatesSeeEachOther(t *testing.T) {
 		return d == nil && n >= 2
 	})
 }
+
+// Records no candidate wrote (issue 28: a forged record without a TTL was
+// reported forever) are refused and counted, never reported: without a
+// TTL, under a key that does not name their instance, not strictly
+// decoded, with a bad node or pool. A valid record with a TTL is.
+func TestForgedCandidateRecordsAreRefused(t *testing.T) {
+	srv := harness.StartServer(t)
+	store := harness.StartManagerStore(t, srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	forged := map[string]string{
+		"notl":  `{"node":"x","instance":"notl","pools":{"api":1}}`, // written without a TTL below
+		"other": `{"node":"x","instance":"someone","pools":{"api":1}}`,
+		"extra": `{"node":"x","instance":"extra","pools":{"api":1},"evil":1}`,
+		"badn":  `{"node":"bad node","instance":"badn","pools":{"api":1}}`,
+		"badp":  `{"node":"x","instance":"badp","pools":{"api":-1}}`,
+		"junk":  `junk`,
+	}
+	for inst, v := range forged {
+		key := candidacy.Key(lease.ClusterNode, inst)
+		var err error
+		if inst == "notl" {
+			_, err = store.Put(ctx, key, []byte(v))
+		} else {
+			_, err = store.Create(ctx, key, []byte(v), time.Minute)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A real disagreement, so OnChange is called once the watch caught up.
+	if _, err := store.Create(ctx, candidacy.Key(lease.ClusterNode, "real"), []byte(`{"node":"r","instance":"real","pools":{"api":9}}`), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var last []string
+	refused := 0
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- candidacy.Run(rctx, candidacy.Config{Store: store, Cluster: lease.ClusterNode, TTL: time.Second,
+			Self:     candidacy.Record{Node: "me", Instance: "me-i", Pools: map[string]int64{"api": 5}},
+			Logger:   harness.Logger(),
+			OnChange: func(d []string) { mu.Lock(); last = d; mu.Unlock() },
+			Refused:  func(reason string) { mu.Lock(); refused++; mu.Unlock() }})
+	}()
+	defer func() { stop(); <-done }()
+	want := []string{"cluster pool api: capacity 5 on me; capacity 9 on r"}
+	harness.Eventually(t, 10*time.Second, "the real disagreement reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(last, want) && refused >= len(forged)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if refused != len(forged) {
+		t.Fatalf("refused %d records, want the %d forged ones", refused, len(forged))
+	}
+}

@@ -193,6 +193,8 @@ type Manager struct {
 	TenantWeights       map[string]int
 	TenantDefaultWeight int
 	PriorityAging       time.Duration
+	// MaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION parsed.
+	MaxQueuedPerConnection int
 
 	// Pools is derived: the POOL_CAPACITIES pools plus the default pool,
 	// sorted by name. The default pool's capacity is "default=N" from

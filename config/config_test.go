@@ -675,8 +675,11 @@ func TestQueuePolicies(t *testing.T) {
 		t.Errorf("weights %v default %d aging %v", c.TenantWeights, c.TenantDefaultWeight, c.PriorityAging)
 	}
 	d, err := LoadManagerFrom(map[string]string{})
-	if err != nil || d.TenantDefaultWeight != 1 || d.PriorityAging != 10*time.Second {
+	if err != nil || d.TenantDefaultWeight != 1 || d.PriorityAging != 10*time.Second || d.MaxQueuedPerConnection != DefaultMaxQueuedPerConnection {
 		t.Fatalf("defaults: %+v %v", d, err)
+	}
+	if d, err := LoadManagerFrom(map[string]string{EnvMaxQueuedPerConnection: "50"}); err != nil || d.MaxQueuedPerConnection != 50 {
+		t.Fatalf("MAX_QUEUED_PER_CONNECTION=50: %v, %v", d.MaxQueuedPerConnection, err)
 	}
 }
 
@@ -692,6 +695,10 @@ func TestQueuePolicyErrors(t *testing.T) {
 		{"negative max queue", EnvPoolMaxQueue, "gpu=-1", `POOL_MAX_QUEUE: entry "gpu=-1": max queue must not be negative`},
 		{"max queue over the limit", EnvPoolMaxQueue, "gpu=4194305", `POOL_MAX_QUEUE: entry "gpu=4194305": max queue must be at most 4194304`},
 		{"max queue with a sign", EnvPoolMaxQueue, "gpu=+1", `POOL_MAX_QUEUE: entry "gpu=+1": max queue must not have a '+' sign`},
+		{"max queue 0", EnvPoolMaxQueue, "gpu=0", `POOL_MAX_QUEUE: entry "gpu=0": max queue 0 would refuse every request that has to wait: give 1 to 4194304 (default 10000)`},
+		{"zero per connection", EnvMaxQueuedPerConnection, "0", `MAX_QUEUED_PER_CONNECTION: "0": max queued per connection must be a positive integer`},
+		{"per connection over the limit", EnvMaxQueuedPerConnection, "4194305", `MAX_QUEUED_PER_CONNECTION: "4194305": max queued per connection must be at most 4194304`},
+		{"per connection not a number", EnvMaxQueuedPerConnection, "many", `MAX_QUEUED_PER_CONNECTION`},
 		{"policy with a space", EnvPoolPolicies, "gpu=fair, fair=fifo", `POOL_POLICIES: entry " fair=fifo": must not contain spaces`},
 		{"cap with leading zero", EnvTenantCaps, "fair=01", `TENANT_CAPS: entry "fair=01": cap must not have leading zeros`},
 		{"cap over the maximum", EnvTenantCaps, "fair=1099511627777", `TENANT_CAPS: entry "fair=1099511627777": cap must be at most 1099511627776`},

@@ -13,11 +13,27 @@ import (
 // "default").
 const (
 	EnvPoolPolicies        = "POOL_POLICIES"         // gpu=fair,io=priority (fifo|priority|fair; default fifo)
-	EnvPoolMaxQueue        = "POOL_MAX_QUEUE"        // gpu=100 (0 or absent: unbounded)
+	EnvPoolMaxQueue        = "POOL_MAX_QUEUE"        // gpu=100 (absent: DefaultMaxQueue)
 	EnvTenantCaps          = "TENANT_CAPS"           // gpu=2: most slots one tenant may hold (fair pools only)
 	EnvTenantWeights       = "TENANT_WEIGHTS"        // tenant-a:3,tenant-b:1 (fair pools)
 	EnvTenantDefaultWeight = "TENANT_DEFAULT_WEIGHT" // weight of tenants not in TENANT_WEIGHTS (default 1)
 	EnvPriorityAging       = "PRIORITY_AGING"        // waiting this long is worth one priority level (default 10s)
+	// EnvMaxQueuedPerConnection bounds the requests one client connection
+	// may have waiting on a node, over all its pools (default
+	// DefaultMaxQueuedPerConnection).
+	EnvMaxQueuedPerConnection = "MAX_QUEUED_PER_CONNECTION"
+)
+
+// Default queue bounds: a client cannot make a manager hold unbounded
+// memory and store with queued requests. A queued request costs the
+// manager about 1.2 KB of memory and a queue entry in the store.
+const (
+	// DefaultMaxQueue is a pool's queue bound when POOL_MAX_QUEUE does not
+	// name it.
+	DefaultMaxQueue = 10000
+	// DefaultMaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION's
+	// default.
+	DefaultMaxQueuedPerConnection = 1000
 )
 
 // Policies, as POOL_POLICIES accepts them.
@@ -93,9 +109,12 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 		if err != nil {
 			return err
 		}
-		n, err := parseBounded(v, "max queue", 0, MaxQueueLimit) // 0: unbounded
+		n, err := parseBounded(v, "max queue", 0, MaxQueueLimit)
 		if err != nil {
 			return err
+		}
+		if n == 0 {
+			return reason(fmt.Sprintf("max queue 0 would refuse every request that has to wait: give 1 to %d (default %d)", MaxQueueLimit, DefaultMaxQueue))
 		}
 		p.MaxQueue = int(n)
 		return nil
@@ -134,6 +153,15 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 		}
 	} else {
 		c.TenantDefaultWeight = 1
+	}
+	c.MaxQueuedPerConnection = DefaultMaxQueuedPerConnection
+	if v, ok := m[EnvMaxQueuedPerConnection]; ok && v != "" {
+		n, err := parseBounded(v, "max queued per connection", 1, MaxQueueLimit)
+		if err != nil {
+			errs = append(errs, varErr(EnvMaxQueuedPerConnection, v, err))
+		} else {
+			c.MaxQueuedPerConnection = int(n)
+		}
 	}
 	c.PriorityAging = 10 * time.Second
 	if v, ok := m[EnvPriorityAging]; ok && v != "" {

@@ -20,7 +20,8 @@ type Pool struct {
 	Name     string
 	Capacity int64
 	// Queue policy (POOL_POLICIES, POOL_MAX_QUEUE, TENANT_CAPS): "" is fifo;
-	// MaxQueue 0 is unbounded; TenantCap 0 is none.
+	// MaxQueue 0 is the default, DefaultMaxQueue (the lease manager
+	// applies it); TenantCap 0 is none.
 	Policy    string
 	MaxQueue  int
 	TenantCap int64

@@ -52,7 +52,7 @@ var (
 	managerVars = []string{
 		EnvPoolCapacities, EnvClusterPools, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 		EnvPoolRates, EnvPoolRateBurst,
-		EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
+		EnvPoolPolicies, EnvPoolMaxQueue, EnvMaxQueuedPerConnection, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 	}
 	// varOrder is the order errors are reported in: the documented order
@@ -65,7 +65,7 @@ var (
 // entry is named.
 var (
 	listVars     = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
-	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight}
+	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )
 

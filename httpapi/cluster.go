@@ -43,7 +43,7 @@ type NodeResult struct {
 type Cluster struct {
 	Prefix string        `json:"prefix"`
 	Time   time.Time     `json:"time"`
-	Nodes  []ClusterNode `json:"nodes"` // sorted by node
+	Nodes  []ClusterNode `json:"nodes"` // the serving node first, the others sorted by node
 }
 
 // ClusterNode is one node of the cluster. A node that answered before but
@@ -133,7 +133,14 @@ func (h *Handler) clusterView(w http.ResponseWriter, r *http.Request) {
 	// nobody should have sent) is not asked.
 	nodes = slices.DeleteFunc(nodes, func(n string) bool { return config.ValidToken(n) != nil })
 	res := cs.Snapshots(r.Context(), nodes, history)
-	writeJSON(w, http.StatusOK, Cluster{Prefix: cs.Prefix(), Time: time.Now().UTC(), Nodes: h.cl.merge(res, q.Get("node") == "", time.Now())})
+	out := h.cl.merge(res, q.Get("node") == "", time.Now())
+	// The node serving the page first, the others by name.
+	if i := slices.IndexFunc(out, func(n ClusterNode) bool { return n.Node == h.src.Node() }); i > 0 {
+		self := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = self
+	}
+	writeJSON(w, http.StatusOK, Cluster{Prefix: cs.Prefix(), Time: time.Now().UTC(), Nodes: out})
 }
 
 // merge records the answers and returns them with the stale nodes (all of

@@ -29,11 +29,13 @@ func WithWarnings(f func() []string) SourceOption {
 	return func(s *NATSSource) { s.warnings = f }
 }
 
-// WithLocalCluster gives the source the cluster pools when this process
-// serves them (ok true): asked over NATS, their manager would refuse to
-// answer on its own process's connection.
-func WithLocalCluster(f func() (lease.NodePools, bool)) SourceOption {
-	return func(s *NATSSource) { s.localCluster = f }
+// WithLocalCluster gives the source the manager of the cluster pools when
+// this process serves them (nil when it does not), and what their stats
+// say besides the pools (the serving node, the candidates' warnings):
+// asked over NATS, that manager would refuse to answer on its own
+// process's connection, so the source asks it in process.
+func WithLocalCluster(manager func() *lease.Manager, servedBy string) SourceOption {
+	return func(s *NATSSource) { s.clusterManager, s.servedBy = manager, servedBy }
 }
 
 var _ ClusterPoolsSource = (*NATSSource)(nil)
@@ -41,10 +43,8 @@ var _ ClusterPoolsSource = (*NATSSource)(nil)
 // ClusterPools implements ClusterPoolsSource by asking the cluster pools'
 // manager, whichever process serves them.
 func (s *NATSSource) ClusterPools(ctx context.Context) (*lease.NodePools, error) {
-	if s.localCluster != nil {
-		if np, ok := s.localCluster(); ok {
-			return &np, nil
-		}
+	if m := s.localManager(lease.ClusterNode); m != nil {
+		return &lease.NodePools{Node: lease.ClusterNode, Pools: m.Stats(), ServedBy: s.servedBy, Warnings: s.Warnings()}, nil
 	}
 	c, err := lease.NewClient(s.nc, lease.ClusterNode, lease.WithPrefix(s.prefix))
 	if err != nil {

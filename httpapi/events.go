@@ -42,6 +42,15 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, subscribe func(
 		writeError(w, http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
 		return
 	}
+	select {
+	case h.streams <- struct{}{}:
+		defer func() { <-h.streams }()
+	default:
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "too_many_streams",
+			fmt.Sprintf("%d event streams are open, the most this server keeps; retry later", cap(h.streams)))
+		return
+	}
 	// End the stream when the handler closes, as well as with the request.
 	defer context.AfterFunc(h.closed, cancel)()
 
@@ -53,9 +62,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, subscribe func(
 	}
 
 	rc := http.NewResponseController(w)
-	// A server-wide write timeout would cut every stream after it; this
-	// stream's writes are bounded by the client going away instead.
-	_ = rc.SetWriteDeadline(time.Time{})
+	// A server-wide write timeout would cut every stream after it; each of
+	// this stream's writes has a deadline of its own instead.
+	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) }
+	deadline()
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
@@ -83,10 +93,12 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, subscribe func(
 			if !ok {
 				return
 			}
+			deadline()
 			if writeEvent(w, eventName(ev.Kind), ev) != nil || rc.Flush() != nil {
 				return
 			}
 		case <-heartbeat.C:
+			deadline()
 			if _, err := io.WriteString(w, ": heartbeat\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}

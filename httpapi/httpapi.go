@@ -46,8 +46,30 @@ type Source interface {
 // proxies and browsers do not close it as dead.
 const DefaultHeartbeat = 15 * time.Second
 
+// DefaultMaxStreams bounds the event streams (/v1/events, the cluster
+// page's) open at once: each holds a connection, a goroutine and a NATS
+// subscription of the process that also hosts the embedded NATS server.
+const DefaultMaxStreams = 256
+
+// streamWriteTimeout bounds one write to an event stream: a client that
+// stops reading is cut off once the socket's buffer is full, rather than
+// holding its stream for good.
+const streamWriteTimeout = 10 * time.Second
+
 // Option configures a Handler.
 type Option func(*Handler) error
+
+// WithMaxStreams bounds the event streams open at once (DefaultMaxStreams
+// otherwise); one more is answered 503 too_many_streams.
+func WithMaxStreams(n int) Option {
+	return func(a *Handler) error {
+		if n <= 0 {
+			return fmt.Errorf("httpapi: max streams %d must be positive", n)
+		}
+		a.streams = make(chan struct{}, n)
+		return nil
+	}
+}
 
 // WithMetrics mounts h at /metrics (for every method: h decides).
 func WithMetrics(h http.Handler) Option {
@@ -100,8 +122,10 @@ type Handler struct {
 	clusterPg []byte
 	cl        cluster // nodes seen by /v1/cluster
 	// clusterReads bounds the /v1/cluster reads under way (cluster.go):
-	// each asks every node, or makes a consumer on the event stream.
+	// each asks every node, or reads the event stream.
 	clusterReads chan struct{}
+	// streams holds one token per open event stream (events.go).
+	streams chan struct{}
 
 	closed context.Context // done after Close; event streams end with it
 	close  context.CancelFunc
@@ -114,7 +138,8 @@ func New(src Source, opts ...Option) (*Handler, error) {
 	if src == nil {
 		return nil, errors.New("httpapi: nil source")
 	}
-	h := &Handler{src: src, heartbeat: DefaultHeartbeat, log: slog.Default(), clusterReads: make(chan struct{}, maxClusterReads)}
+	h := &Handler{src: src, heartbeat: DefaultHeartbeat, log: slog.Default(), clusterReads: make(chan struct{}, maxClusterReads),
+		streams: make(chan struct{}, DefaultMaxStreams)}
 	for _, opt := range opts {
 		if err := opt(h); err != nil {
 			return nil, err

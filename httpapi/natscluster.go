@@ -8,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/slotlease/slotlease/eventstream"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -37,6 +36,7 @@ func (s *NATSSource) Discover(ctx context.Context) ([]string, error) {
 
 // Snapshots implements ClusterSource: it asks every node at once (at most
 // askers in flight) and returns one result per node, in the given order.
+// The nodes this process serves answer in process (localManager).
 func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool) []NodeResult {
 	out := make([]NodeResult, len(nodes))
 	next := make(chan int)
@@ -44,6 +44,10 @@ func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool
 	for range min(askers, len(nodes)) {
 		wg.Go(func() {
 			for i := range next {
+				if m := s.localManager(nodes[i]); m != nil {
+					out[i] = NodeResult{Node: nodes[i], Snapshot: m.Snapshot(history)}
+					continue
+				}
 				rctx, cancel := context.WithTimeout(ctx, snapshotWait)
 				snap, err := lease.RequestSnapshot(rctx, s.nc, s.prefix, nodes[i], history)
 				cancel()
@@ -60,57 +64,21 @@ func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool
 }
 
 // RecentEvents implements ClusterSource: the last limit events of every
-// node from the event stream, oldest first. The stream holds nothing but
-// events, so they are the stream's last limit messages.
+// node from the event stream, oldest first, read with direct gets (package
+// eventstream), which a reader's account may make too.
 func (s *NATSSource) RecentEvents(ctx context.Context, limit int) ([]lease.Event, error) {
 	if s.stream == "" {
 		return nil, errors.New("no event stream is kept (EVENT_RETENTION=0)")
 	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return nil, err
-	}
-	st, err := js.Stream(ctx, s.stream)
+	stored, err := eventstream.Last(ctx, s.nc, s.stream, lease.EventFilter(s.prefix, "", "", ""), limit)
 	if err != nil {
 		return nil, fmt.Errorf("event stream %q: %w", s.stream, err)
 	}
-	state := st.CachedInfo().State
-	if state.Msgs == 0 || limit <= 0 {
-		return []lease.Event{}, nil
-	}
-	start := state.FirstSeq
-	if state.LastSeq >= uint64(limit) && state.LastSeq-uint64(limit)+1 > start {
-		start = state.LastSeq - uint64(limit) + 1
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   start,
-		// Used once: the server drops it soon, not after the default 5 min,
-		// however often pages open.
-		InactiveThreshold: 5 * time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("event stream %q: %w", s.stream, err)
-	}
-	out := make([]lease.Event, 0, limit)
-	for len(out) < limit {
-		batch, err := cons.Fetch(limit-len(out), jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("event stream %q: %w", s.stream, err)
-		}
-		n, last := 0, uint64(0)
-		for msg := range batch.Messages() {
-			n++
-			if md, err := msg.Metadata(); err == nil {
-				last = md.Sequence.Stream
-			}
-			var ev lease.Event
-			if json.Unmarshal(msg.Data(), &ev) == nil {
-				out = append(out, ev)
-			}
-		}
-		if batch.Error() != nil || n == 0 || last >= state.LastSeq {
-			break // all there was when we looked
+	out := make([]lease.Event, 0, len(stored))
+	for _, data := range stored {
+		var ev lease.Event
+		if json.Unmarshal(data, &ev) == nil {
+			out = append(out, ev)
 		}
 	}
 	return out, nil

@@ -22,8 +22,27 @@ type NATSSource struct {
 	manager func() *lease.Manager
 	stream  string // the event stream replayed by RecentEvents; "" for none
 
-	warnings     func() []string                // WithWarnings; nil for none
-	localCluster func() (lease.NodePools, bool) // WithLocalCluster; nil for none
+	warnings       func() []string       // WithWarnings; nil for none
+	clusterManager func() *lease.Manager // WithLocalCluster; nil for none
+	servedBy       string                // WithLocalCluster
+}
+
+// localManager returns the manager of node this process serves, nil if it
+// serves none: a manager does not answer requests on its own process's
+// connection (its replies would come back to it), so the source asks it in
+// process.
+func (s *NATSSource) localManager(node string) *lease.Manager {
+	var m *lease.Manager
+	switch {
+	case node == s.node:
+		m = s.manager()
+	case node == lease.ClusterNode && s.clusterManager != nil:
+		m = s.clusterManager()
+	}
+	if m == nil || !m.Serving() {
+		return nil
+	}
+	return m
 }
 
 // SourceOption configures a NATSSource.

@@ -21,7 +21,8 @@ type AuditConfig struct {
 
 // EnsureAuditStream creates or updates the event stream. Events are
 // published on core NATS; the stream captures them as they pass, so the
-// publisher never waits for it.
+// publisher never waits for it. Direct gets are allowed: they are how
+// readers replay it (ReplayEvents).
 func EnsureAuditStream(ctx context.Context, nc *nats.Conn, cfg AuditConfig) error {
 	if cfg.MaxAge <= 0 {
 		return errors.New("jetstream: event retention must be positive")
@@ -46,49 +47,12 @@ func EnsureAuditStream(ctx context.Context, nc *nats.Conn, cfg AuditConfig) erro
 		Discard:     jetstream.DiscardOld,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+		// Readers replay it with direct gets (replay.go): the one
+		// JetStream request their account may make of the managers'.
+		AllowDirect: true,
 	})
 	if err != nil {
 		return fmt.Errorf("jetstream: event stream %q: %w", cfg.Stream, err)
 	}
 	return nil
-}
-
-// ReplayEvents delivers the stored events on filter since the given time,
-// then follows new ones, until ctx ends. fn runs on one goroutine, in order.
-func ReplayEvents(ctx context.Context, nc *nats.Conn, stream, filter string, since time.Time, fn func(subject string, data []byte)) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("no event stream %q: the lease manager keeps none (EVENT_RETENTION=0?)", stream)
-		}
-		return fmt.Errorf("jetstream: replay events: %w", err)
-	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		<-ctx.Done() // the caller's end, or our return
-		msgs.Stop()
-	}()
-	for {
-		msg, err := msgs.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return err
-		}
-		fn(msg.Subject(), msg.Data())
-	}
 }

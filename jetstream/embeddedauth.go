@@ -1,35 +1,19 @@
 package jetstream
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/slotlease/slotlease/config"
 )
 
-// Account names of the embedded server with users. Clients live in a named
-// account, not the global $G, and a system account exists, because the
-// server sends connect and disconnect advisories
-// ($SYS.ACCOUNT.SLOTLEASE.CONNECT, .DISCONNECT) only then.
-const (
-	EmbeddedAccount       = "SLOTLEASE"
-	EmbeddedSystemAccount = "SYS"
-	// EmbeddedDisconnectSubject is where the embedded server's client
-	// disconnect advisories for EmbeddedAccount reach the manager.
-	EmbeddedDisconnectSubject = "$SYS.ACCOUNT." + EmbeddedAccount + ".DISCONNECT"
-	// anonymousUser is the user an Anonymous (test) server gives clients
-	// that bring no credentials.
-	anonymousUser = "anonymous"
-)
-
-// User is one nkey user of the embedded server. Publish and Subscribe are
-// allow lists; both nil means every right in the account.
+// User is one nkey user of a server with users, in its role's account
+// (AccountOf). Publish and Subscribe are allow lists; both nil means every
+// right in the account.
 type User struct {
 	Role               config.Role
 	NKey               string // public user key, U...
@@ -103,60 +87,4 @@ func ensureSeed(path string) (string, error) {
 		return "", fmt.Errorf("%s: %w (delete the directory to make new credentials)", path, err)
 	}
 	return pub, nil
-}
-
-// authConfig is the accounts section of a server configuration admitting
-// users: they in the slotlease account with JetStream, plus the system
-// account. It is JSON, which the server's configuration parser reads.
-// With no users it admits anonymous clients into that account (tests):
-// the same accounts, so fast release works there too.
-func authConfig(users []User) (string, error) {
-	type perm struct {
-		Allow []string `json:"allow"`
-	}
-	type perms struct {
-		Publish   *perm `json:"publish,omitempty"`
-		Subscribe *perm `json:"subscribe,omitempty"`
-	}
-	type user struct {
-		NKey        string `json:"nkey,omitempty"`
-		User        string `json:"user,omitempty"`
-		Permissions *perms `json:"permissions,omitempty"`
-	}
-	us := make([]user, 0, len(users))
-	top := map[string]any{"system_account": EmbeddedSystemAccount}
-	if len(users) == 0 {
-		us = append(us, user{User: anonymousUser})
-		top["no_auth_user"] = anonymousUser
-	}
-	for _, u := range users {
-		if !nkeys.IsValidPublicUserKey(u.NKey) {
-			return "", fmt.Errorf("jetstream: %s user: not a public user nkey", u.Role)
-		}
-		cu := user{NKey: u.NKey}
-		if u.Publish != nil || u.Subscribe != nil {
-			// An empty allow list must stay a list: nil would allow all.
-			cu.Permissions = &perms{Publish: &perm{Allow: append([]string{}, u.Publish...)}, Subscribe: &perm{Allow: append([]string{}, u.Subscribe...)}}
-		}
-		us = append(us, cu)
-	}
-	// Without HTML escaping: the parser knows no \u escapes, and '>' is in
-	// nearly every subject.
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	top["accounts"] = map[string]any{
-		EmbeddedAccount: map[string]any{"jetstream": "enabled", "users": us, "imports": []any{
-			map[string]any{"stream": map[string]any{"account": EmbeddedSystemAccount, "subject": EmbeddedDisconnectSubject}},
-		}},
-		// The server's disconnect advisories for the slotlease account,
-		// so the manager frees a dead holder's slots at once (see
-		// lease/disconnect.go). Only the manager may subscribe to them,
-		// and no role of the account may publish on the subject.
-		EmbeddedSystemAccount: map[string]any{"exports": []any{
-			map[string]any{"stream": EmbeddedDisconnectSubject, "accounts": []string{EmbeddedAccount}},
-		}},
-	}
-	err := enc.Encode(top)
-	return b.String(), err
 }

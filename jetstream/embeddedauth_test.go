@@ -103,8 +103,8 @@ func TestStartServerIsSecureByDefault(t *testing.T) {
 	defer nc.Close()
 	// The users live in a named account with JetStream, and a system
 	// account exists: what connect/disconnect advisories need.
-	if acc, err := srv.LookupAccount(EmbeddedAccount); err != nil || !acc.JetStreamEnabled() {
-		t.Fatalf("account %s: %v, JetStream enabled: %v", EmbeddedAccount, err, err == nil && acc.JetStreamEnabled())
+	if acc, err := srv.LookupAccount(ManagerAccount); err != nil || !acc.JetStreamEnabled() {
+		t.Fatalf("account %s: %v, JetStream enabled: %v", ManagerAccount, err, err == nil && acc.JetStreamEnabled())
 	}
 	if sys := srv.SystemAccount(); sys == nil || sys.Name != EmbeddedSystemAccount {
 		t.Fatalf("system account: %v", sys)
@@ -142,7 +142,7 @@ func TestEmbeddedDisconnectAdvisories(t *testing.T) {
 		return nc
 	}
 	mgr := connect(config.RoleManager)
-	advisories, err := mgr.SubscribeSync(EmbeddedDisconnectSubject)
+	advisories, err := mgr.SubscribeSync(ExecutorDisconnectSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +152,10 @@ func TestEmbeddedDisconnectAdvisories(t *testing.T) {
 	for _, r := range []config.Role{config.RoleExecutor, config.RoleReader} {
 		errs := make(chan error, 4)
 		nc := connect(r, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-		if _, err := nc.SubscribeSync(EmbeddedDisconnectSubject); err != nil {
+		if _, err := nc.SubscribeSync(ExecutorDisconnectSubject); err != nil {
 			t.Fatal(err)
 		}
-		_ = nc.Publish(EmbeddedDisconnectSubject, []byte(`{"client":{"id":1},"server":{"id":"forged"}}`))
+		_ = nc.Publish(ExecutorDisconnectSubject, []byte(`{"client":{"id":1},"server":{"id":"forged"}}`))
 		_ = nc.Flush()
 		for want := 2; want > 0; want-- {
 			select {

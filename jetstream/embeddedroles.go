@@ -1,26 +1,31 @@
 package jetstream
 
 import (
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 )
 
 // EmbeddedUsers are the users of the embedded server for subject prefix p,
-// with the public keys from EnsureCredentials. docs/security.md explains
-// every right; test/integration/embedded_auth_test.go shows what each
-// role can and cannot do.
+// with the public keys from EnsureCredentials, each in its role's account
+// (accounts.go). docs/security.md explains every right;
+// test/integration/embedded_auth_test.go shows what each role can and
+// cannot do.
 //
-//   - manager: every right in the account (it owns the buckets and the
-//     event stream, serves the protocol, resizes). Its inbox prefix is not
-//     "_INBOX", so executors cannot read its JetStream replies.
-//   - executor: the executor role of docs/security.md (publish the lease
-//     verbs and stats, discovery ping; subscribe to "_INBOX.>" and events)
-//     plus the job queue's stream, consumers and buckets, named in full.
-//     No lease, leader or pool bucket, no event publishing, no stream or
-//     bucket creation (leasemgr creates the job queue's at start).
-//   - reader: stats, snapshots, discovery, events, and replaying the event
-//     stream.
+//   - manager: every right in ManagerAccount (it owns the buckets and the
+//     event stream, serves the protocol, resizes), where no other role's
+//     user lives.
+//   - executor: in ExecutorAccount, the lease verbs, stats and the
+//     discovery ping (imported), "_INBOX.>" and events, plus the job
+//     queue's stream, consumers and buckets, named in full. No stream or
+//     bucket creation: leasemgr creates the job queue's at start (with
+//     NewJobsAdmin), since a stream capturing "<p>.*.*.acquire" in the
+//     executors' account would record every executor's acquire secrets.
+//   - reader: in ReaderAccount, stats, snapshots, discovery, events, and
+//     direct gets on the event stream (the replay of watch --since).
 func EmbeddedUsers(keys map[config.Role]string, p string) []User {
 	return []User{
 		{Role: config.RoleManager, NKey: keys[config.RoleManager]},
@@ -36,6 +41,25 @@ func EmbeddedUsers(keys map[config.Role]string, p string) []User {
 			jobs.NamesFor(p).EventSubjects(),
 		}},
 	}
+}
+
+// NewJobsAdmin makes a user with every right in ExecutorAccount, whose
+// seed lives only in this process's memory: leasemgr gives it to its
+// embedded server at each start and connects with the option returned, to
+// create the job queue's stream and buckets (which executors may not) and
+// to read the queue's figures for /metrics. No file, argument or
+// environment ever holds it.
+func NewJobsAdmin() (User, nats.Option, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return User{}, nil, err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return User{}, nil, err
+	}
+	sign := func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }
+	return User{Role: config.RoleExecutor, NKey: pub}, nats.Nkey(pub, sign), nil
 }
 
 func executorPublish(p string) []string {
@@ -77,16 +101,12 @@ func kvRights(b string) []string {
 }
 
 func readerPublish(p string) []string {
-	s := NamesFor(p).Events
 	return []string{
 		p + ".*.stats",
 		p + ".*.snapshot", // the operator's page: holders, waiters, history
 		"$SRV.PING." + lease.ServiceName,
-		// leasemgr watch --since: an ordered pull consumer on the event
-		// stream, which deletes and recreates itself when it falls behind.
-		"$JS.API.CONSUMER.CREATE." + s + ".>", "$JS.API.CONSUMER.DELETE." + s + ".*",
-		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
-		// The cluster page's last events: where the stream ends.
-		"$JS.API.STREAM.INFO." + s,
+		// leasemgr watch --since: direct gets on the event stream, the
+		// one JetStream request readers have (accounts.go).
+		"$JS.API.DIRECT.GET." + NamesFor(p).Events,
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/slotlease/slotlease/lease"
 )
 
 // ServerConfig configures an embedded nats-server.
@@ -23,12 +25,15 @@ type ServerConfig struct {
 	Name     string // server name, shown in monitoring; "leasemgr" if empty
 	// Debug logs the server's own messages to stderr.
 	Debug bool
-	// Users are the only clients the server admits (EmbeddedUsers), in
-	// the account EmbeddedAccount, with a system account. Without users
-	// the server refuses to start unless Anonymous is set.
+	// Users are the only clients the server admits (EmbeddedUsers), each
+	// in its role's account, beside a system account (accounts.go).
+	// Without users the server refuses to start unless Anonymous is set.
 	Users []User
+	// Prefix is the subject prefix whose lease services and events the
+	// accounts of Users share; lease.DefaultPrefix if empty.
+	Prefix string
 	// Anonymous admits every client without credentials, as a user with
-	// every right in EmbeddedAccount (beside the system account, so the
+	// every right in ManagerAccount (beside the system account, so the
 	// disconnect advisories of fast release flow as on a server with
 	// users): anyone who reaches the port can read and write everything.
 	// Only for tests that need no authentication.
@@ -69,7 +74,10 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	case len(cfg.Users) > 0 && cfg.Anonymous:
 		return nil, errors.New("jetstream: embedded server: users and anonymous access exclude each other")
 	case len(cfg.Users) > 0:
-		conf, err := authConfig(cfg.Users)
+		if cfg.Prefix == "" {
+			cfg.Prefix = lease.DefaultPrefix
+		}
+		conf, err := authConfig(cfg.Users, cfg.Prefix)
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +87,7 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	case !cfg.Anonymous:
 		return nil, errors.New("jetstream: embedded server needs users (or Anonymous, for tests)")
 	default:
-		conf, err := authConfig(nil)
+		conf, err := authConfig(nil, "")
 		if err != nil {
 			return nil, err
 		}

@@ -12,8 +12,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/slotlease/slotlease/sandbox"
 )
 
 // A running job reaches its executor through a command channel that
@@ -62,6 +67,9 @@ type FollowUpReply struct {
 	// Invalid says the spec itself was refused (a usage error), as
 	// opposed to a limit or an unavailable queue.
 	Invalid bool `json:"invalid,omitempty"`
+	// Limited lists what of the spec was tightened to the parent's
+	// (inheritLimits), e.g. "timeout 2m0s (the parent's, was none)".
+	Limited []string `json:"limited,omitempty"`
 }
 
 // channel is one job attempt's command channel.
@@ -113,7 +121,18 @@ func (c *channel) listen() error {
 		if err := os.Mkdir(c.bin, 0o700); err != nil {
 			return err
 		}
-		if err := os.Symlink(exe, filepath.Join(c.bin, "executor")); err != nil {
+		if c.confined() {
+			// A confined job may not reach exe's own path (a home
+			// directory of mode 0700, say): the sandbox binds exe over
+			// this file in the job's view (sandbox.Spec.Binds).
+			f, err := os.OpenFile(filepath.Join(c.bin, "executor"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+			if err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+		} else if err := os.Symlink(exe, filepath.Join(c.bin, "executor")); err != nil {
 			return err
 		}
 	}
@@ -124,6 +143,24 @@ func (c *channel) listen() error {
 	ln.SetUnlinkOnClose(true)
 	c.ln = ln
 	return os.Chmod(c.sock, 0o600)
+}
+
+// confined: the jobs run confined (ServerConfig.Hide), with ids of their
+// own where they can be had.
+func (c *channel) confined() bool { return len(c.s.cfg.Hide) > 0 }
+
+// grant lets a confined job use its channel: the directory is lent to the
+// job's ids for the attempt (so it may enter it and connect to the socket,
+// which are the executor's and private), and the executor's binary is
+// bound at bin/executor.
+func (c *channel) grant(spec *sandbox.Spec) {
+	if !c.confined() {
+		return
+	}
+	spec.Lend = append(spec.Lend, c.dir)
+	if c.bin != "" {
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: c.s.cfg.Executable, Target: filepath.Join(c.bin, "executor")})
+	}
 }
 
 // env adds the channel to a worker's environment: its socket, its token,
@@ -232,21 +269,73 @@ func (c *channel) submit(req FollowUpRequest) FollowUpReply {
 	if spec.Tenant != "" && spec.Tenant != parent.Tenant {
 		bad = append(bad, fmt.Sprintf("tenant %q: a follow-up job runs for its parent's tenant (%q)", spec.Tenant, parent.Tenant))
 	}
+	for _, w := range spec.Writable {
+		if !slices.ContainsFunc(parent.Writable, func(p string) bool { return w == p || strings.HasPrefix(w, p+"/") }) {
+			bad = append(bad, fmt.Sprintf("writable %q: a follow-up job may write only within its parent's writable paths %q", w, parent.Writable))
+		}
+	}
 	if len(bad) > 0 {
 		return FollowUpReply{Invalid: true, Error: fmt.Sprintf("%v: %s", ErrInvalidSpec, bad)}
 	}
 	spec.Parent, spec.Depth, spec.Batch, spec.Tenant = c.parent.ID, parent.Depth+1, parent.Batch, parent.Tenant
-	if spec.Priority.rank() > parent.Priority.rank() {
-		spec.Priority = parent.Priority // never above the parent's
-	}
+	limited := inheritLimits(&spec, parent)
 	ctx, cancel := context.WithTimeout(c.ctx, followUpTimeout)
 	defer cancel()
 	rec, err := c.s.q.Submit(ctx, spec)
 	if err != nil {
 		return FollowUpReply{Invalid: errors.Is(err, ErrInvalidSpec) || errors.Is(err, ErrDuplicate), Error: err.Error()}
 	}
-	c.s.log.Info("follow-up job submitted", "job", rec.ID, "parent", c.parent.ID, "depth", spec.Depth, "batch", spec.Batch)
-	return FollowUpReply{ID: rec.ID, State: rec.State, Existing: rec.Existing, Parent: spec.Parent, Depth: spec.Depth}
+	c.s.log.Info("follow-up job submitted", "job", rec.ID, "parent", c.parent.ID, "depth", spec.Depth, "batch", spec.Batch, "limited", limited)
+	return FollowUpReply{ID: rec.ID, State: rec.State, Existing: rec.Existing, Parent: spec.Parent, Depth: spec.Depth, Limited: limited}
+}
+
+// inheritLimits makes a follow-up job's spec no looser than its parent's:
+// a job must not get, by submitting a child, what its own spec withholds
+// (a network, more memory, processes, files, time or CPU, more attempts,
+// a higher priority). Flags the parent has stick; every limit the parent
+// has is the child's at most (a child's 0, no limit, becomes the
+// parent's); max_attempts and the priority are at most the parent's. The
+// spec is changed in place, so the child's record shows what it got; the
+// result says what was changed, for the submitter.
+func inheritLimits(spec *Spec, parent Spec) []string {
+	var changed []string
+	flag := func(name string, child *bool, p bool) {
+		if p && !*child {
+			*child = true
+			changed = append(changed, name+" true (the parent's)")
+		}
+	}
+	flag("no_network", &spec.NoNetwork, parent.NoNetwork)
+	flag("isolate", &spec.Isolate, parent.Isolate)
+	atMost := func(name string, child *int64, p int64, show func(int64) string) {
+		if p > 0 && (*child == 0 || *child > p) {
+			was := "none"
+			if *child != 0 {
+				was = show(*child)
+			}
+			*child = p
+			changed = append(changed, fmt.Sprintf("%s %s (the parent's, was %s)", name, show(p), was))
+		}
+	}
+	num := func(v int64) string { return strconv.FormatInt(v, 10) }
+	dur := func(v int64) string { return time.Duration(v).String() }
+	timeout, cpu := int64(spec.Timeout), int64(spec.CPU)
+	procs, files := int64(spec.MaxProcs), int64(spec.MaxOpenFiles)
+	atMost("timeout", &timeout, int64(parent.Timeout), dur)
+	atMost("cpu", &cpu, int64(parent.CPU), dur)
+	atMost("memory_bytes", &spec.MemoryBytes, parent.MemoryBytes, num)
+	atMost("max_procs", &procs, int64(parent.MaxProcs), num)
+	atMost("max_open_files", &files, int64(parent.MaxOpenFiles), num)
+	spec.Timeout, spec.CPU, spec.MaxProcs, spec.MaxOpenFiles = Duration(timeout), Duration(cpu), int(procs), int(files)
+	if spec.MaxAttempts > parent.MaxAttempts {
+		changed = append(changed, fmt.Sprintf("max_attempts %d (the parent's, was %d)", parent.MaxAttempts, spec.MaxAttempts))
+		spec.MaxAttempts = parent.MaxAttempts
+	}
+	if spec.Priority.rank() > parent.Priority.rank() {
+		changed = append(changed, fmt.Sprintf("priority %s (the parent's, was %s)", parent.Priority, spec.Priority))
+		spec.Priority = parent.Priority
+	}
+	return changed
 }
 
 // admit counts an authenticated request against the job's limits.

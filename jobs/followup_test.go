@@ -146,3 +146,57 @@ func TestFollowUpChannel(t *testing.T) {
 		t.Fatalf("the channel's directory outlived the job: %v", err)
 	}
 }
+
+// A follow-up job is never looser than its parent: a parent without a
+// network, in its own namespaces, with memory, process, file, time and CPU
+// limits and one attempt submits children asking for none of that, or for
+// more; each child's stored spec (what its record shows and what it runs
+// with) has the parent's flags and at most its limits and attempts, and a
+// child asking for less keeps its own.
+func TestFollowUpInheritsLimits(t *testing.T) {
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	q := openQueue(t, srv.URL)
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	dir := t.TempDir()
+
+	parentSpec := channelJob(dir, "parent")
+	parentSpec.NoNetwork, parentSpec.Isolate = true, true
+	parentSpec.MemoryBytes, parentSpec.MaxProcs, parentSpec.MaxOpenFiles = 256<<20, 64, 128
+	parentSpec.Timeout, parentSpec.CPU = jobs.Duration(2*time.Minute), jobs.Duration(time.Minute)
+	parentSpec.MaxAttempts = 1
+	parent := submit(t, q, parentSpec)
+	socket, token := readChannel(t, dir, "parent")
+	defer os.WriteFile(filepath.Join(dir, "parent.stop"), nil, 0o600)
+
+	for _, tc := range []struct {
+		name, spec string
+		want       func(s jobs.Spec) bool
+		limited    int
+	}{
+		{"asks for nothing", `{"pool":"p","command":["true"]}`, func(s jobs.Spec) bool {
+			return s.NoNetwork && s.Isolate && s.MemoryBytes == 256<<20 && s.MaxProcs == 64 && s.MaxOpenFiles == 128 &&
+				s.Timeout == jobs.Duration(2*time.Minute) && s.CPU == jobs.Duration(time.Minute) && s.MaxAttempts == 1
+		}, 8},
+		{"asks for more", `{"pool":"p","command":["true"],"memory_bytes":1073741824,"max_procs":1000,"max_open_files":4096,"timeout":"1h","cpu":"1h","max_attempts":100}`, func(s jobs.Spec) bool {
+			return s.MemoryBytes == 256<<20 && s.MaxProcs == 64 && s.MaxOpenFiles == 128 &&
+				s.Timeout == jobs.Duration(2*time.Minute) && s.CPU == jobs.Duration(time.Minute) && s.MaxAttempts == 1
+		}, 8},
+		{"asks for less", `{"pool":"p","command":["true"],"no_network":true,"isolate":true,"memory_bytes":1048576,"max_procs":4,"max_open_files":16,"timeout":"5s","cpu":"1s","max_attempts":1}`, func(s jobs.Spec) bool {
+			return s.MemoryBytes == 1<<20 && s.MaxProcs == 4 && s.MaxOpenFiles == 16 &&
+				s.Timeout == jobs.Duration(5*time.Second) && s.CPU == jobs.Duration(time.Second) && s.MaxAttempts == 1
+		}, 0},
+	} {
+		r := followUp(t, socket, token, tc.spec)
+		if r.Error != "" || r.Parent != parent {
+			t.Fatalf("%s: %+v", tc.name, r)
+		}
+		if len(r.Limited) != tc.limited {
+			t.Errorf("%s: the answer says %d things were tightened, want %d: %q", tc.name, len(r.Limited), tc.limited, r.Limited)
+		}
+		rec := get(t, q, r.ID)
+		if !tc.want(rec.Spec) {
+			t.Errorf("%s: the child's record has spec %+v, want the parent's flags and at most its limits", tc.name, rec.Spec)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -112,6 +113,11 @@ type Spec struct {
 	MaxOpenFiles int      `json:"max_open_files,omitempty"`
 	Isolate      bool     `json:"isolate,omitempty"`
 	NoNetwork    bool     `json:"no_network,omitempty"`
+	// Writable lists absolute paths a confined job may write besides its
+	// working directory, as far as its ids may (sandbox.Spec.Writable),
+	// each by its real name (no symlink on the way). A follow-up job may
+	// name only paths within its parent's.
+	Writable []string `json:"writable,omitempty"`
 	// Tenant is the lease request's tenant: fair pools share by it, and
 	// tenant caps count it (at most lease.MaxTenantLen bytes).
 	Tenant string `json:"tenant,omitempty"`
@@ -142,17 +148,71 @@ type PoolSlots struct {
 	Slots int64  `json:"slots"`
 }
 
+// MaxWritable bounds Spec.Writable.
+const MaxWritable = 16
+
 // MaxDepth bounds Spec.Depth whatever an executor's --max-depth says.
 const MaxDepth = 100
 
 // MaxIdempotencyKeyLen bounds Spec.IdempotencyKey.
 const MaxIdempotencyKeyLen = 256
 
-// IDForKey is the job id an idempotency key names: "k-" and 32 hex digits
-// of its SHA-256, a valid job id whatever the key holds.
+// IDForKey is the job id an idempotency key names for a job without a
+// tenant: "k-" and 32 hex digits of its SHA-256, a valid job id whatever
+// the key holds. A tenant's keys name ids in its scope (Spec.JobID).
 func IDForKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "k-" + hex.EncodeToString(sum[:16])
+}
+
+// Job ids are scoped by tenant, so that no tenant (a job submitting
+// follow-ups, whose tenant its executor forces) can take the ids another
+// will use, or learn from a submit's answer whether another's job exists.
+// A tenant's job ids start with its scope, "t" and 16 hex digits of the
+// tenant's SHA-256 and "-": a client-chosen id gets it put in front (an
+// id that already starts with it is kept), an idempotency key names
+// scope + "k-" + 32 hex digits of a hash of tenant and key. Ids of jobs
+// without a tenant may not look like a scope.
+
+// TenantScope is the prefix of every job id of tenant ("" for none).
+func TenantScope(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	return "t" + hex.EncodeToString(sum[:8]) + "-"
+}
+
+// scopeLen is the length of every tenant's scope.
+const scopeLen = 1 + 16 + 1
+
+// looksScoped reports whether id starts like a tenant's scope.
+func looksScoped(id string) bool {
+	if len(id) < scopeLen || id[0] != 't' || id[scopeLen-1] != '-' {
+		return false
+	}
+	for _, c := range []byte(id[1 : scopeLen-1]) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// JobID is the id s's job gets: its ID or its idempotency key's, in its
+// tenant's scope; "" when neither is given (a fresh id then).
+func (s *Spec) JobID() string {
+	scope := TenantScope(s.Tenant)
+	switch {
+	case s.IdempotencyKey != "" && scope == "":
+		return IDForKey(s.IdempotencyKey)
+	case s.IdempotencyKey != "":
+		sum := sha256.Sum256([]byte(s.Tenant + "\x00" + s.IdempotencyKey))
+		return scope + "k-" + hex.EncodeToString(sum[:16])
+	case s.ID == "" || strings.HasPrefix(s.ID, scope):
+		return s.ID
+	}
+	return scope + s.ID
 }
 
 // NewSpec returns a spec holding the defaults, for callers that fill it in
@@ -289,6 +349,14 @@ func (s *Spec) Validate() error {
 	if s.MemoryBytes < 0 || s.MaxProcs < 0 || s.MaxOpenFiles < 0 {
 		bad("memory_bytes, max_procs and max_open_files must not be negative")
 	}
+	if len(s.Writable) > MaxWritable {
+		bad("writable: %d paths, at most %d", len(s.Writable), MaxWritable)
+	}
+	for _, p := range s.Writable {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" || strings.IndexByte(p, 0) >= 0 {
+			bad("writable %q: must be a clean absolute path other than /", p)
+		}
+	}
 	if len(s.Tenant) > lease.MaxTenantLen || strings.IndexByte(s.Tenant, 0) >= 0 {
 		bad("tenant: at most %d bytes, without NUL", lease.MaxTenantLen)
 	}
@@ -308,8 +376,14 @@ func (s *Spec) Validate() error {
 	if s.Depth < 0 || s.Depth > MaxDepth || (s.Depth > 0) != (s.Parent != "") {
 		bad("depth %d: must be from 0 to %d, and positive exactly when parent is set", s.Depth, MaxDepth)
 	}
-	if s.IdempotencyKey != "" && s.ID != "" && s.ID != IDForKey(s.IdempotencyKey) {
-		bad("id %q and idempotency_key: give one of them (the key makes the id %s)", s.ID, IDForKey(s.IdempotencyKey))
+	if s.ID != "" && s.Tenant == "" && looksScoped(s.ID) {
+		bad("id %q: ids that start with \"t\", 16 hex digits and \"-\" belong to tenants' jobs; give a tenant, or another id", s.ID)
+	}
+	if s.ID != "" && s.Tenant != "" && len(s.JobID()) > config.MaxTokenLen {
+		bad("id %q: in tenant %q's scope it would be %d characters, more than %d (give at most %d)", s.ID, s.Tenant, len(s.JobID()), config.MaxTokenLen, config.MaxTokenLen-scopeLen)
+	}
+	if s.IdempotencyKey != "" && s.ID != "" && s.ID != s.JobID() {
+		bad("id %q and idempotency_key: give one of them (the key makes the id %s)", s.ID, s.JobID())
 	}
 	if len(errs) == 0 {
 		return nil

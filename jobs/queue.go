@@ -185,14 +185,13 @@ func (q *Queue) Names() Names { return q.names }
 // queued, and returns the record. With spec.ID or spec.IdempotencyKey set,
 // submitting the same spec again returns the job submitted first, in
 // whatever state it is now (Record.Existing); another spec under that id
-// is ErrDuplicate.
+// is ErrDuplicate. Either is looked up in the spec's tenant's scope only
+// (Spec.JobID), so neither answer tells of another tenant's job.
 func (q *Queue) submit(ctx context.Context, spec Spec, trace map[string]string) (*Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	if spec.ID == "" && spec.IdempotencyKey != "" {
-		spec.ID = IDForKey(spec.IdempotencyKey)
-	}
+	spec.ID = spec.JobID() // in its tenant's scope
 	if spec.ID == "" {
 		spec.ID = nuid.Next()
 	} else if rec, _, err := q.get(ctx, q.results, spec.ID); err == nil {

@@ -72,7 +72,10 @@ type ServerConfig struct {
 	// KillGrace is the sandbox's delay between SIGTERM and SIGKILL.
 	KillGrace time.Duration
 	// Hide lists paths hidden from every job (sandbox.Spec.Hide):
-	// credentials and the lease store.
+	// credentials and the lease store. Non-empty, it confines every job
+	// (ids of its own, read-only view but its working directory and its
+	// command channel), and an attempt that cannot be confined fails and
+	// is retried like any failed attempt.
 	Hide []string
 	// Executable is put on every job's PATH as `executor` (the serving
 	// binary); "" gives jobs the command channel without it. MaxDepth
@@ -526,12 +529,19 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	} else {
 		ch.env(env, sandbox.DefaultPath)
 	}
-	res, err := sandbox.Run(runCtx, sandbox.Spec{
+	sbSpec := sandbox.Spec{
 		Command: spec.Command, Env: env,
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
 		MaxProcs: spec.MaxProcs, MaxOpenFiles: spec.MaxOpenFiles, Isolate: spec.Isolate, NoNetwork: spec.NoNetwork,
 		CaptureBytes: s.cfg.OutputBytes, KillGrace: s.cfg.KillGrace, LostGrace: set.LossGrace(), Deadline: set.Deadline, Hide: s.cfg.Hide,
-	}, set.Done())
+	}
+	if len(s.cfg.Hide) > 0 {
+		sbSpec.Writable = spec.Writable // unconfined, a job writes what its executor's user can anyway
+	}
+	if ch != nil {
+		ch.grant(&sbSpec)
+	}
+	res, err := sandbox.Run(runCtx, sbSpec, set.Done())
 	if ch != nil {
 		ch.close() // the channel dies with the job
 	}

@@ -126,3 +126,66 @@ func TestOldStreamGetsTenantSubjects(t *testing.T) {
 		t.Fatalf("stored under %v (%v), want the tenant's subject", m, err)
 	}
 }
+
+// Job ids and idempotency keys are scoped by tenant (issue 28): tenant a
+// cannot take the ids tenant b will use, nor learn from a submit's answer
+// whether b's job exists or what state it is in. Ids that look like a
+// tenant's scope are refused for jobs without a tenant.
+func TestJobIDsAreScopedByTenant(t *testing.T) {
+	srv := harness.StartServer(t)
+	q := openQueue(t, srv.URL)
+	ctx := context.Background()
+	spec := func(tenant string, set func(*jobs.Spec)) jobs.Spec {
+		s := jobs.NewSpec()
+		s.Command, s.Tenant = []string{"true"}, tenant
+		set(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(*jobs.Spec)
+	}{
+		{"id", func(s *jobs.Spec) { s.ID = "build-42" }},
+		{"idempotency key", func(s *jobs.Spec) { s.IdempotencyKey = "nightly" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := q.Submit(ctx, spec("a", tc.set))
+			if err != nil || a.Existing || !strings.HasPrefix(a.ID, jobs.TenantScope("a")) {
+				t.Fatalf("tenant a: %+v %v, want a new job in a's scope %s", a, err, jobs.TenantScope("a"))
+			}
+			// b's submit with the same id or key, and another spec, is a
+			// job of its own: no duplicate, no existing job of a's.
+			other := spec("b", tc.set)
+			other.Command = []string{"false"}
+			b, err := q.Submit(ctx, other)
+			if err != nil || b.Existing || b.ID == a.ID || !strings.HasPrefix(b.ID, jobs.TenantScope("b")) {
+				t.Fatalf("tenant b after a: %+v %v", b, err)
+			}
+			// Within a's scope, the id still deduplicates.
+			again, err := q.Submit(ctx, spec("a", tc.set))
+			if err != nil || !again.Existing || again.ID != a.ID {
+				t.Fatalf("a again: %+v %v", again, err)
+			}
+			// b naming a's full id gets a job in its own scope, or is
+			// refused for the id's length: never a's job.
+			probe := spec("b", func(s *jobs.Spec) { s.ID = a.ID })
+			p, err := q.Submit(ctx, probe)
+			if err == nil && (p.Existing || !strings.HasPrefix(p.ID, jobs.TenantScope("b"))) || err != nil && !errors.Is(err, jobs.ErrInvalidSpec) {
+				t.Fatalf("b naming a's id %s: %+v %v", a.ID, p, err)
+			}
+			// So does a job without a tenant, which may not name a's id.
+			if _, err := q.Submit(ctx, spec("", func(s *jobs.Spec) { s.ID = a.ID })); !errors.Is(err, jobs.ErrInvalidSpec) {
+				t.Fatalf("no tenant naming a's id %s: %v, want ErrInvalidSpec", a.ID, err)
+			}
+		})
+	}
+	// a's own scoped id, given back, names the same job.
+	s := spec("a", func(s *jobs.Spec) { s.ID = jobs.TenantScope("a") + "build-42" })
+	if r, err := q.Submit(ctx, s); err != nil || !r.Existing {
+		t.Fatalf("a with its scoped id: %+v %v", r, err)
+	}
+	long := spec("a", func(s *jobs.Spec) { s.ID = strings.Repeat("x", 60) })
+	if _, err := q.Submit(ctx, long); !errors.Is(err, jobs.ErrInvalidSpec) || !strings.Contains(err.Error(), "give at most 46") {
+		t.Fatalf("a 60-character id in a tenant's scope: %v", err)
+	}
+}

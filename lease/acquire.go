@@ -24,12 +24,6 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	if msg.Reply == "" {
-		// Nobody could hear of the grant; it would only hold slots for a TTL.
-		m.log.Debug("acquire without a reply subject ignored", "pool", poolName, "request", req.RequestID)
-		return
-	}
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, e := m.poolLocked(poolName)
@@ -80,7 +74,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs}
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: ownerOf(msg, &req)}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
 	if m.knownClosedLocked(r.conn) {
@@ -94,18 +88,23 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	var granted bool
 	var position int
 	var err error
-	if req.NoWait {
+	connFull := m.connFullLocked(r.owner)
+	if req.NoWait || connFull {
 		w, err = p.p.TryAcquireRequest(r.poolRequest())
 		granted = err == nil
 	} else {
 		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
 	}
 	if err != nil {
-		m.rejectLocked(span, msg.Reply, p, poolName, req, m.enqueueError(p, req, err))
+		e := m.enqueueError(p, req, err)
+		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
+			e = m.connFullError(p)
+		}
+		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 	r.w = w
-	p.waiting[r.id] = r
+	m.addWaitingLocked(r)
 	if granted {
 		m.startGrantLocked(r)
 		return

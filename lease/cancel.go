@@ -14,7 +14,7 @@ import (
 // the waiters granted the slots r had been given.
 func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	p := r.pool
-	delete(p.waiting, r.id)
+	m.dropWaitingLocked(r)
 	m.stopTimer(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued("abandoned")
@@ -48,7 +48,7 @@ func (m *Manager) leaveQueueLocked(r *request, e *Error, kind EventKind) {
 	if !removed {
 		return
 	}
-	delete(p.waiting, r.id)
+	m.dropWaitingLocked(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued(string(e.Code))
 	m.respond(r.reply, errReply(e))

@@ -4,30 +4,58 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-// Confirming a close. An advisory is a hint, never proof: the advisory
-// subject lies in the slotlease account, and any client of that account
-// can make the server publish on it. JetStream answers a request on its
+// Confirming a close. An advisory is a hint, never proof: where the
+// holders share the managers' account (a single-account NATS, or the
+// Anonymous test server), any client of that account can make the server
+// publish on the advisory subject. JetStream answers a request on its
 // reply subject, a direct get without headers answers with bytes the
 // client stored, and publish permissions cover subjects, not reply
 // subjects (forgeddisconnect_test.go does it with the executor's rights).
-// So before it frees anything, the manager asks the connection's own
-// server whether it lists that connection as closed: a CONNZ request on
-// $SYS.REQ.ACCOUNT.PING.CONNZ, which every server imports into every
-// account and only servers answer, with a reply subject under the
-// manager's own inbox prefix, which no other role may read or learn. The
-// grace starts when the server says so. A server that does not answer, or
-// does not list the connection as closed (it is open: the advisory was
-// forged), frees nothing; the TTL still ends a lease whose holder died.
-// The answer also gives the reason the server recorded for the close,
-// which decides whether it frees anything (holderClosed, disconnect.go).
+// The account layout (jetstream/accounts.go) puts the advisories where no
+// executor can publish at all; the check below stays as defence in depth.
+// Before it frees anything, the manager asks the connection's own server
+// whether it lists that connection as closed, with a reply subject under
+// the manager's own inbox prefix, which no other role may read or learn.
+// It asks on both connzSubjects: the holders' account's listing (the
+// executors' account, imported from the system account) and its own
+// account's, which every server imports into every account; a close
+// counts if either lists it. The grace starts when the server says so. A
+// server that does not answer, or does not list the connection as closed
+// (it is open: the advisory was forged), frees nothing; the TTL still ends
+// a lease whose holder died. The answer also gives the reason the server
+// recorded for the close, which decides whether it frees anything
+// (holderClosed, disconnect.go).
 
-// connzSubject is the servers' connection listing for the caller's account.
-const connzSubject = "$SYS.REQ.ACCOUNT.PING.CONNZ"
+// pingConnzSubject is the servers' connection listing for the caller's
+// own account.
+const pingConnzSubject = "$SYS.REQ.ACCOUNT.PING.CONNZ"
+
+// connzSubjects are where the manager asks for a closed connection whose
+// advisory came on disconnectEvents: its own account's listing, and, when
+// the advisory subject names an account ($SYS.ACCOUNT.<account>.DISCONNECT),
+// that account's ($SYS.REQ.ACCOUNT.<account>.CONNZ), which reaches the
+// manager only where the system account exports it to the managers'
+// account (docs/security.md).
+func connzSubjects(disconnectEvents string) []string {
+	subjects := []string{pingConnzSubject}
+	if rest, ok := strings.CutPrefix(disconnectEvents, "$SYS.ACCOUNT."); ok {
+		if acc, ok := strings.CutSuffix(rest, ".DISCONNECT"); ok && acc != "" && !strings.ContainsAny(acc, ".*> ") {
+			subjects = append(subjects, "$SYS.REQ.ACCOUNT."+acc+".CONNZ")
+		}
+	}
+	return subjects
+}
+
+// noResponders is the status of the server's answer to a request nobody
+// subscribes to.
+const noResponders = "503"
 
 // connzClosed is the server's ConnClosed state filter.
 const connzClosed = 1
@@ -111,29 +139,52 @@ func (m *Manager) askClosed(ctx context.Context, c conn) (reason string, closed 
 	return "", false
 }
 
-// askConnz asks every server for the closed connection c.id of this
-// account and waits for the answer of c's server.
+// askConnz asks every server, on each of connzSubjects, for the closed
+// connection c.id, and waits for the answers of c's server: closed (with
+// the reason the server recorded) if one lists it, answered once every
+// subject got one (or one listed it).
 func (m *Manager) askConnz(ctx context.Context, c conn) (reason string, closed, answered bool) {
 	nc := m.cfg.Conn
+	subjects := connzSubjects(m.cfg.DisconnectEvents)
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	sub, err := nc.SubscribeSync(inbox + ".*")
 	if err != nil {
 		return "", false, false
 	}
 	defer sub.Unsubscribe()
 	body := fmt.Appendf(nil, `{"cid":%d,"state":%d}`, c.id, connzClosed)
-	if err := nc.PublishRequest(connzSubject, inbox, body); err != nil {
-		return "", false, false
+	for i, subject := range subjects {
+		if err := nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), body); err != nil {
+			return "", false, false
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, closeCheckTimeout)
 	defer cancel()
+	heard := make([]bool, len(subjects))
+	left := len(subjects)
 	for {
 		msg, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return "", false, false
+			return "", false, left < len(subjects)
 		}
-		if reason, closed, ok := connzAnswer(msg, c); ok {
-			return reason, closed, true
+		i, err := strconv.Atoi(msg.Subject[len(inbox)+1:])
+		if err != nil || i < 0 || i >= len(subjects) {
+			continue
+		}
+		reason, closed, ok := connzAnswer(msg, c)
+		if !ok && msg.Header.Get("Status") != noResponders {
+			continue
+		}
+		if closed {
+			return reason, true, true
+		}
+		// Answered, or nobody can answer there: the listing of an account
+		// the system account does not export to this one.
+		if !heard[i] {
+			heard[i] = true
+			if left--; left == 0 {
+				return "", false, true
+			}
 		}
 	}
 }

@@ -130,7 +130,7 @@ func (m *Manager) subscribeDisconnects() error {
 	if m.cfg.DisconnectEvents == "" {
 		return nil
 	}
-	sub, err := m.cfg.Conn.Subscribe(m.cfg.DisconnectEvents, m.guard(m.handleDisconnect))
+	sub, err := m.cfg.Conn.Subscribe(m.cfg.DisconnectEvents, m.protect(m.handleDisconnect))
 	if err != nil {
 		return fmt.Errorf("lease: subscribe %s: %w", m.cfg.DisconnectEvents, err)
 	}

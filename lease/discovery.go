@@ -124,11 +124,7 @@ func (m *Manager) serveDiscovery() error {
 func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
 
 // answer sends data to msg's reply subject; guard has checked it.
-func (m *Manager) answer(msg *nats.Msg, data []byte) {
-	if msg.Reply != "" {
-		m.publishReply(msg.Reply, nil, data)
-	}
-}
+func (m *Manager) answer(msg *nats.Msg, data []byte) { m.publishReply(msg.Reply, nil, data) }
 
 func (m *Manager) handleServiceStats(msg *nats.Msg) {
 	d := m.disc

@@ -27,7 +27,7 @@ func fastReleaseTTL(t *testing.T, ttl time.Duration) (*harness.SecureServer, *ha
 	t.Helper()
 	srv := harness.StartSecureServer(t)
 	cfg := lease.ManagerConfig{Node: node, TTL: ttl, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
 	return srv, harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
 }
 
@@ -337,7 +337,7 @@ func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
 	mnc := harness.ConnectAuth(t, pm.URL(), jetstream.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),
 		InboxPrefix: config.RoleManager.InboxPrefix()})
 	cfg := lease.ManagerConfig{Node: node, TTL: 3 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
 	harness.StartManagerConn(t, mnc, cfg)
 	ph := harness.StartProxy(t, srv.Server.Addr().String())
 	holder, _ := proxiedClient(t, srv, ph)

@@ -6,37 +6,40 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
-// forgeAdvisory makes the server publish each body on the disconnect advisory
-// subject with nothing but the executor role's rights: it writes body
-// into the job results bucket (an executor may) and asks JetStream for it
-// by a direct get (last by subject) without headers whose reply subject is the advisory
-// subject. The server answers there, in the slotlease account, where the
-// manager listens. Publish permissions do not cover reply subjects.
-func forgeAdvisory(t *testing.T, srv interface {
-	Connect(testing.TB, config.Role, ...nats.Option) *nats.Conn
-}, bodies ...[]byte) {
+// forgeAdvisory makes the server publish each body on subject, in role's
+// account, with nothing but role's rights: it writes body into a KV bucket
+// of that account (the executor may write the job results bucket) and
+// asks JetStream for it by a direct get (last by subject) without headers
+// whose reply subject is subject. Publish permissions do not cover reply
+// subjects. It returns once the server has answered every direct get: a
+// last one, on the forger's own inbox, comes after them.
+func forgeAdvisory(t *testing.T, srv *harness.SecureServer, role config.Role, subject string, bodies ...[]byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	bucket := jobs.NamesFor(lease.DefaultPrefix).Results
-	// The bucket leasemgr would have made at start.
-	mjs, err := natsjs.New(srv.Connect(t, config.RoleManager))
+	// The bucket leasemgr would have made at start, in the forger's account.
+	admin := srv.ConnectJobsAdmin(t)
+	if role == config.RoleManager {
+		admin = srv.Connect(t, config.RoleManager)
+	}
+	ajs, err := natsjs.New(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mjs.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: bucket}); err != nil {
+	if _, err := ajs.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: bucket}); err != nil {
 		t.Fatal(err)
 	}
-	attacker := srv.Connect(t, config.RoleExecutor)
+	attacker := srv.Connect(t, role)
 	js, err := natsjs.New(attacker)
 	if err != nil {
 		t.Fatal(err)
@@ -50,14 +53,14 @@ func forgeAdvisory(t *testing.T, srv interface {
 			t.Fatal(err)
 		}
 	}
+	get := func(i int) string { return fmt.Sprintf("$JS.API.DIRECT.GET.KV_%s.$KV.%s.forged%d", bucket, bucket, i) }
 	for i := range bodies { // in one burst
-		get := fmt.Sprintf("$JS.API.DIRECT.GET.KV_%s.$KV.%s.forged%d", bucket, bucket, i)
-		if err := attacker.PublishRequest(get, jetstream.EmbeddedDisconnectSubject, []byte(`{"no_hdr":true}`)); err != nil {
+		if err := attacker.PublishRequest(get(i), subject, []byte(`{"no_hdr":true}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := attacker.Flush(); err != nil {
-		t.Fatal(err)
+	if _, err := attacker.Request(get(0), []byte(`{"no_hdr":true}`), 10*time.Second); err != nil {
+		t.Fatalf("the direct gets were not answered: %v", err)
 	}
 }
 
@@ -72,17 +75,32 @@ func advisoryFor(server string, cid uint64) []byte {
 func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 	srv, n := fastRelease(t)
 	l, _, got, errc := heldAndQueued(t, srv)
-
-	// The forged advisory does reach the manager's subject: the check
-	// below is what stops it, not the server.
-	spy, err := srv.Connect(t, config.RoleManager).SubscribeSync(jetstream.EmbeddedDisconnectSubject)
+	spyNC := srv.Connect(t, config.RoleManager)
+	spy, err := spyNC.SubscribeSync(jetstream.ExecutorDisconnectSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := spyNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	rec := l.Record()
-	forgeAdvisory(t, srv, advisoryFor(rec.ConnServer, rec.ConnID))
+
+	// An executor's forgery stays in the executors' account: the server
+	// publishes it there, on a subject nobody imports.
+	forgeAdvisory(t, srv, config.RoleExecutor, jetstream.ExecutorDisconnectSubject, advisoryFor(rec.ConnServer, rec.ConnID))
+	if err := spyNC.Flush(); err != nil { // after anything the server sent the spy before
+		t.Fatal(err)
+	}
+	if k, _, _ := spy.Pending(); k != 0 {
+		t.Fatalf("an executor's forged advisory reached the managers' account (%d messages)", k)
+	}
+
+	// Defence in depth: an advisory published in the managers' account
+	// (by a manager here; by any client of a single-account NATS) reaches
+	// the manager, and the close check is what stops it.
+	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, advisoryFor(rec.ConnServer, rec.ConnID))
 	if _, err := spy.NextMsg(5 * time.Second); err != nil {
-		t.Fatalf("the forged advisory did not reach the advisory subject (%v): this test no longer tries the attack", err)
+		t.Fatalf("the forged advisory did not reach the advisory subject (%v): this test no longer tries the check", err)
 	}
 
 	select {
@@ -103,8 +121,9 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 	awaitGrant(t, got, errc, 5*time.Second, "the released slot")
 }
 
-// A flood of forged advisories costs the manager one check per live
-// holder at most, frees nothing, and does not stop a real close from
+// A flood of forged advisories (published in the managers' account, as any
+// client of a single-account NATS could) costs the manager one check per
+// live holder at most, frees nothing, and does not stop a real close from
 // freeing its holder's slot at once.
 func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	srv, n := fastRelease(t)
@@ -114,7 +133,7 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	advisories, err := spy.SubscribeSync(jetstream.EmbeddedDisconnectSubject)
+	advisories, err := spy.SubscribeSync(jetstream.ExecutorDisconnectSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +149,7 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 			bodies = append(bodies, advisoryFor(rec.ConnServer, rec.ConnID)) // the live holder's
 		}
 	}
-	forgeAdvisory(t, srv, bodies...)
+	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, bodies...)
 	for range bodies {
 		if _, err := advisories.NextMsg(5 * time.Second); err != nil {
 			t.Fatalf("not every forged advisory reached the advisory subject: %v", err)

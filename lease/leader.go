@@ -18,6 +18,9 @@ type LeaderConfig struct {
 	Instance string        // this process, unique (e.g. a nuid)
 	TTL      time.Duration // leadership TTL, whole seconds >= 1s
 	Logger   *slog.Logger
+	// Refused, if set, is told RefusedStaleLeader each time a leadership
+	// key that nobody renewed is taken over (see waitLeadership).
+	Refused func(reason string)
 }
 
 // LeaderRecord is the value of a node's leadership key.
@@ -82,7 +85,19 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 
 // waitLeadership creates the leadership key, watching it while another
 // instance holds it. It returns the key's revision and when the winning
-// create was sent.
+// create (or takeover) was sent.
+//
+// A key whose revision stays the same for longer than the TTL is taken
+// over with a write conditional on that revision. A leader renews every
+// TTL/3, each renewal a new revision, and stops serving at its own
+// deadline, sent + TTL - TTL/10, which falls before its write was stored
+// + TTL, so before this instance, which first saw that revision after it
+// was stored, has watched it for a TTL. So an unchanged key is either
+// about to expire or one no manager wrote: a value without a TTL (which
+// would never expire), unreadable, or naming an unknown instance. Without
+// this, such a key stopped the node for good, also across restarts. The
+// conditional write fails if the key changed meanwhile (a stale read of a
+// follower included), so a live leader is never taken over.
 func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (uint64, time.Time, error) {
 	value, err := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
 	if err != nil {
@@ -96,10 +111,28 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 	}()
 	var changes <-chan Change
 	standby := false
+	var seen uint64      // the key's revision as last read
+	var seenAt time.Time // when that revision was first read
 	for {
 		sent := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, cfg.TTL)
 		rev, err := cfg.Store.Create(cctx, cfg.Node, value, cfg.TTL)
+		if errors.Is(err, ErrStoreExists) {
+			if _, cur, gerr := cfg.Store.Get(cctx, cfg.Node); gerr == nil {
+				switch {
+				case cur != seen:
+					seen, seenAt = cur, time.Now()
+				case time.Since(seenAt) > cfg.TTL:
+					sent = time.Now()
+					if rev, err = cfg.Store.Renew(cctx, cfg.Node, value, cfg.TTL, cur); err == nil {
+						log.Warn("took over a leadership key nobody renewed for longer than the leadership TTL (no TTL, or not written by a manager)", "revision", cur, "unchanged_for", time.Since(seenAt).Round(time.Millisecond))
+						if cfg.Refused != nil {
+							cfg.Refused(RefusedStaleLeader)
+						}
+					}
+				}
+			}
+		}
 		cancel()
 		if err == nil {
 			return rev, sent, nil
@@ -107,7 +140,7 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 		if ctx.Err() != nil {
 			return 0, time.Time{}, ctx.Err()
 		}
-		if !errors.Is(err, ErrStoreExists) {
+		if !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) {
 			log.Warn("claiming leadership failed; retrying", "err", err)
 		} else if !standby {
 			standby = true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
@@ -191,5 +192,56 @@ func TestAcquireWaitsOutAMissingManager(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("acquire did not get through once the manager served")
+	}
+}
+
+// A leadership key no manager wrote (garbage, an unknown instance, no TTL,
+// so it never expires) stopped the node for good, also across restarts
+// (issue 28). It is taken over once it has gone unrenewed for longer than
+// the leadership TTL; a live leader's key, renewed every TTL/3, never is.
+func TestForeignLeadershipKeyIsTakenOver(t *testing.T) {
+	const leaderTTL = time.Second
+	srv := harness.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, value := range []string{"not json", `{"instance":"nobody","since":"2026-01-01T00:00:00Z"}`} {
+		t.Run(value, func(t *testing.T) {
+			if _, err := leaders.Put(ctx, node, []byte(value)); err != nil { // no TTL
+				t.Fatal(err)
+			}
+			var overlap atomic.Int32
+			forged := time.Now()
+			a := startCandidate(t, srv.URL, "a-"+nuid.Next(), leaderTTL, &overlap, lease.PoolConfig{Name: "p", Capacity: 1})
+			harness.Eventually(t, 5*leaderTTL, "the candidate takes over the foreign key", a.serving.Load)
+			took := time.Since(forged)
+			t.Logf("served %v after the foreign key was written (leadership TTL %v)", took.Round(time.Millisecond), leaderTTL)
+			if took < leaderTTL {
+				t.Fatalf("served after %v: a key younger than the leadership TTL was taken over", took)
+			}
+			// The live leader's key is never taken over by a standby.
+			b := startCandidate(t, srv.URL, "b-"+nuid.Next(), leaderTTL, &overlap, lease.PoolConfig{Name: "p", Capacity: 1})
+			terms := a.terms.Load()
+			for range 12 { // four leadership TTLs, counted in the leader's renewals
+				_, rev, err := leaders.Get(ctx, node)
+				if err != nil {
+					t.Fatal(err)
+				}
+				harness.Eventually(t, 2*leaderTTL, "the leader renews its key", func() bool {
+					_, r, err := leaders.Get(ctx, node)
+					return err == nil && r > rev
+				})
+			}
+			if b.serving.Load() || a.terms.Load() != terms || !a.serving.Load() {
+				t.Fatalf("a live leader's key was taken over: a serving %v (terms %d→%d), b serving %v", a.serving.Load(), terms, a.terms.Load(), b.serving.Load())
+			}
+			a.cancel()
+			<-a.done
+			b.cancel()
+			<-b.done
+		})
 	}
 }

@@ -61,7 +61,7 @@ type ManagerConfig struct {
 	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
 	ReplyPrefixes []string
 	// ReplyRefused, if set, counts each request refused for its reply
-	// subject (leasemetrics.Metrics.ReplyRefusals).
+	// subject, or ignored for having none (leasemetrics.Metrics.ReplyRefusals).
 	ReplyRefused func()
 	// DisconnectEvents, if set, turns fast release on (disconnect.go): it
 	// is the subject on which the NATS server's client disconnect
@@ -79,6 +79,10 @@ type ManagerConfig struct {
 	// A clean stop then tells the holders so (stop.go), and they do not
 	// hold that server's going against their leases.
 	EmbeddedServer bool
+	// MaxQueuedPerConn bounds the requests one client connection may have
+	// waiting on this node, over all pools (connqueue.go);
+	// config.DefaultMaxQueuedPerConnection if zero.
+	MaxQueuedPerConn int
 	// ServedBy and Warnings, if set, go into every stats reply: the node
 	// of the process serving (for the cluster pools' manager, whose Node is
 	// ClusterNode), and what an operator should know about the pools (the
@@ -141,6 +145,10 @@ type Manager struct {
 	// stopServer is the id of the server that stops with this manager,
 	// once a clean stop was announced (ServerStopping); nil before.
 	stopServer atomic.Pointer[string]
+	// queuedBy counts the waiting requests of each connection
+	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
+	// of requests with owner o in the pools' waiting maps.
+	queuedBy map[string]int
 }
 
 // NewManager validates cfg and builds a Manager. Call Start to serve.
@@ -197,6 +205,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		ready:     make(chan struct{}),
 		deposedCh: make(chan struct{}),
 		gone:      newDisconnects(),
+		queuedBy:  make(map[string]int),
 	}
 	m.ownMark = ownMark(cfg.Instance, m.term())
 	if cfg.Fence != nil {
@@ -309,16 +318,30 @@ func (m *Manager) start(ctx context.Context) error {
 	return nil
 }
 
-// guard keeps a bug in one handler from taking the process down with
-// input from the network: the requester gets an internal error instead.
-// It also keeps the reply rule (replyto.go): a request whose reply subject
-// is not an inbox is dropped before its handler sees it.
+// guard keeps the reply rule (replyto.go) for a request handler: a request
+// without a reply subject, or whose reply subject is not an inbox, is
+// dropped before the handler sees it. The handler runs under protect.
 func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
+	h = m.protect(h)
 	return func(msg *nats.Msg) {
-		if msg.Reply != "" && !m.replies.allowed(msg.Reply) {
+		if msg.Reply == "" {
+			m.replies.ignoreNoReply(m.log, msg.Subject)
+			return
+		}
+		if !m.replies.allowed(msg.Reply) {
 			m.replies.refuse(m.log, msg.Subject, msg.Reply)
 			return
 		}
+		h(msg)
+	}
+}
+
+// protect keeps a bug in one handler from taking the process down with
+// input from the network: it logs the panic and answers an internal error
+// to the reply subject, if any. The server's advisories, which come
+// without a reply, are handled under protect alone.
+func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
 		defer func() {
 			if r := recover(); r != nil {
 				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)

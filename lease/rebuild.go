@@ -219,7 +219,7 @@ func (m *Manager) restoreQueue() {
 			continue
 		}
 		r.w = w
-		p.waiting[r.id] = r
+		m.addWaitingLocked(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

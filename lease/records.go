@@ -36,10 +36,19 @@ const (
 	RefusedKey        = "key"
 	RefusedNoTTL      = "no_ttl"
 	RefusedForeign    = "foreign"
+	// RefusedStaleLeader: a leadership key nobody renewed for longer than
+	// the leadership TTL was taken over (leader.go).
+	RefusedStaleLeader = "stale_leader"
+	// RefusedPoolDelta: stored runtime pool changes that no manager wrote
+	// (resize.go) were not applied.
+	RefusedPoolDelta = "pool_delta"
+	// RefusedCandidate: a cluster pool candidate's record that no
+	// candidate wrote was not reported (package candidacy).
+	RefusedCandidate = "candidate"
 )
 
 // RefusalReasons lists every refusal reason, for pre-creating metric series.
-var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, RefusedNoTTL, RefusedForeign}
+var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, RefusedNoTTL, RefusedForeign, RefusedStaleLeader, RefusedPoolDelta, RefusedCandidate}
 
 // maxLoggedKey bounds a refused record's key in a log line: the key was
 // chosen by whoever wrote the record.

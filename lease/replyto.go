@@ -18,9 +18,12 @@ import (
 // A reply subject is allowed when it
 //   - is at most MaxReplyLen bytes of printable ASCII, with no empty token
 //     and no wildcard ('*', '>');
-//   - starts with "_INBOX." or "<p>." for one of ManagerConfig.ReplyPrefixes
-//     (the executors' NATS_INBOX_PREFIX values), so it has at least one
-//     token after the prefix; '$' subjects never qualify;
+//   - starts with "_INBOX.", "_R_." (the reply the server maps a request
+//     that came through a service import to: the requester's own reply
+//     in its own account, see jetstream/accounts.go) or "<p>." for one of
+//     ManagerConfig.ReplyPrefixes (the executors' NATS_INBOX_PREFIX
+//     values), so it has at least one token after the prefix; '$'
+//     subjects never qualify;
 //   - is not under this manager's own response inbox (its connection's
 //     request/reply mux), whose replies this manager would read as answers
 //     to its own requests.
@@ -28,10 +31,15 @@ import (
 // A request with any other reply subject is not acted on at all (no grant,
 // no queue entry, no release, no resize) and gets no answer; it is counted
 // (ManagerConfig.ReplyRefused, metric lease_replies_refused_total) and
-// logged at most once per replyLogEvery. A request with no reply subject is
-// not refused: renew, release, cancel and resize act without answering
-// (fire and forget), and an acquire is ignored since nobody could hear of
-// its grant.
+// logged at most once per replyLogEvery.
+//
+// A request with no reply subject is never acted on either, whatever its
+// verb (resize included), and is counted the same way. Every client asks
+// with a reply; a message without one is what the server publishes when a
+// client aims a JetStream answer (a direct get of bytes and headers it
+// stored) at a request subject: acting on it would let anyone with a
+// JetStream right in an account that imports the lease services resize
+// pools or release leases in the server's name.
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it
 // is well under 300 bytes.
@@ -39,6 +47,11 @@ const MaxReplyLen = 512
 
 // DefaultInboxPrefix is nats.go's inbox prefix, always answered.
 const DefaultInboxPrefix = "_INBOX"
+
+// ServiceReplyPrefix is the prefix of the reply subjects the server makes
+// for requests that cross a service import, always answered: the answer
+// goes back to the requester's own reply subject in its own account.
+const ServiceReplyPrefix = "_R_"
 
 // replyLogEvery spaces out the log lines about refused reply subjects.
 const replyLogEvery = 10 * time.Second
@@ -53,6 +66,9 @@ type replyRule struct {
 	mu       sync.Mutex
 	lastLog  time.Time
 	unlogged int // refusals since the last log line
+	// The same for requests without a reply subject.
+	lastNoReplyLog  time.Time
+	unloggedNoReply int
 }
 
 // newReplyRule checks the configured prefixes the way config checks
@@ -60,7 +76,7 @@ type replyRule struct {
 // to the same rule; prefix is the product's subject prefix, which no reply
 // prefix may overlap.
 func newReplyRule(prefixes []string, subjectPrefix, own string, refused func()) (*replyRule, error) {
-	r := &replyRule{prefixes: map[string]bool{DefaultInboxPrefix: true}, refused: refused}
+	r := &replyRule{prefixes: map[string]bool{DefaultInboxPrefix: true, ServiceReplyPrefix: true}, refused: refused}
 	if r.refused == nil {
 		r.refused = func() {}
 	}
@@ -118,28 +134,50 @@ func validSubject(s string) bool {
 // replyLogEvery, how many were refused since the last line.
 func (r *replyRule) refuse(log *slog.Logger, subject, reply string) {
 	r.refused()
-	r.mu.Lock()
-	r.unlogged++
-	now := time.Now()
-	if now.Sub(r.lastLog) < replyLogEvery {
-		r.mu.Unlock()
-		return
+	if n := r.due(&r.lastLog, &r.unlogged); n > 0 {
+		log.Warn(refusedLine, "refused", n, "subject", clip(subject), "reply", clip(reply))
 	}
-	n := r.unlogged
-	r.unlogged = 0
-	r.lastLog = now
-	r.mu.Unlock()
-	log.Warn("requests refused: their reply subject is not an inbox; nothing was done or answered",
-		"refused", n, "subject", clip(subject), "reply", clip(reply))
+}
+
+// ignoreNoReply counts one request without a reply subject and logs, at
+// most once per replyLogEvery, how many were ignored since the last line.
+func (r *replyRule) ignoreNoReply(log *slog.Logger, subject string) {
+	r.refused()
+	if n := r.due(&r.lastNoReplyLog, &r.unloggedNoReply); n > 0 {
+		log.Warn(noReplyLine, "ignored", n, "subject", clip(subject))
+	}
+}
+
+const (
+	refusedLine = "requests refused: their reply subject is not an inbox; nothing was done or answered"
+	noReplyLine = "requests ignored: they have no reply subject; nothing was done"
+)
+
+// due counts one more and returns how many to log now: all since the last
+// line, if it was at least replyLogEvery ago, else 0.
+func (r *replyRule) due(last *time.Time, unlogged *int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*unlogged++
+	now := time.Now()
+	if now.Sub(*last) < replyLogEvery {
+		return 0
+	}
+	n := *unlogged
+	*unlogged, *last = 0, now
+	return n
 }
 
 // flush logs the refusals not logged yet; Close calls it.
 func (r *replyRule) flush(log *slog.Logger) {
 	r.mu.Lock()
-	n := r.unlogged
-	r.unlogged = 0
+	n, nr := r.unlogged, r.unloggedNoReply
+	r.unlogged, r.unloggedNoReply = 0, 0
 	r.mu.Unlock()
 	if n > 0 {
-		log.Warn("requests refused: their reply subject is not an inbox; nothing was done or answered", "refused", n)
+		log.Warn(refusedLine, "refused", n)
+	}
+	if nr > 0 {
+		log.Warn(noReplyLine, "ignored", nr)
 	}
 }

@@ -63,6 +63,9 @@ func (s *spy) messages() []string {
 // discovery endpoint, sent with reply subjects that are not inboxes. The
 // manager must publish nothing there, act on none of them, count each, and
 // keep serving with its leadership key intact.
+// TestRepliesOnlyToInboxes: every request whose reply subject is not an
+// inbox, or that has none, is neither acted on nor answered, and is
+// counted.
 func TestRepliesOnlyToInboxes(t *testing.T) {
 	srv := harness.StartServer(t)
 	var refused atomic.Int64
@@ -136,10 +139,19 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 			}
 		}
 	}
+	// No reply subject at all: what the server publishes when a client
+	// aims a JetStream answer at a request subject. Nothing is done for
+	// these either: the release would free the held lease, the resize add
+	// a pool.
+	for _, r := range requests {
+		if err := attacker.PublishMsg(&nats.Msg{Subject: r.subject, Data: r.data}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := attacker.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	want := int64(len(bad) * len(requests))
+	want := int64((len(bad) + 1) * len(requests))
 	harness.Eventually(t, 30*time.Second, "every request refused", func() bool { return refused.Load() >= want })
 	if got := refused.Load(); got != want {
 		t.Fatalf("refused %d requests, want %d", got, want)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 )
@@ -26,7 +27,12 @@ type pool struct {
 	rate *time.Timer
 }
 
+// newPool makes a pool; a MaxQueue of 0 is config.DefaultMaxQueue: no
+// pool's queue is unbounded.
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
+	if o.MaxQueue == 0 {
+		o.MaxQueue = config.DefaultMaxQueue
+	}
 	pp, err := pools.NewWithOptions(capacity, o)
 	if err != nil {
 		return nil, fmt.Errorf("lease: pool %q: %w", name, err)
@@ -45,6 +51,7 @@ type request struct {
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
 	conn       conn   // the connection its latest send came on, if said
+	owner      string // the connection it first came on, as counted (connqueue.go)
 	since      time.Time
 	w          *pools.Waiter
 	timer      *time.Timer // wait deadline, nil if none

@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -176,32 +174,6 @@ func ResizeSubject(prefix, node string) string {
 // EventResized is published for every pool a resize added, changed or removed.
 const EventResized EventKind = "resized"
 
-// loadDelta reads the stored runtime changes and applies them before the
-// lease records are counted.
-func (m *Manager) loadDelta(ctx context.Context) error {
-	if m.cfg.PoolStore == nil {
-		return nil
-	}
-	data, _, err := m.cfg.PoolStore.Get(ctx, m.cfg.Node)
-	if errors.Is(err, ErrStoreNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("lease: reading runtime pool changes: %w", err)
-	}
-	var d poolDelta
-	if err := json.Unmarshal(data, &d); err != nil {
-		m.log.Error("unreadable runtime pool changes; ignoring them", "err", err)
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.delta = d
-	m.applyLocked(d.effective(m.cfg.Pools), true)
-	m.log.Info("runtime pool changes applied over the configured pools", "set", d.Set, "removed", d.Removed)
-	return nil
-}
-
 func (m *Manager) handleResize(msg *nats.Msg) {
 	var req ResizeRequest
 	if e := decode(msg.Data, &req); e != nil {
@@ -281,12 +253,9 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 		}
 	}
 	if m.cfg.PoolStore != nil {
-		data, err := json.Marshal(d)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-			_, err = m.cfg.PoolStore.Put(ctx, m.cfg.Node, data)
-			cancel()
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		err := m.storeDelta(ctx, d)
+		cancel()
 		if err != nil {
 			m.respondResize(msg.Reply, errReply(errorf(CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
 			return
@@ -403,7 +372,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
 	for _, w := range rejected {
 		r := w.Value.(*request)
-		delete(p.waiting, r.id)
+		m.dropWaitingLocked(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		e := errorf(CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
@@ -423,7 +392,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 			continue
 		}
 		p.p.Cancel(r.w)
-		delete(p.waiting, r.id)
+		m.dropWaitingLocked(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s", p.name, m.cfg.Node)))

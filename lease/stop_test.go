@@ -21,7 +21,7 @@ func stopUnderALease(t *testing.T, embedded bool) (*lease.Lease, *nats.Conn) {
 	t.Helper()
 	srv := harness.StartSecureServer(t)
 	cfg := lease.ManagerConfig{Node: node, TTL: 15 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject, EmbeddedServer: embedded}
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject, EmbeddedServer: embedded}
 	_, stop := harness.RunManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
 	holder, holderNC := executorClient(t, srv)
 	l, err := holder.Acquire(t.Context(), "p", 1)
@@ -80,7 +80,7 @@ func TestDroppedConnectionWithoutStopNoticeEndsTheLease(t *testing.T) {
 func TestServerOnlyDropsKeepTheLeaseThroughACrash(t *testing.T) {
 	srv := harness.StartSecureServer(t)
 	cfg := lease.ManagerConfig{Node: node, TTL: 15 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject}
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
 	harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
 	nc := srv.Connect(t, config.RoleExecutor)
 	c, err := lease.NewClient(nc, node, lease.WithServerOnlyDrops())

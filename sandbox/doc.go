@@ -30,10 +30,22 @@
 //   - Privileges: the worker starts with no capability (bounding,
 //     permitted, effective, inheritable and ambient sets empty, also for
 //     root) and with no_new_privs, so set-uid binaries give nothing back.
-//   - Paths: Spec.Hide puts the worker in its own mount and PID namespace
-//     (as Isolate does) and covers each hidden directory with an empty
+//   - Confinement (Spec.Confine, implied by a non-empty Spec.Hide): the
+//     worker runs as ids of its own where any can be had (identity_linux.go:
+//     a per-run id of a range no account uses when the executor is root,
+//     one of the user's subordinate ids through newuidmap/newgidmap, else
+//     the executor's own uid, which Result.Identity and CheckConfine say),
+//     in its own PID, mount and IPC namespaces (plus a user namespace when
+//     the executor is not root). Every mount is read-only in its view but
+//     its working directory (lent: chowned to its ids for the run and back
+//     after), Spec.Lend, Spec.Writable, a /dev/shm of its own and /proc;
+//     directories its ids cannot enter on the way to those or to the
+//     command are masked with an empty tmpfs holding only them
+//     (confine_linux.go). Each hidden directory is covered with an empty
 //     read-only tmpfs and each hidden file with /dev/null; the fresh /proc
 //     keeps /proc/<pid>/root of outside processes from being a way around.
+//     A confined run never falls back: where its namespaces or ids cannot
+//     be had, Run starts nothing and returns ErrNotIsolated.
 //     DisableDumping keeps the worker out of the caller's own
 //     /proc/<pid>/environ and memory.
 //   - Processes: the worker is the child of its supervisor, which leads
@@ -41,11 +53,15 @@
 //     it in its own cgroup below the executor's
 //     (slotlease-sandbox-<pidns>-<pid>-<n>; a later Run removes those left by
 //     a crashed executor and kills what still runs in them). With Isolate
-//     they also get their own PID namespace (the supervisor is PID 1 there,
-//     the worker is not, so SIGTERM works without a handler) and mount
-//     namespace with a fresh /proc. A user namespace (same uid/gid mapped)
-//     is added when the plain namespaces are not permitted.
-//   - Network: with NoNetwork, a new network namespace with only lo (up).
+//     (or confined) they also get their own PID namespace (the supervisor
+//     is PID 1 there, the worker is not, so SIGTERM works without a
+//     handler) and mount namespace with a fresh /proc. A user namespace is
+//     added when the plain namespaces are not permitted; its id maps are
+//     written by the executor after the supervisor's exec (a non-dumpable
+//     executor's fork cannot have them written before), and the
+//     supervisor waits for them on its handover pipe.
+//   - Network: with NoNetwork, a new network namespace with only lo (up);
+//     never without it (ErrNotIsolated).
 //   - Executor death: the supervisor is a child subreaper (whatever the
 //     worker forks, double-forks or setsid()s stays below it) and learns of
 //     the executor's death through PR_SET_PDEATHSIG with a catchable signal
@@ -58,12 +74,11 @@
 //     Setting _SLOTLEASE_SANDBOX_TEST_PLAIN=1 in the executor's environment
 //     forces the path without namespaces and cgroup; only tests do.
 //
-// Apart from /proc and the hidden paths the worker sees and can write the
-// same filesystem as the executor (no chroot, no read-only root, same uid):
-// Hide keeps named secrets away from untrusted code, it does not confine
-// it. Where no mount namespace can be had, Run still runs the worker,
-// Result.Hidden is false and a Note names the exposed paths; HideSupported
-// tells in advance.
+// Without confinement (Isolate alone, or nothing) the worker sees and can
+// write the same filesystem as the executor, as the same uid; Isolate
+// falls back to no namespaces where none can be had, and says so in Notes.
+// CheckConfine tells in advance whether confined runs can start here, and
+// names the step that fails where they cannot.
 //
 // # Stopping
 //
@@ -93,8 +108,9 @@
 //     applied. Runtimes that reserve large address ranges (Go, Java, some
 //     Python builds) may fail early under RLIMIT_AS.
 //   - MaxProcs: cgroup v2 pids.max, else RLIMIT_NPROC, which counts all
-//     processes of the user and which the kernel ignores for root (a Note
-//     says the limit is not enforced then).
+//     processes of the worker's user (for a confined worker with ids of
+//     its own, its own processes) and which the kernel ignores for uid 0
+//     (a Note says the limit is not enforced then).
 //   - CPUTime: RLIMIT_CPU, per process: SIGXCPU at the rounded-up limit,
 //     SIGKILL one second later; reported as StoppedBy "cpu" (best effort for
 //     the SIGKILL case). A child of the worker has its own budget.
@@ -107,29 +123,51 @@
 //
 // # Limitations
 //
+//   - A confined worker with ids of its own runs only commands its ids may
+//     read and execute; one in a directory they cannot enter is mounted in
+//     alone, so what it reads from beside it must be in the working
+//     directory.
+//
+//   - Lending changes owners: the kernel clears set-uid and set-gid bits
+//     (and file capabilities) of the executor's files in the working
+//     directory when it lends them, and they stay cleared. When the
+//     supervisor and the executor die together (an OOM kill of both),
+//     what the worker made in a kept working directory stays the worker's:
+//     root can chown it, a user with subordinate ids from a user namespace
+//     mapping them (podman unshare, say).
+//
+//   - Two confined runs of a user whose subordinate range is smaller than
+//     pid_max can get the same id (identity_linux.go).
+//
 //   - Without a PID namespace a worker can SIGKILL its own supervisor (same
 //     uid): the worker then dies too (parent-death signal), but a descendant
 //     that left the process group is no longer anyone's to kill unless a
 //     cgroup holds it; Run then stops reading its output after 1s and says
 //     so in Notes. Inside a PID namespace the kernel ignores SIGKILL sent to
 //     PID 1 from within.
+//
 //   - The supervisor's Go runtime (a few MiB) stays in the worker's cgroup
 //     for the worker's whole life and counts against MemoryBytes; pids.max
 //     is MaxProcs+1 for it.
+//
 //   - cgroup limits need controllers the executor may enable: run it in a
 //     delegated cgroup (e.g. a systemd unit with Delegate=yes) that holds no
 //     other processes than the executor, or the memory/pids controllers
 //     cannot be enabled for children. The helper's own brief Go runtime is
 //     accounted to the worker's cgroup, so very small memory limits (a few
 //     MiB) can kill it before the worker starts.
+//
 //   - The /proc walk without a PID namespace signals pids found in a scan
 //     a moment earlier; a pid reused in between (pid_max wrapping within
 //     milliseconds) would be signalled wrongly.
+//
 //   - PeakMemoryBytes from rusage (no cgroup memory.peak) is the maximum RSS
 //     of the largest of the supervisor, the worker and the children they
 //     reaped, not of the whole tree.
+//
 //   - Spec.Stdout/Stderr are written from Run's goroutines; a writer that
 //     blocks forever blocks the worker (pipe back-pressure) and Run.
+//
 //   - Pdeathsig is tied to the OS thread that forked: Run keeps that thread
 //     locked until the supervisor has exited, the supervisor keeps its
 //     forking thread for good, and it switches its own parent-death signal

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,16 +16,15 @@ import (
 // Hiding paths from the worker (Spec.Hide).
 //
 // Run resolves each path (symlinks followed: the mount lands on the real
-// file or directory) and starts the worker in a new mount namespace and PID
-// namespace (with a user namespace mapping the same uid/gid when the plain
-// ones are not permitted). The init helper then makes every mount private,
-// mounts a fresh /proc (so /proc/<pid>/root, cwd and environ of processes
-// outside the worker's PID namespace cannot be used to walk around the
-// hiding), mounts an empty read-only tmpfs over each hidden directory and
-// binds /dev/null over each hidden file. The worker runs without any
-// capability, so it can neither unmount them nor, from a nested user
-// namespace of its own, separate them (the kernel locks mounts inherited
-// from a more privileged namespace).
+// file or directory) and runs the worker confined (confine_linux.go): in
+// new mount and PID namespaces, where the supervisor mounts a fresh /proc
+// (so /proc/<pid>/root, cwd and environ of processes outside the worker's
+// PID namespace cannot be used to walk around the hiding), an empty
+// read-only tmpfs over each hidden directory and /dev/null over each
+// hidden file. The worker runs without any capability, so it can neither
+// unmount them nor, from a nested user namespace of its own, separate
+// them (the kernel locks mounts inherited from a more privileged
+// namespace).
 
 // hiddenPath is one resolved entry of Spec.Hide.
 type hiddenPath struct {
@@ -94,6 +91,9 @@ func within(p, dir string) bool {
 // not run with a path exposed that it was promised would be hidden.
 func hidePaths(paths []hiddenPath) error {
 	for _, h := range paths {
+		if _, err := os.Lstat(h.Path); errors.Is(err, os.ErrNotExist) {
+			continue // under a mask (confine_linux.go): out of sight already
+		}
 		var err error
 		if h.Dir {
 			err = unix.Mount("slotlease-hidden", h.Path, "tmpfs",
@@ -112,13 +112,14 @@ func hidePaths(paths []hiddenPath) error {
 
 // dropPrivileges runs in the init helper just before exec: no capability
 // survives into the worker (bounding, ambient, inheritable, permitted and
-// effective sets emptied), and no_new_privs stops set-uid binaries and file
-// capabilities from giving any back.
-func dropPrivileges() error {
+// effective sets emptied), no_new_privs stops set-uid binaries and file
+// capabilities from giving any back, and a confined worker gets its own
+// ids (switchIDs), after the bounding set is emptied (which needs
+// CAP_SETPCAP, gone once a uid 0 switches to another).
+func dropPrivileges(cfg initConfig) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %v", err)
 	}
-	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -137,59 +138,15 @@ func dropPrivileges() error {
 		// outside a user namespace) the bounding set cannot be changed,
 		// and need not be: with no_new_privs nothing can be gained.
 	}
+	if err := switchIDs(cfg.UID, cfg.GID, cfg.DropGroups); err != nil {
+		return err
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	data = [2]unix.CapUserData{}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %v", err)
 	}
 	return nil
-}
-
-// HideSupported reports whether Spec.Hide can take effect on this machine:
-// it starts a trivial process in the namespaces a hiding run needs and
-// returns why that failed, or nil. Init must have been called. Callers that
-// hide paths by default call it once at start to warn when hiding is
-// impossible (Run then runs the worker anyway and says so in Result.Notes).
-func HideSupported() error {
-	if !initHookCalled.Load() {
-		return ErrInitNotCalled
-	}
-	r := &runner{spec: Spec{Isolate: true}}
-	var errs []string
-	for _, v := range r.nsVariants() {
-		if v.flags == 0 {
-			break
-		}
-		cmd := &exec.Cmd{
-			Path:        "/proc/self/exe",
-			Args:        []string{initArgv0},
-			Env:         []string{initEnvVar + "=" + initProbeValue},
-			SysProcAttr: r.sysProcAttr(v, false),
-		}
-		err := cmd.Run()
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, fmt.Sprintf("namespaces %s: %v", v, err))
-	}
-	return fmt.Errorf("no mount namespace for the worker: %s", strings.Join(errs, "; "))
-}
-
-// probeHelper is the init helper in HideSupported's probe: it checks that a
-// private tmpfs mount works in its namespace, then exits.
-func probeHelper() {
-	code := 0
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		code = 1
-	} else if d, err := os.MkdirTemp("", "slotlease-probe-"); err != nil {
-		code = 1
-	} else {
-		if err := unix.Mount("slotlease-hidden", d, "tmpfs", unix.MS_RDONLY, "size=4k"); err != nil {
-			code = 1
-		}
-		_ = unix.Unmount(d, unix.MNT_DETACH)
-		_ = os.Remove(d)
-	}
-	syscall.Exit(code)
 }
 
 // DisableDumping marks the calling process non-dumpable

@@ -26,42 +26,57 @@ import (
 // environment. Init, called first thing in main, recognises that marker and
 // turns the process into the supervisor (supervise_linux.go), which:
 //
-//  1. reads its configuration (target path, argv, env, limits) from fd 3
+//  1. waits for the executor's handover on fd 5: the executor writes the
+//     user namespace's id maps, if there is one, and then sends the
+//     worker's ids (identity_linux.go); only then does the supervisor make
+//     itself non-dumpable;
+//  2. reads its configuration (target path, argv, env, limits) from fd 3
 //     (a memfd written by Run, so the worker env never appears in the
 //     helper's own environment or argv);
-//  2. in a new PID+mount namespace, makes mounts private and mounts a
-//     fresh /proc, then hides Spec.Hide (see hide_linux.go); in a new
+//  3. in a new PID+mount namespace, makes mounts private and mounts a
+//     fresh /proc; for a confined run it first lends the working
+//     directory to the worker's ids, makes every mount read-only but the
+//     working directory, and hides Spec.Hide (confine_linux.go); in a new
 //     network namespace, brings lo up;
-//  3. becomes a child subreaper and starts the exec stage: this binary
+//  4. becomes a child subreaper and starts the exec stage: this binary
 //     once more, with the config in a new memfd on fd 3, which
-//  4. sets no_new_privs and drops every capability;
-//  5. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//  5. sets no_new_privs, drops every capability and switches to the
+//     worker's ids;
+//  6. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
-//  6. execve()s the worker with the raw syscall (no allocation after
+//  7. execve()s the worker with the raw syscall (no allocation after
 //     RLIMIT_AS is in place).
 //
 // The worker keeps the supervisor's process group, cgroup (Run cloned the
 // supervisor into it with CLONE_INTO_CGROUP) and namespaces. This is
 // race-free: no worker instruction runs before every limit is in place.
 // Problems are reported on fd 4 (close-on-exec in both stages; EOF means
-// the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"
-// lines, the worker's wait status as "exit:<status>"; on error the exec
-// stage exits with status 127, the supervisor reports it and exits, and Run
+// the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"/
+// "isolation:" lines (the last for what confinement could not set up),
+// the worker's wait status as "exit:<status>", and "returned:" once what
+// was lent to the worker is the executor's again; on error the exec stage
+// exits with status 127, the supervisor reports it and exits, and Run
 // returns an error.
 
 const (
 	initEnvVar   = "_SLOTLEASE_SANDBOX_INIT"
 	initEnvValue = "1"
-	// initProbeValue makes the helper HideSupported's probe instead.
+	// initProbeValue makes the helper CheckConfine's probe instead.
 	initProbeValue = "probe"
 	// initExecValue makes the helper the exec stage the supervisor starts.
 	initExecValue = "exec"
-	initArgv0     = "slotlease-sandbox-init"
-	cfgFD         = 3
-	statusFD      = 4
+	// initReclaimValue makes the helper give back what a run lent to its
+	// worker, when the supervisor could not (reclaim).
+	initReclaimValue = "reclaim"
+	initArgv0        = "slotlease-sandbox-init"
+	cfgFD            = 3
+	statusFD         = 4
+	// handoverFD is where the supervisor (or probe, or reclaim helper)
+	// reads the executor's handover.
+	handoverFD = 5
 	// deadlineFD is the supervisor's end of the deadline pipe (Spec.Deadline),
 	// close-on-exec in the supervisor, so the worker never has it.
-	deadlineFD = 5
+	deadlineFD = 6
 )
 
 var initHookCalled atomic.Bool
@@ -94,6 +109,8 @@ func Init() {
 		runExecStage()
 	case initProbeValue:
 		probeHelper()
+	case initReclaimValue:
+		reclaimHelper()
 	}
 }
 
@@ -112,13 +129,52 @@ type initConfig struct {
 	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_AS must be last
 	MountProc     bool            `json:"mount_proc"`
 	LoopbackUp    bool            `json:"loopback_up"`
-	Hiding        bool            `json:"hiding"` // Spec.Hide was given: fresh /proc and Hide, or fail
-	Hide          []hiddenPath    `json:"hide"`   // the paths of Spec.Hide that exist
+	Hide          []hiddenPath    `json:"hide"` // the paths of Spec.Hide that exist (confined runs)
 	// KillGrace is how long processes the worker leaves behind get between
 	// SIGTERM and SIGKILL (read by the supervisor).
 	KillGrace time.Duration `json:"kill_grace"`
 	// Deadline: the supervisor reads deadlines on deadlineFD (Spec.Deadline).
 	Deadline bool `json:"deadline"`
+
+	// Confine: the run is confined (Spec.Confine or Hide): read-only view
+	// but Lend, Binds, /dev/shm of its own (confine_linux.go).
+	Confine bool `json:"confine,omitempty"`
+	// Lend are the working directory and Spec.Lend, resolved: lent to the
+	// worker's ids when they are not the supervisor's, writable in its view.
+	Lend []string `json:"lend,omitempty"`
+	// Writable: Spec.Writable, resolved: writable in the worker's view.
+	Writable []string `json:"writable,omitempty"`
+	Binds    []Bind   `json:"binds,omitempty"`
+
+	// The worker's ids in the supervisor's user namespace (-1: keep the
+	// supervisor's) and whether to drop the supplementary groups: from the
+	// handover, not from Run's config file, which is written before the
+	// supervisor's pid (that picks the ids) is known.
+	UID        int  `json:"uid"`
+	GID        int  `json:"gid"`
+	DropGroups bool `json:"drop_groups,omitempty"`
+}
+
+// handover is what the executor tells a helper it started once the id
+// maps of its user namespace (if any) are written: the worker's ids.
+type handover struct {
+	UID        int  `json:"uid"` // -1: keep the supervisor's
+	GID        int  `json:"gid"`
+	DropGroups bool `json:"drop_groups"`
+}
+
+// readHandover waits for the executor's handover. Nothing else may happen
+// before it: until the maps are written the helper's ids are unmapped. A
+// helper whose executor gave up (closed the pipe without a word) exits.
+func readHandover() handover {
+	f := os.NewFile(handoverFD, "handover")
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	f.Close()
+	var h handover
+	if err != nil || len(data) == 0 || json.Unmarshal(data, &h) != nil {
+		unix.Exit(127)
+	}
+	return h
 }
 
 func helperStatus(kind, msg string) {
@@ -134,6 +190,7 @@ func helperStatus(kind, msg string) {
 }
 
 func helperFail(format string, args ...any) {
+	giveBack()
 	helperStatus("error", fmt.Sprintf(format, args...))
 	unix.Exit(127)
 }
@@ -161,17 +218,10 @@ func readInitConfig() initConfig {
 // /proc, hidden paths, lo up). It runs in the supervisor; its children
 // inherit the result.
 func setupNamespaces(cfg initConfig) {
-	if cfg.Hiding {
-		// Hiding is a promise: fail rather than run the worker with
-		// the paths (or the host's /proc, a way around them) exposed.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			helperFail("hide: could not make mounts private: %v", err)
-		}
-		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			helperFail("hide: could not mount a fresh /proc: %v", err)
-		}
-		if err := hidePaths(cfg.Hide); err != nil {
-			helperFail("%v", err)
+	if cfg.Confine {
+		if err := confine(cfg); err != nil {
+			// The worker must not run with less than it was promised.
+			isolationFail(err)
 		}
 	} else if cfg.MountProc {
 		// Make every mount private first so nothing we do here propagates
@@ -226,7 +276,7 @@ func runExecStage() {
 		// limit.
 		_ = syscall.Exec("", []string{initArgv0}, nil)
 	}
-	if err := dropPrivileges(); err != nil {
+	if err := dropPrivileges(cfg); err != nil {
 		helperFail("init helper: %v", err)
 	}
 	closeExtraFDs()

@@ -13,10 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,7 +55,7 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 	default:
 	}
 
-	r := &runner{spec: spec, grace: spec.KillGrace}
+	r := &runner{spec: spec, grace: spec.KillGrace, plan: currentPlan(), confined: spec.Confine || len(spec.Hide) > 0}
 	if r.grace <= 0 {
 		r.grace = DefaultKillGrace
 	}
@@ -123,6 +125,19 @@ func validate(spec Spec) error {
 	if spec.MemoryBytes < 0 || spec.MaxProcs < 0 || spec.MaxOpenFiles < 0 || spec.CPUTime < 0 || spec.Timeout < 0 {
 		return errors.New("sandbox: negative limit")
 	}
+	if (len(spec.Lend) > 0 || len(spec.Writable) > 0 || len(spec.Binds) > 0) && !spec.Confine && len(spec.Hide) == 0 {
+		return errors.New("sandbox: Lend, Writable and Binds need a confined run (Confine or Hide)")
+	}
+	for _, p := range append(slices.Clip(spec.Lend), spec.Writable...) {
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+			return fmt.Errorf("sandbox: lent or writable path %q is not an absolute path", p)
+		}
+	}
+	for _, b := range spec.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || strings.IndexByte(b.Source+b.Target, 0) >= 0 {
+			return fmt.Errorf("sandbox: bind %q at %q: both must be absolute paths", b.Source, b.Target)
+		}
+	}
 	return nil
 }
 
@@ -143,6 +158,9 @@ func (v nsVariant) String() string {
 	if v.flags&unix.CLONE_NEWNS != 0 {
 		s = append(s, "mount")
 	}
+	if v.flags&unix.CLONE_NEWIPC != 0 {
+		s = append(s, "ipc")
+	}
 	if v.flags&unix.CLONE_NEWNET != 0 {
 		s = append(s, "net")
 	}
@@ -161,6 +179,15 @@ type runner struct {
 	env     []string
 	hide    []hiddenPath
 
+	// confined: Spec.Confine or Hide; plan: where the worker's ids come
+	// from (identity_linux.go); lend (the working directory first),
+	// writable and binds: Spec.Lend, Writable and Binds, resolved.
+	confined bool
+	plan     *idPlan
+	lend     []string
+	writable []string
+	binds    []Bind
+
 	cg                     *cgroup
 	outR, outW, errR, errW *os.File
 	outTail, errTail       *tailBuffer
@@ -173,6 +200,7 @@ type runner struct {
 	pgid      int
 	nsUsed    nsVariant
 	cgUsed    bool
+	id        Identity // the worker's ids (the executor's when not confined)
 	startTime time.Time
 
 	// Set by the waiter before it closes waitDone.
@@ -200,6 +228,9 @@ func (r *runner) prepare() error {
 	if _, ok := env["HOME"]; !ok {
 		env["HOME"] = r.workdir
 	}
+	if _, ok := env["TMPDIR"]; !ok && r.confined {
+		env["TMPDIR"] = r.workdir // the only place a confined worker can write
+	}
 	for k, v := range env {
 		r.env = append(r.env, k+"="+v)
 	}
@@ -210,8 +241,93 @@ func (r *runner) prepare() error {
 	}
 	r.path = p
 	r.argv = append([]string(nil), r.spec.Command...)
-	r.hide, err = resolveHide(r.spec.Hide, r.workdir, p)
+	hide := r.spec.Hide
+	if r.confined {
+		// The user's runtime directory holds sockets that trust whoever
+		// has its uid (D-Bus, systemd --user, agents): a worker with the
+		// executor's own uid could use them, read-only view or not.
+		rt := fmt.Sprintf("/run/user/%d", os.Geteuid())
+		if fi, err := os.Stat(rt); err == nil && fi.IsDir() && !within(r.workdir, rt) && !within(p, rt) {
+			hide = append(slices.Clip(hide), rt)
+		}
+	}
+	if r.hide, err = resolveHide(hide, r.workdir, p); err != nil {
+		return err
+	}
+	if !r.confined {
+		return nil
+	}
+	if r.lend, err = resolveLend(append([]string{r.workdir}, r.spec.Lend...), r.hide); err != nil {
+		return err
+	}
+	for _, w := range r.spec.Writable {
+		// Taken as given: a path that leads elsewhere through a symlink
+		// could be made (by a job, in its own writable directory) to name
+		// any place, and a follow-up's writable paths are checked against
+		// its parent's by name.
+		if real, err := filepath.EvalSymlinks(w); err == nil && real != filepath.Clean(w) {
+			return fmt.Errorf("sandbox: writable path %q leads to %s through a symlink: give the real path", w, real)
+		}
+	}
+	if r.writable, err = resolveLend(r.spec.Writable, r.hide); err != nil {
+		return err
+	}
+	r.binds, err = resolveBinds(r.spec.Binds)
 	return err
+}
+
+// resolveLend resolves the paths a confined worker is lent (its working
+// directory first) or may write. The worker can write every file in them
+// the executor owns, so none may be the root directory, hold the
+// executor's own binary (the worker could replace it) or lie in a hidden
+// path.
+func resolveLend(paths []string, hide []hiddenPath) ([]string, error) {
+	exe, _ := os.Executable()
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	var out []string
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: lent or writable path %q: %w", p, err)
+		}
+		switch {
+		case real == "/":
+			return nil, fmt.Errorf("sandbox: lent or writable path %q: the worker may not write the root directory", p)
+		case exe != "" && within(exe, real):
+			return nil, fmt.Errorf("sandbox: lent or writable path %q holds the executor's own binary %s: the worker could replace it", p, exe)
+		}
+		for _, h := range hide {
+			if within(real, h.Path) {
+				return nil, fmt.Errorf("sandbox: lent or writable path %q is hidden (%s)", p, h.Path)
+			}
+		}
+		if !slices.Contains(out, real) {
+			out = append(out, real)
+		}
+	}
+	return out, nil
+}
+
+// resolveBinds checks Spec.Binds: both ends exist and are of one kind.
+func resolveBinds(binds []Bind) ([]Bind, error) {
+	var out []Bind
+	for _, b := range binds {
+		src, err := os.Stat(b.Source)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: bind source: %w", err)
+		}
+		dst, err := os.Stat(b.Target)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: bind target: %w", err)
+		}
+		if src.IsDir() != dst.IsDir() {
+			return nil, fmt.Errorf("sandbox: bind %s at %s: one is a directory, the other is not", b.Source, b.Target)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // plainEnvVar=1 in the executor's environment makes Run use neither
@@ -221,17 +337,28 @@ const plainEnvVar = "_SLOTLEASE_SANDBOX_TEST_PLAIN"
 
 func plainForced() bool { return os.Getenv(plainEnvVar) == "1" }
 
+// mustIsolate: a run that must not start without its namespaces.
+func (r *runner) mustIsolate() bool { return r.confined || r.spec.NoNetwork }
+
 func (r *runner) nsVariants() []nsVariant {
 	if plainForced() {
+		if r.mustIsolate() {
+			return nil
+		}
 		return []nsVariant{{}}
 	}
 	var base uintptr
-	// Hiding paths needs a mount namespace, and a PID namespace with a
-	// fresh /proc so that /proc/<pid>/root of outside processes is no way
-	// around it. Decided on Spec.Hide, not on which of its paths exist, so
-	// that the worker's surroundings do not depend on what is on disk now.
-	if r.spec.Isolate || len(r.spec.Hide) > 0 {
-		base |= unix.CLONE_NEWPID | unix.CLONE_NEWNS
+	switch {
+	case r.confined:
+		// Hiding paths needs a mount namespace, and a PID namespace with
+		// a fresh /proc so that /proc/<pid>/root of outside processes is
+		// no way around it; an IPC namespace keeps the executor user's
+		// System V objects away. Decided on the spec, not on which hidden
+		// paths exist, so that the worker's surroundings do not depend on
+		// what is on disk now.
+		base = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+	case r.spec.Isolate:
+		base = unix.CLONE_NEWPID | unix.CLONE_NEWNS
 	}
 	if r.spec.NoNetwork {
 		base |= unix.CLONE_NEWNET
@@ -240,14 +367,22 @@ func (r *runner) nsVariants() []nsVariant {
 		return []nsVariant{{}}
 	}
 	var vs []nsVariant
-	if os.Geteuid() == 0 {
+	if r.plan.canNamespace && !(r.confined && probedUserOnly.Load()) {
 		vs = append(vs, nsVariant{flags: base})
 	}
 	// Unprivileged (or root without CAP_SYS_ADMIN, e.g. in a container):
 	// a user namespace makes the other namespaces possible.
 	vs = append(vs, nsVariant{flags: base | unix.CLONE_NEWUSER, user: true})
+	if r.mustIsolate() {
+		return vs // never without them
+	}
 	return append(vs, nsVariant{})
 }
+
+// probedUserOnly: CheckConfine found that confined runs work only in a
+// user namespace here (root in a container whose /proc the plain mount
+// namespace cannot remount, say), so Run does not try without one.
+var probedUserOnly atomic.Bool
 
 func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
@@ -262,16 +397,18 @@ func (r *runner) sysProcAttr(v nsVariant, useCg bool) *syscall.SysProcAttr {
 		Cloneflags: v.flags,
 	}
 	if v.user {
-		uid, gid := os.Getuid(), os.Getgid()
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-		if uid != 0 {
-			// The helper needs these across its own exec to mount /proc
-			// and hide paths, bring lo up and empty the bounding set; it
-			// drops them all before exec'ing the worker.
-			attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
-		}
+		// No id maps here: os/exec would write them while the child is
+		// still non-dumpable, as the executor is, and a non-root
+		// executor may not open a non-dumpable child's uid_map. They are
+		// written after the helper's exec (handOver). Its ids are
+		// unmapped at exec, so nothing makes it root of its namespace:
+		// it keeps these as ambient capabilities, to mount /proc, hide
+		// paths, bring lo up, lend the working directory (chown, over
+		// files it does not own), switch the exec stage to the worker's
+		// ids and empty the bounding set; the exec stage drops them all
+		// before exec'ing the worker.
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP,
+			unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_DAC_OVERRIDE}
 	}
 	if useCg {
 		attr.UseCgroupFD = true
@@ -291,9 +428,11 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
 		KillGrace:     r.grace,
 		Deadline:      s.Deadline != nil,
+		UID:           -1,
+		GID:           -1,
 	}
-	if v.flags&unix.CLONE_NEWNS != 0 {
-		cfg.Hiding, cfg.Hide = len(r.spec.Hide) > 0, r.hide
+	if r.confined && v.flags&unix.CLONE_NEWNS != 0 {
+		cfg.Confine, cfg.Hide, cfg.Lend, cfg.Writable, cfg.Binds = true, r.hide, r.lend, r.writable, r.binds
 	}
 	// No core dumps: a worker killed by SIGXCPU/SIGABRT must not write
 	// hundreds of MB into its workdir or the host's crash collector.
@@ -357,19 +496,30 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		return err
 	}
 	defer cfgF.Close()
+	var toClose []*os.File // on failure
+	defer func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}()
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	files := []*os.File{cfgF, statusW} // fds 3 and 4
+	toClose = append(toClose, statusR, statusW)
+	hoR, hoW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	toClose = append(toClose, hoR, hoW)
+	files := []*os.File{cfgF, statusW, hoR} // fds 3, 4 and 5
 	var deadlineR, deadlineW *os.File
 	if r.spec.Deadline != nil {
 		if deadlineR, deadlineW, err = os.Pipe(); err != nil {
-			statusR.Close()
-			statusW.Close()
 			return err
 		}
-		files = append(files, deadlineR) // fd 5
+		toClose = append(toClose, deadlineR, deadlineW)
+		files = append(files, deadlineR) // fd 6
 	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
@@ -381,21 +531,63 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		ExtraFiles:  files,
 		SysProcAttr: attr,
 	}
-	err = cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
 	statusW.Close()
+	hoR.Close()
 	if deadlineR != nil {
 		deadlineR.Close()
 	}
+	toClose = []*os.File{statusR, deadlineW}
+	if deadlineW == nil {
+		toClose = toClose[:1]
+	}
+	id, err := r.handOver(v, cmd.Process.Pid, hoW, nil)
 	if err != nil {
-		statusR.Close()
-		if deadlineW != nil {
-			deadlineW.Close()
-		}
+		// The helper waits for the handover: it has done nothing yet.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		return err
 	}
+	toClose = nil
 	r.startTime = time.Now()
-	r.cmd, r.statusR, r.deadlineW, r.pgid = cmd, statusR, deadlineW, cmd.Process.Pid
+	r.cmd, r.statusR, r.deadlineW, r.pgid, r.id = cmd, statusR, deadlineW, cmd.Process.Pid, id
 	return nil
+}
+
+// handOver completes the start of a helper (supervisor, probe or reclaim
+// helper) that has exec'd and waits on w: it writes the id maps of the
+// helper's user namespace, if v has one, then tells it the worker's ids
+// (identity_linux.go: the pid picks them, unless fixed is given), and
+// closes w.
+func (r *runner) handOver(v nsVariant, pid int, w *os.File, fixed *Identity) (Identity, error) {
+	defer w.Close()
+	id := r.plan.identity(pid, r.confined)
+	if fixed != nil {
+		id = *fixed
+	}
+	h := handover{UID: -1, GID: -1}
+	if v.user {
+		drop, err := r.plan.writeMaps(pid, id)
+		if err != nil {
+			return id, fmt.Errorf("id maps of the worker's user namespace: %w", err)
+		}
+		h.DropGroups = drop && r.confined
+	} else {
+		h.DropGroups = r.confined && r.plan.canMap && r.plan.setgroups
+	}
+	if r.confined {
+		h.UID, h.GID = id.UID, id.GID
+	}
+	data, err := json.Marshal(h)
+	if err == nil {
+		_, err = w.Write(data)
+	}
+	if err != nil {
+		return id, fmt.Errorf("handover to the sandbox helper: %w", err)
+	}
+	return id, nil
 }
 
 // start tries the wanted namespaces and cgroup first and falls back step by
@@ -417,9 +609,18 @@ func (r *runner) start() error {
 				}
 				return nil
 			}
+			if errors.Is(err, syscall.ENOSPC) && v.flags != 0 {
+				err = fmt.Errorf("%w (a limit of namespaces in /proc/sys/user is reached: every process of the user counts, workers too)", err)
+			}
 			lastErr = err
 			failures = append(failures, fmt.Sprintf("namespaces=%s cgroup=%t: %v", v, useCg, err))
 		}
+	}
+	if r.mustIsolate() {
+		if len(failures) == 0 {
+			failures = append(failures, plainEnvVar+"=1 (test setting): no namespaces")
+		}
+		return fmt.Errorf("%w: %s", ErrNotIsolated, strings.Join(failures, "; "))
 	}
 	return lastErr
 }
@@ -474,6 +675,9 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 	err = <-startCh
 	r.outW.Close()
 	r.errW.Close()
+	if errors.Is(err, ErrNotIsolated) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("sandbox: start %s: %w", r.spec.Command[0], err)
 	}
@@ -573,6 +777,9 @@ loop:
 			r.note(n)
 		}
 	}
+	if r.lent() && !slices.Contains(status, "returned:") {
+		r.reclaim() // the supervisor died before it gave back (OOM, SIGKILL)
+	}
 	if err := statusError(status, r.path); err != nil {
 		return err
 	}
@@ -604,6 +811,9 @@ func statusError(status []string, path string) error {
 		if v, ok := strings.CutPrefix(line, "error:"); ok {
 			return fmt.Errorf("sandbox: %s", v)
 		}
+		if v, ok := strings.CutPrefix(line, "isolation:"); ok {
+			return fmt.Errorf("%w: %s", ErrNotIsolated, v)
+		}
 	}
 	return nil
 }
@@ -614,21 +824,20 @@ func (r *runner) reportSetup(res *Result) {
 	if r.nsUsed.flags != 0 {
 		res.Isolation = IsolationNamespaces // also when only Hide asked for them
 	}
-	if s.Isolate || s.NoNetwork {
+	if s.Isolate && !r.confined {
 		if r.nsUsed.flags != 0 {
 			if r.nsUsed.user {
 				r.note("namespaces: " + r.nsUsed.String() + " (a user namespace was needed)")
 			}
 		} else {
-			r.note("isolation requested but namespaces are unavailable (see the start fallback note): the worker shares the executor's PID, mount and network namespaces")
+			r.note("isolation requested but namespaces are unavailable (see the start fallback note): the worker shares the executor's PID and mount namespaces")
 		}
 	}
-	if len(r.spec.Hide) > 0 {
-		if r.nsUsed.flags&unix.CLONE_NEWNS != 0 {
-			res.Hidden = true
-		} else if len(r.hide) > 0 {
-			r.note("hide: no mount namespace could be had (see the start fallback note): the worker can read " + hiddenList(r.hide))
-		}
+	// Confined and no-network runs start only with their namespaces
+	// (start), so these hold whenever Run got this far.
+	res.Confined, res.Hidden = r.confined, r.confined && len(s.Hide) > 0
+	if r.confined {
+		res.Identity = r.id
 	}
 	if r.cg != nil && !r.cgUsed {
 		r.note("the worker could not be placed in its cgroup; tracking by process group only")
@@ -647,7 +856,10 @@ func (r *runner) reportSetup(res *Result) {
 	}
 	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) {
 		msg := "MaxProcs applied as RLIMIT_NPROC, which counts all processes of the worker's user"
-		if os.Geteuid() == 0 {
+		if r.id.UID != r.plan.uid {
+			msg += " (an id of this run's own)"
+		}
+		if r.id.UID == 0 {
 			msg += "; the kernel ignores RLIMIT_NPROC for root, so MaxProcs is NOT enforced"
 		}
 		r.note(msg)

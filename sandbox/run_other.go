@@ -12,8 +12,8 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 	return nil, ErrUnsupported
 }
 
-// HideSupported is always ErrUnsupported outside Linux.
-func HideSupported() error { return ErrUnsupported }
+// CheckConfine is always ErrUnsupported outside Linux.
+func CheckConfine() (Confinement, error) { return Confinement{}, ErrUnsupported }
 
 // DisableDumping does nothing outside Linux.
 func DisableDumping() error { return nil }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -35,20 +36,47 @@ type Spec struct {
 	MaxOpenFiles int
 	// Isolate runs the worker in its own PID and mount namespace (plus a
 	// user namespace when needed) where available; otherwise the run falls
-	// back to no isolation and says so in Result.
+	// back to no isolation and says so in Result. Confine and NoNetwork
+	// never fall back.
 	Isolate bool
+	// Confine runs the worker confined (see the package documentation):
+	// as an identity of its own (Result.Identity), in its own PID, mount
+	// and IPC namespaces (and a user namespace where needed), with the
+	// whole filesystem read-only but Dir and Lend, and the paths of Hide
+	// hidden. It never falls back: when the namespaces or the identity
+	// cannot be had, Run starts nothing and returns an error matching
+	// ErrNotIsolated. CheckConfine tells in advance.
+	Confine bool
 	// Hide lists absolute paths (files or directories; symlinks are
 	// followed) the worker must not read: credentials, the lease store.
-	// When it is not empty the worker runs in its own mount and PID
-	// namespace (as with Isolate) with an empty read-only tmpfs over each
-	// directory and /dev/null over each file; paths that do not exist are
-	// skipped (the namespaces are used all the same). A
-	// hidden path containing Dir or the command is an error. Where no mount
-	// namespace can be had the worker runs anyway, Result.Hidden is false
-	// and a Note names what it can read; HideSupported tells in advance.
+	// A non-empty Hide implies Confine; each directory is covered with an
+	// empty read-only tmpfs and each file with /dev/null. Paths that do
+	// not exist are skipped (the run is confined all the same). A hidden
+	// path containing Dir or the command is an error.
 	Hide []string
-	// NoNetwork runs the worker in its own network namespace (only lo, up).
-	// Same fallback rules as Isolate.
+	// Lend lists paths (files or directories) a confined worker may write
+	// besides Dir: like Dir, each is lent to the worker's identity for the
+	// run (every file in it owned by the executor's uid or gid changes
+	// owner to the worker's, and back when the run ends) and writable in
+	// its view.
+	Lend []string
+	// Writable lists directories (or files) a confined worker may write
+	// besides Dir, as far as its ids may: they are writable in its view
+	// but not lent, so their owners and modes stay. For a worker with ids
+	// of its own, make them writable by anyone (mode 1777) or by those
+	// ids; one with the executor's ids can write there all the
+	// executor's user can. None may be the root directory, hold the
+	// executor's binary, lie in a hidden path or lead elsewhere through a
+	// symlink.
+	Writable []string
+	// Binds are read-only bind mounts in a confined worker's view: the
+	// file or directory at Source (as the executor reaches it) appears at
+	// Target (an existing file or directory of the same kind). For giving
+	// the worker a program whose own path its identity cannot reach.
+	Binds []Bind
+	// NoNetwork runs the worker in its own network namespace (only lo,
+	// up). It never falls back: Run starts nothing and returns an error
+	// matching ErrNotIsolated when no network namespace can be had.
 	NoNetwork bool
 	// Stdout and Stderr receive the worker's output live (nil = discard).
 	// They are never written concurrently with each other.
@@ -75,6 +103,58 @@ type Spec struct {
 	Deadline func() time.Time
 }
 
+// Bind is a read-only bind mount of Spec.Binds.
+type Bind struct {
+	Source, Target string
+}
+
+// Identity is who a confined worker runs as: its uid and gid as the
+// executor's user namespace sees them, and where they come from
+// (IdentityOwnRange, IdentitySubordinate, IdentityExecutor).
+type Identity struct {
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Kind string `json:"kind"`
+}
+
+func (id Identity) String() string {
+	return fmt.Sprintf("uid %d, gid %d (%s)", id.UID, id.GID, id.Kind)
+}
+
+// Values of Identity.Kind.
+const (
+	// IdentityOwnRange: an id of a range no account uses, one per run
+	// (the supervisor's pid picks it), mapped by the executor itself: it
+	// has CAP_SETUID and CAP_SETGID in its user namespace (root).
+	IdentityOwnRange = "own range"
+	// IdentitySubordinate: one of the subordinate ids /etc/subuid and
+	// /etc/subgid give the executor's user, mapped by newuidmap and
+	// newgidmap (Debian package uidmap).
+	IdentitySubordinate = "subordinate"
+	// IdentityExecutor: the executor's own uid and gid, the only ids a
+	// user without subordinate ids can map. The worker then owns what the
+	// executor's user owns, and only the read-only view keeps it from
+	// changing it; Confinement.Why says what is missing.
+	IdentityExecutor = "executor's own"
+)
+
+// Confinement says how confined workers run on this machine
+// (CheckConfine).
+type Confinement struct {
+	// Identity is the kind of ids workers get: IdentityOwnRange,
+	// IdentitySubordinate or IdentityExecutor.
+	Identity string
+	// UIDs and GIDs are where they come from ("1879048192-1883242495"),
+	// or the executor's own ids.
+	UIDs, GIDs string
+	// Namespaces are those a confined run gets, e.g. "pid+mount+ipc" or
+	// "user+pid+mount+ipc".
+	Namespaces string
+	// Why says, for IdentityExecutor, what is missing for ids of the
+	// workers' own.
+	Why string
+}
+
 // Result describes how a run ended.
 type Result struct {
 	ExitCode        int           // -1 if killed by a signal
@@ -85,6 +165,8 @@ type Result struct {
 	MemoryLimit     string        // "cgroup" | "rlimit" | "none"
 	Isolation       string        // "namespaces" (for Isolate, NoNetwork or Hide) | "none"
 	Hidden          bool          // Spec.Hide was given and took effect
+	Confined        bool          // the worker ran confined (Spec.Confine or Hide)
+	Identity        Identity      // who a confined worker ran as
 	Notes           []string      // fallbacks and anything the caller should know
 	StdoutTail      []byte
 	StderrTail      []byte
@@ -125,4 +207,10 @@ var (
 	ErrLeaseLost = errors.New("sandbox: lease already lost")
 	// ErrUnsupported is returned by Run on platforms other than Linux.
 	ErrUnsupported = errors.New("sandbox: only supported on linux")
+	// ErrNotIsolated is matched by Run's error when a run that must be
+	// confined or without a network could not get its namespaces or its
+	// identity: nothing was started. It may be a passing shortage (the
+	// per-user namespace limits are shared by all of a user's processes):
+	// a later attempt can succeed.
+	ErrNotIsolated = errors.New("sandbox: the worker could not be isolated, so it was not started")
 )

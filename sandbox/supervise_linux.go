@@ -72,12 +72,17 @@ func runSupervisor() {
 	// The exec stage's parent-death signal is tied to the thread that
 	// forks it: keep this goroutine on it for good.
 	runtime.LockOSThread()
+	// Dumpable until the executor has written our user namespace's id
+	// maps (identity_linux.go): a non-root executor can open our uid_map
+	// only while we are. Nothing of ours is worth reading yet.
+	h := readHandover()
 	// Non-dumpable before the worker exists: it must not reach the status
 	// pipe through /proc/<pid>/fd (to forge its exit status), nor our
 	// memory or capabilities through ptrace.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.CloseOnExec(statusFD)
 	cfg := readInitConfig()
+	cfg.UID, cfg.GID, cfg.DropGroups = h.UID, h.GID, h.DropGroups
 	setupNamespaces(cfg)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		helperStatus("note", fmt.Sprintf("supervisor: PR_SET_CHILD_SUBREAPER failed (%v): a double-forked process can outlive the executor", err))
@@ -149,7 +154,7 @@ func forwardTerm() {
 // startExecStage forks and execs the exec stage (a new run of this binary)
 // with the config on fd 3 and the status pipe on fd 4.
 func startExecStage(cfg initConfig) int {
-	cfg.MountProc, cfg.LoopbackUp, cfg.Hiding, cfg.Hide = false, false, false, nil
+	cfg.MountProc, cfg.LoopbackUp, cfg.Confine, cfg.Hide, cfg.Lend, cfg.Writable, cfg.Binds = false, false, false, nil, nil, nil, nil
 	f, err := configFile(cfg)
 	if err != nil {
 		helperFail("supervisor: config for the exec stage: %v", err)
@@ -184,9 +189,11 @@ func reapChildren(out chan<- reaped) {
 	}
 }
 
-// finishSupervisor exits with the worker's status as an exit code (Run reads
-// the exact status from the status pipe).
+// finishSupervisor gives back what was lent to the worker (its tree is
+// gone) and exits with the worker's status as an exit code (Run reads the
+// exact status from the status pipe).
 func finishSupervisor(ws *unix.WaitStatus) {
+	giveBack()
 	code := 127
 	switch {
 	case ws == nil:

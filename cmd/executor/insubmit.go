@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/slotlease/slotlease/jobs"
 )
@@ -31,6 +32,9 @@ func submitFromJob(ctx context.Context, socket string, spec jobs.Spec, stdout, s
 		return 1, errors.New(reply.Error)
 	}
 	fmt.Fprintln(stdout, reply.ID)
+	if len(reply.Limited) > 0 {
+		fmt.Fprintf(stderr, "executor: job %s gets no more than this job: %s\n", reply.ID, strings.Join(reply.Limited, ", "))
+	}
 	if reply.Existing {
 		fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", reply.ID, reply.State)
 	}

@@ -140,6 +140,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 		memory                        byteSize
 		env                           envFlags
 		also                          poolFlags
+		writable                      pathFlags
 	)
 	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -160,6 +161,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	fs.BoolVar(&s.Isolate, "isolate", false, "own PID and mount namespace where the machine allows it")
 	fs.BoolVar(&s.NoNetwork, "no-network", false, "own network namespace with only loopback")
 	fs.Var(&env, "env", "KEY=VALUE for the job's environment (repeatable)")
+	fs.Var(&writable, "writable", "an absolute path the job may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	if err := fs.Parse(args); err != nil {
@@ -203,7 +205,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
 		return nil, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 	}
-	s.Priority, s.Command, s.Env = p, fs.Args(), env
+	s.Priority, s.Command, s.Env, s.Writable = p, fs.Args(), env, writable
 	for _, w := range also {
 		s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})
 	}

@@ -40,8 +40,9 @@ const (
 
 func main() {
 	sandbox.Init() // the sandbox re-executes this binary to apply limits before exec
-	// Workers run as the same user: keep them out of this process's
-	// environment (credentials), memory and descriptors.
+	// Workers may run as the same user (where no other ids can be had,
+	// or unconfined): keep them out of this process's environment
+	// (credentials), memory and descriptors.
 	if err := sandbox.DisableDumping(); err != nil {
 		fmt.Fprintln(os.Stderr, "executor: warning: cannot make the process non-dumpable:", err)
 	}
@@ -85,14 +86,16 @@ const usage = `usage: executor COMMAND [flags]
       how many.
 
 Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
-exit codes of run: CMD's own; 2 usage; 75 no lease; 76 lease lost; 124 timeout.
+exit codes of run: CMD's own; 2 usage; 71 the worker could not be confined;
+75 no lease; 76 lease lost; 124 timeout.
 exit codes of the others: 0 ok; 1 error (e.g. unknown job); 2 usage or
-invalid job; 69 NATS or the lease manager unreachable.
+invalid job; 69 NATS or the lease manager unreachable; 71 (serve) this
+machine cannot confine workers.
 
 Configuration is read from the environment: NODE_ID, NATS_URL, NATS_LISTEN,
 LEASE_SUBJECT_PREFIX, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD,
 NATS_TLS_CA, NATS_TLS_CERT, NATS_TLS_KEY, NATS_INBOX_PREFIX, NATS_AUTH_DIR, LOG_LEVEL,
-LOG_FORMAT and OTEL_*. See README.md.
+LOG_FORMAT, OTEL_* and EXECUTOR_UNCONFINED. See README.md.
 `
 
 // exitError carries executor's own exit code with its message.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,7 @@ type runFlags struct {
 	noNetwork   bool
 	grace       time.Duration
 	env         envFlags
+	writable    pathFlags
 	node        string
 	priority    string
 	tenant      string
@@ -61,6 +63,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	fs.BoolVar(&f.noNetwork, "no-network", false, "own network namespace with only loopback")
 	fs.DurationVar(&f.grace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping the command (on lease loss at most TTL/20)")
 	fs.Var(&f.env, "env", "KEY=VALUE for the command's environment (repeatable)")
+	fs.Var(&f.writable, "writable", "a path the command may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&f.node, "node", "", "node whose lease manager to ask (default NODE_ID)")
 	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
@@ -118,7 +121,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		telemetry.SetAttributes(span, telemetry.ExitCode(code))
 		telemetry.End(span, err)
 	}()
-	hide := secretsToHide(cfg, stderr) // warns now, before any wait for slots
+	hide, err := workerHide(cfg, stderr) // refuses or warns now, before any wait for slots
+	if err != nil {
+		return codeOf(err), err
+	}
 	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
@@ -170,10 +176,11 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		Command: cmd, Env: workerEnv(leases, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
-		Hide: hide,
+		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()),
 	}, set.Done())
 	if err != nil {
-		return 1, fmt.Errorf("running %q: %w", cmd[0], err)
+		err = notIsolated(fmt.Errorf("running %q: %w", cmd[0], err))
+		return codeOf(err), err
 	}
 	for _, n := range res.Notes {
 		fmt.Fprintf(stderr, "executor: note: %s\n", n)
@@ -196,6 +203,43 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return 128 + sig, nil
 	}
 	return 1, nil
+}
+
+// pathFlags collects a repeated path flag (--writable), made absolute
+// (and, for executor run, which runs here, with symlinks resolved: the
+// sandbox takes a writable path only by its real name).
+type pathFlags []string
+
+func (p *pathFlags) String() string { return strings.Join(*p, ",") }
+
+func (p *pathFlags) Set(s string) error {
+	abs, err := filepath.Abs(s)
+	if err != nil || s == "" {
+		return fmt.Errorf("want a path, got %q", s)
+	}
+	*p = append(*p, abs)
+	return nil
+}
+
+// real resolves the symlinks of each path that exists.
+func (p pathFlags) real() []string {
+	out := make([]string, len(p))
+	for i, s := range p {
+		out[i] = s
+		if r, err := filepath.EvalSymlinks(s); err == nil {
+			out[i] = r
+		}
+	}
+	return out
+}
+
+// writableIfConfined: an unconfined worker writes what the executor's
+// user can anyway; sandbox.Spec.Writable is for confined ones.
+func writableIfConfined(hide, writable []string) []string {
+	if len(hide) == 0 {
+		return nil
+	}
+	return writable
 }
 
 // envFlags collects repeated --env KEY=VALUE flags.

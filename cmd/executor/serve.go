@@ -144,12 +144,16 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 
+	hide, err := workerHide(cfg, stderr)
+	if err != nil {
+		return codeOf(err), err
+	}
 	log := cfg.Logger(stderr)
 	srv, err := jobs.NewServer(jobs.ServerConfig{
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
-		Env: workerEnv, Logger: log, Hide: secretsToHide(cfg, stderr),
+		Env: workerEnv, Logger: log, Hide: hide,
 		Executable: executable(stderr), MaxDepth: f.maxDepth, MaxChildren: f.maxChildren,
 	})
 	if err != nil {

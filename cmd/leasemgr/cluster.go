@@ -41,17 +41,6 @@ func (cs *clusterState) Warnings() []string {
 	return nil
 }
 
-// local returns the cluster pools when this process serves them: asked
-// over NATS they would come back on this process's own connection, whose
-// replies a manager refuses to send (lease/replyto.go).
-func (cs *clusterState) local(servedBy string) (lease.NodePools, bool) {
-	m := cs.active.Load()
-	if m == nil {
-		return lease.NodePools{}, false
-	}
-	return lease.NodePools{Node: lease.ClusterNode, Pools: m.Stats(), ServedBy: servedBy, Warnings: cs.Warnings()}, true
-}
-
 // clusterConfig derives the cluster pools' manager configuration from the
 // node's: another node id, pools, instance and metrics, the same NATS,
 // store, TTL, reply rules and fast release.
@@ -94,7 +83,7 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.Mana
 	defer wg.Wait()
 	wg.Go(func() {
 		err := candidacy.Run(ctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Self: self, TTL: cfg.LeaderTTL, Logger: log,
-			OnChange: func(d []string) { cs.warnings.Store(&d) }})
+			OnChange: func(d []string) { cs.warnings.Store(&d) }, Refused: mc.RecordRefused})
 		if err != nil {
 			log.Error("cluster pool candidacy", "err", err)
 		}

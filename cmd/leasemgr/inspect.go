@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/eventstream"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
@@ -123,7 +124,7 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if policy == "" {
 				policy = "fifo"
 			}
-			if s.MaxQueue > 0 {
+			if s.MaxQueue > 0 && s.MaxQueue != config.DefaultMaxQueue { // the default goes without saying
 				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
 			}
 			if s.TenantCap > 0 {
@@ -210,7 +211,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *since > 0 {
 		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-*since).Format(time.TimeOnly))
-		return jetstream.ReplayEvents(ctx, nc, jetstream.NamesFor(cfg.SubjectPrefix).Events, subject, time.Now().Add(-*since), show)
+		return eventstream.Follow(ctx, nc, jetstream.NamesFor(cfg.SubjectPrefix).Events, subject, time.Now().Add(-*since), show)
 	}
 	msgs := make(chan *nats.Msg, 1024)
 	sub, err := nc.ChanSubscribe(subject, msgs)

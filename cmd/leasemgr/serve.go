@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/config"
@@ -64,11 +65,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	defer metrics.Close()
 
 	url := cfg.NATSURL
+	var jobsAuth nats.Option // the embedded server's executors' account
 	if url == "" {
-		srv, err := startEmbedded(cfg)
+		srv, jobs, err := startEmbedded(cfg, log)
 		if err != nil {
 			return err
 		}
+		jobsAuth = jobs
 		defer func() {
 			srv.Shutdown()
 			srv.WaitForShutdown()
@@ -76,7 +79,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		url = srv.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "store", cfg.NATSStoreDir, "credentials", cfg.NATSAuthDir)
 	}
-	ns, err := setUp(ctx, cfg, url, log)
+	ns, err := setUp(ctx, cfg, url, jobsAuth, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("shut down during NATS set-up")
@@ -86,6 +89,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	nc, store, leaders, poolStore := ns.nc, ns.store, ns.leaders, ns.poolStore
 	defer nc.Close()
+	if ns.jobs != nil {
+		defer ns.jobs.Close()
+	}
 	instance := nuid.Next()
 	mcfg := lease.ManagerConfig{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs(cfg, cfg.Pools), TTL: cfg.LeaseTTL, Instance: instance,
@@ -96,7 +102,8 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		DisconnectEvents: disconnectEvents(cfg, embedded), DisconnectGrace: cfg.DisconnectGrace,
 		// Its own embedded server stops with it: a clean stop says so, and
 		// holders do not count that server's going against their leases.
-		EmbeddedServer: cfg.NATSURL == "",
+		EmbeddedServer:   cfg.NATSURL == "",
+		MaxQueuedPerConn: cfg.MaxQueuedPerConnection,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
 		return err
@@ -116,7 +123,11 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return nil // standing by: this process reports no pools
 	})
-	jobMetrics, err := startJobMetrics(nc, cfg.SubjectPrefix, &active)
+	jobsConn := nc // on a real NATS: the job queue, if the managers' account holds it
+	if ns.jobs != nil {
+		jobsConn = ns.jobs
+	}
+	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, &active)
 	if err != nil {
 		return err
 	}
@@ -127,7 +138,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 		opts := []httpapi.SourceOption{httpapi.WithWarnings(cluster.Warnings),
-			httpapi.WithLocalCluster(func() (lease.NodePools, bool) { return cluster.local(cfg.NodeID) })}
+			httpapi.WithLocalCluster(cluster.active.Load, cfg.NodeID)}
 		// The cluster page's events from before it opened:
 		if cfg.EventRetention > 0 {
 			opts = append(opts, httpapi.WithEventStream(jetstream.NamesFor(cfg.SubjectPrefix).Events))
@@ -140,7 +151,12 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+		// Bounded: at most DefaultMaxConns connections (and
+		// DefaultMaxStreams event streams) at once, idle keep-alive
+		// connections closed after a minute, so no client can take the
+		// descriptors the embedded NATS server needs.
+		ln = httpapi.LimitListener(ln, httpapi.DefaultMaxConns)
+		hs := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 		hs.RegisterOnShutdown(api.Close) // ends open event streams so Shutdown does not wait on browsers
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -192,7 +208,8 @@ func leadNode(ctx context.Context, cfg *config.Manager, mcfg lease.ManagerConfig
 			active.Store(m)
 		})
 	}
-	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log,
+		Refused: mcfg.RecordRefused}, serve)
 }
 
 // poolConfigs turns configured pools into the manager's, with the queue
@@ -218,7 +235,7 @@ func disconnectEvents(cfg *config.Manager, embedded bool) string {
 	case cfg.DisconnectEvents != "":
 		return cfg.DisconnectEvents
 	case embedded:
-		return jetstream.EmbeddedDisconnectSubject
+		return jetstream.ExecutorDisconnectSubject
 	}
 	return ""
 }

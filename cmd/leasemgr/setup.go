@@ -31,11 +31,15 @@ var errAfterConnect = errors.New("JetStream set-up")
 type natsSetup struct {
 	nc                        *nats.Conn
 	store, leaders, poolStore *jetstream.LeaseStore
+	// jobs is the connection to the embedded server's executors' account,
+	// where the job queue lives; nil on a real NATS.
+	jobs *nats.Conn
 }
 
 // setUp connects to NATS and opens the lease, leadership and pool buckets
-// (and the event stream when EVENT_RETENTION is set, and the job queue's
-// stream and buckets for the embedded server's executors). While NATS is down or
+// (and the event stream when EVENT_RETENTION is set, and, with jobsAuth,
+// the embedded server's job queue: a second connection, to the executors'
+// account, makes its stream and buckets). While NATS is down or
 // JetStream unavailable (a server restarting, a cluster without a meta
 // leader), it logs and tries again with backoff (250ms doubling to 5s)
 // instead of exiting, so a node never loses a candidate because NATS was
@@ -43,11 +47,18 @@ type natsSetup struct {
 // waiting cannot cure (a malformed URL, bad credentials or settings), or
 // with ctx's error when ctx ends first (SIGTERM). The caller owns the
 // connection it returns.
-func setUp(ctx context.Context, cfg *config.Manager, url string, log *slog.Logger) (*natsSetup, error) {
-	var nc *nats.Conn
+func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.Option, log *slog.Logger) (*natsSetup, error) {
+	var nc, jobsNC *nats.Conn
+	closeAll := func() {
+		for _, c := range []*nats.Conn{nc, jobsNC} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
 	backoff := setupMinBackoff
 	for attempt := 1; ; attempt++ {
-		s, err := trySetUp(ctx, cfg, url, &nc)
+		s, err := trySetUp(ctx, cfg, url, &nc, jobsAuth, &jobsNC)
 		if err == nil {
 			if attempt > 1 {
 				log.Info("NATS set-up succeeded", "attempt", attempt)
@@ -58,9 +69,7 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, log *slog.Logge
 			break
 		}
 		if !transient(err) {
-			if nc != nil {
-				nc.Close()
-			}
+			closeAll()
 			return nil, err
 		}
 		log.Warn("NATS set-up failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
@@ -73,15 +82,13 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, log *slog.Logge
 		}
 		backoff = min(2*backoff, setupMaxBackoff)
 	}
-	if nc != nil {
-		nc.Close()
-	}
+	closeAll()
 	return nil, ctx.Err()
 }
 
 // trySetUp makes one try. A connection made by an earlier try is kept in
-// *nc: it reconnects by itself.
-func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn) (*natsSetup, error) {
+// *nc (and *jobsNC): it reconnects by itself.
+func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth nats.Option, jobsNC **nats.Conn) (*natsSetup, error) {
 	if *nc == nil {
 		c, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 		if err != nil {
@@ -109,13 +116,22 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	if s.poolStore, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Pools); err != nil {
 		return nil, err
 	}
-	if cfg.NATSURL == "" {
+	if jobsAuth != nil {
 		// Executors of the embedded server may not create streams (one
-		// capturing lease.> would read every secret): the job queue's
-		// stream and buckets are made here, for them to bind to.
-		if _, err := jobs.Open(ctx, *nc, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
+		// capturing <prefix>.*.*.acquire in their account would read every
+		// executor's secrets): the job queue's stream and buckets are made
+		// here, in their account, for them to bind to.
+		if *jobsNC == nil {
+			c, err := jetstream.Connect(url, jetstream.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
+			if err != nil {
+				return nil, err
+			}
+			*jobsNC = c
+		}
+		if _, err := jobs.Open(ctx, *jobsNC, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
 			return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
 		}
+		s.jobs = *jobsNC
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{

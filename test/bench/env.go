@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	slconfig "github.com/slotlease/slotlease/config"
 	sljs "github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 )
@@ -35,19 +36,44 @@ type env struct {
 	url   string
 	dir   string
 	conns []*nats.Conn
+	// mgr and client are how the manager and the clients connect: both
+	// anonymous in one account, or, with accounts, as leasemgr's embedded
+	// server admits them (manager and executor roles, each in its account).
+	mgr, client sljs.Auth
 }
 
-func startEnv() (*env, error) {
+func startEnv() (*env, error) { return startEnvWith(false) }
+
+// startEnvWith starts the server anonymous (one account), or with the
+// embedded server's accounts: the clients' requests then cross a service
+// import into the managers' account, as in the product's default layout.
+func startEnvWith(accounts bool) (*env, error) {
 	dir, err := os.MkdirTemp("", "slotlease-bench-")
 	if err != nil {
 		return nil, err
 	}
-	srv, err := sljs.StartServer(sljs.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream"), Anonymous: true})
+	e := &env{dir: dir}
+	sc := sljs.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream"), Anonymous: !accounts}
+	if accounts {
+		auth := filepath.Join(dir, "auth")
+		keys, err := sljs.EnsureCredentials(auth)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		sc.Users = sljs.EmbeddedUsers(keys, lease.DefaultPrefix)
+		role := func(r slconfig.Role) sljs.Auth {
+			return sljs.Auth{NKeySeed: slconfig.AuthFile(auth, r), InboxPrefix: r.InboxPrefix()}
+		}
+		e.mgr, e.client = role(slconfig.RoleManager), role(slconfig.RoleExecutor)
+	}
+	srv, err := sljs.StartServer(sc)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	return &env{srv: srv, url: srv.ClientURL(), dir: dir}, nil
+	e.srv, e.url = srv, srv.ClientURL()
+	return e, nil
 }
 
 func (e *env) close() {
@@ -69,9 +95,12 @@ func (e *env) msgs() int64 {
 	return v.InMsgs + v.OutMsgs
 }
 
-// connect opens a connection closed with the env.
-func (e *env) connect(name string) (*nats.Conn, error) {
-	nc, err := sljs.Connect(e.url, sljs.Auth{}, name)
+// connect opens a client connection closed with the env.
+func (e *env) connect(name string) (*nats.Conn, error) { return e.connectAs(name, e.client) }
+
+// connectAs opens a connection with auth, closed with the env.
+func (e *env) connectAs(name string, auth sljs.Auth) (*nats.Conn, error) {
+	nc, err := sljs.Connect(e.url, auth, name)
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +157,13 @@ func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...leas
 type managerParts struct {
 	events lease.EventSink
 	store  lease.Store
+	// accounts runs the scenario on the embedded server's accounts layout.
+	accounts bool
 }
 
 // startManagerWith starts a manager with parts in place of the product's.
 func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts managerParts, pools ...lease.PoolConfig) (*node, error) {
-	nc, err := e.connect("bench-manager")
+	nc, err := e.connectAs("bench-manager", e.mgr)
 	if err != nil {
 		return nil, err
 	}

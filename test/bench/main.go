@@ -221,10 +221,16 @@ func scenarios(short bool) []scenario {
 		})
 	}
 
-	// 3. The product's lease cycle.
+	// 3. The product's lease cycle, in one account and in the embedded
+	// server's accounts layout (requests cross a service import).
 	for _, v := range lease {
 		add(fmt.Sprintf("lease/c=%d/cap=%d", v.clients, v.capacity), func(ctx context.Context, cfg config) (*result, error) {
 			return leaseCycle(ctx, cfg, v.clients, v.capacity)
+		})
+	}
+	for _, v := range []cc{{1, 4}, {64, 4}} {
+		add(fmt.Sprintf("lease-accounts/c=%d/cap=%d", v.clients, v.capacity), func(ctx context.Context, cfg config) (*result, error) {
+			return leaseCycleWith(ctx, cfg, v.clients, v.capacity, managerParts{accounts: true})
 		})
 	}
 
@@ -409,6 +415,10 @@ func printTargets(w io.Writer, results []*result) {
 	ratio("1-client lease cycle ÷ naive serial cycle (ops/s, cap 4)", ">= 1.3", "lease/c=1/cap=4", "naive-serial/c=1/cap=4", false, atLeast(1.3))
 	for _, c := range []string{"4", "64"} {
 		ratio("64-client lease ÷ naive FIFO-queued (ops/s, cap "+c+")", ">= 2", "lease/c=64/cap="+c, "naive-fifo/c=64/cap="+c, false, atLeast(2))
+	}
+	for _, c := range []string{"1", "64"} {
+		ratio("lease cycle in the accounts layout ÷ in one account (ops/s, "+c+" clients, cap 4)", ">= 0.8",
+			"lease-accounts/c="+c+"/cap=4", "lease/c="+c+"/cap=4", false, atLeast(0.8))
 	}
 	g := target{what: "uncontended grant p99 (acquire, 1 client, cap 4)", goal: "< 2ms",
 		format: func(v float64) string { return fmtDur(time.Duration(v)) },

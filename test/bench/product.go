@@ -21,7 +21,7 @@ func leaseCycle(ctx context.Context, cfg config, clients, capacity int) (*result
 // leaseCycleWith runs leaseCycle against a manager with parts in place of
 // the product's.
 func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, parts managerParts) (*result, error) {
-	e, err := startEnv()
+	e, err := startEnvWith(parts.accounts)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	slconfig "github.com/slotlease/slotlease/config"
 	sljs "github.com/slotlease/slotlease/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
@@ -102,7 +103,9 @@ func managerWaiters(ctx context.Context, cfg config, n int) (*result, error) {
 	defer e.close()
 	// A TTL far longer than the run, so no lease here lapses: raw leases
 	// are not heartbeated.
-	node, err := e.startManager(ctx, 10*time.Minute, lease.PoolConfig{Name: "w", Capacity: 1})
+	// The queue holds them all: its default bound (slconfig.DefaultMaxQueue)
+	// is below the deepest queue measured.
+	node, err := e.startManager(ctx, 10*time.Minute, lease.PoolConfig{Name: "w", Capacity: 1, Options: pools.Options{MaxQueue: slconfig.MaxQueueLimit}})
 	if err != nil {
 		return nil, err
 	}

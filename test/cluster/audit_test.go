@@ -232,3 +232,55 @@ func TestAuditRefusedRenewalIsCountedAndStrictFails(t *testing.T) {
 		t.Fatalf("strict: violations %q, want the lost lease", rep.Violations)
 	}
 }
+
+// checkWriters flags each record no manager of the run wrote, and nothing
+// a manager wrote.
+func TestAuditWriters(t *testing.T) {
+	rec := func(id, manager string) []byte {
+		b, _ := json.Marshal(storedRecord{ID: id, Node: "n1", Pool: "p", Slots: 1, Manager: manager})
+		return b
+	}
+	leader := func(instance string) []byte {
+		b, _ := json.Marshal(lease.LeaderRecord{Instance: instance})
+		return b
+	}
+	put := func(key string, ttl time.Duration, data []byte) Observation {
+		return Observation{Key: key, Rev: 1, Op: jetstream.KeyValuePut, TS: at(0), Data: data, TTL: ttl}
+	}
+	good := AuditInput{
+		Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 4 * time.Second, RunEnd: at(10000),
+		Instances: map[string]bool{"m1": true},
+		Leases:    []Observation{put("n1.p.a", 4*time.Second, rec("a", "m1"))},
+		Leaders:   []Observation{put("n1", time.Second, leader("m1")), put("cluster.candidates.m1", time.Second, leader("m1"))},
+		Pools:     []Observation{put("n1.delta", 0, []byte(`{"manager":"m1","set":{"p":1}}`))},
+	}
+	if r := Audit(good); len(r.Violations) > 0 {
+		t.Fatalf("records the run's managers wrote: %v", r.Violations)
+	}
+	for name, tc := range map[string]struct {
+		mod  func(*AuditInput)
+		want string
+	}{
+		"lease without TTL":    {func(in *AuditInput) { in.Leases[0].TTL = 0 }, "stored without a TTL"},
+		"unknown manager":      {func(in *AuditInput) { in.Leases[0].Data = rec("a", "mallory") }, `names manager "mallory"`},
+		"key of another lease": {func(in *AuditInput) { in.Leases[0].Key = "n1.p.b" }, "holds the record of n1.p.a"},
+		"leader without TTL":   {func(in *AuditInput) { in.Leaders[0].TTL = 0 }, "leadership key n1 revision 1 was stored without a TTL"},
+		"unknown leader":       {func(in *AuditInput) { in.Leaders[0].Data = leader("mallory") }, `names instance "mallory"`},
+		"candidate of another": {func(in *AuditInput) { in.Leaders[1].Data = leader("m2") }, `candidate record cluster.candidates.m1`},
+		"stray leaders key":    {func(in *AuditInput) { in.Leaders[1].Key = "n1.forged" }, "neither a node's key nor a candidate's"},
+		"legacy pool change":   {func(in *AuditInput) { in.Pools[0].Key = "n1" }, "pool change n1"},
+		"forged pool change":   {func(in *AuditInput) { in.Pools[0].Data = []byte(`{"set":{"p":99}}`) }, "pool change n1.delta"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := good
+			in.Leases = append([]Observation(nil), good.Leases...)
+			in.Leaders = append([]Observation(nil), good.Leaders...)
+			in.Pools = append([]Observation(nil), good.Pools...)
+			tc.mod(&in)
+			r := Audit(in)
+			if len(r.Violations) == 0 || !strings.Contains(strings.Join(r.Violations, "\n"), tc.want) {
+				t.Fatalf("violations %v, want one containing %q", r.Violations, tc.want)
+			}
+		})
+	}
+}

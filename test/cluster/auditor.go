@@ -38,6 +38,9 @@ type Observation struct {
 	// Expired marks the server's marker for a TTL that lapsed (as opposed
 	// to a client's delete or purge).
 	Expired bool
+	// TTL is the per-message TTL the value was stored with (its Nats-TTL
+	// header); 0 for none.
+	TTL time.Duration
 }
 
 // EventObservation is one lease event from the event stream.
@@ -57,15 +60,16 @@ type Auditor struct {
 	mu      sync.Mutex
 	leases  []Observation
 	leaders []Observation
+	pools   []Observation
 	events  []EventObservation
 	errs    []string
 }
 
 // StartAuditor connects to url (directly, not through a proxy: the auditor
 // is not under test) and starts its watches. The buckets and the event
-// stream must exist. opts are extra connection options (credentials).
-func StartAuditor(ctx context.Context, url, prefix string, opts ...nats.Option) (*Auditor, error) {
-	nc, err := dial(ctx, url, "auditor", opts...)
+// stream must exist.
+func StartAuditor(ctx context.Context, url string, auth sljs.Auth, prefix string) (*Auditor, error) {
+	nc, err := dial(ctx, url, "auditor", auth)
 	if err != nil {
 		return nil, err
 	}
@@ -82,11 +86,13 @@ func StartAuditor(ctx context.Context, url, prefix string, opts ...nats.Option) 
 	}{
 		{sljs.NamesFor(prefix).Leases, &a.leases},
 		{sljs.NamesFor(prefix).Leaders, &a.leaders},
+		{sljs.NamesFor(prefix).Pools, &a.pools},
 	} {
 		subjPrefix := "$KV." + b.bucket + "."
 		err := a.consume(ctx, actx, "KV_"+b.bucket, subjPrefix+">", func(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 			o := Observation{Key: strings.TrimPrefix(msg.Subject(), subjPrefix), Rev: md.Sequence.Stream, TS: md.Timestamp, Data: msg.Data(), Op: jetstream.KeyValuePut}
 			h := msg.Headers()
+			o.TTL = storedTTL(h.Get("Nats-TTL"))
 			switch {
 			case h.Get("Nats-Marker-Reason") != "":
 				o.Op, o.Expired = jetstream.KeyValuePurge, h.Get("Nats-Marker-Reason") == "MaxAge"
@@ -216,6 +222,13 @@ func (a *Auditor) Observations() (leases, leaders []Observation, events []EventO
 	return append([]Observation(nil), a.leases...), append([]Observation(nil), a.leaders...), append([]EventObservation(nil), a.events...)
 }
 
+// PoolChanges returns the pool bucket's entries (runtime pool changes).
+func (a *Auditor) PoolChanges() []Observation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Observation(nil), a.pools...)
+}
+
 // Live returns the lease records and queue entries live in the auditor's
 // view now: a drained run must leave neither.
 func (a *Auditor) Live() (leases, queued []string) {
@@ -296,6 +309,10 @@ type AuditInput struct {
 	// connection reset of the new leader, or to a renewal refused although
 	// the record lived (known problems 3 and 5).
 	StrictStalls bool
+	// Instances are the managers of the run. When set, every lease,
+	// leadership and pool record must be one of theirs (checkWriters).
+	Instances map[string]bool
+	Pools     []Observation // the pool bucket's entries, for checkWriters
 }
 
 // Report is the auditor's verdict.
@@ -381,6 +398,7 @@ const tsFormat = "15:04:05.000"
 func Audit(in AuditInput) *Report {
 	r := &Report{Outcomes: map[string]int{}, LostExcused: map[string]int{}, MaxKVInUse: map[string]int64{}, MaxHeldInUse: map[string]int64{},
 		RateStarts: map[string]int{}, MaxRateUse: map[string]float64{}}
+	checkWriters(in, r)
 	kv := buildKVLeases(in, r)
 	r.KVLeases = len(kv)
 	checkRates(in, kv, r)

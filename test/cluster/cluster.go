@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
 )
 
 // Cluster is a JetStream cluster of embedded servers on 127.0.0.1. Each
@@ -27,6 +30,11 @@ import (
 // restart, as a real server on a fixed host would.
 type Cluster struct {
 	Name string
+
+	// authDir holds the roles' nkey seeds; "" on an Anonymous cluster.
+	authDir string
+	// jobsAdmin authenticates the executors' account's administrator.
+	jobsAdmin nats.Option
 
 	mu      sync.Mutex
 	members []*member
@@ -46,6 +54,12 @@ type ClusterConfig struct {
 	// ClientPorts, if set, fixes the client ports (one per server); 0 or
 	// nil picks free ports.
 	ClientPorts []int
+	// Anonymous admits every client into one account with every right.
+	// Otherwise the servers run the accounts layout of docs/security.md
+	// and the embedded server (jetstream/accounts.go): managers, executors
+	// and readers in accounts of their own, each role with an nkey seed
+	// under Dir/auth (Auth, Env).
+	Anonymous bool
 }
 
 // StartCluster starts the servers and waits until JetStream has a meta
@@ -97,6 +111,19 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		routes[i] = "127.0.0.1:" + strconv.Itoa(p)
 	}
 	c := &Cluster{Name: cfg.Name}
+	var users []jetstream.User
+	if !cfg.Anonymous {
+		c.authDir = filepath.Join(cfg.Dir, "auth")
+		keys, err := jetstream.EnsureCredentials(c.authDir)
+		if err != nil {
+			return nil, err
+		}
+		admin, opt, err := jetstream.NewJobsAdmin()
+		if err != nil {
+			return nil, err
+		}
+		users, c.jobsAdmin = append(jetstream.EmbeddedUsers(keys, lease.DefaultPrefix), admin), opt
+	}
 	for i := range cfg.Size {
 		name := fmt.Sprintf("n%d", i)
 		c.members = append(c.members, &member{cfg: jetstream.ClusterServerConfig{
@@ -107,7 +134,8 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 				MaxMemory: 64 << 20,
 				MaxStore:  1 << 30,
 				Debug:     cfg.Debug,
-				Anonymous: true, // a test cluster; the product's is a real nats-server
+				Users:     users,
+				Anonymous: cfg.Anonymous,
 			},
 			Cluster:       cfg.Name,
 			ClusterListen: routes[i],
@@ -138,6 +166,38 @@ func (c *Cluster) start(i int) error {
 	m.srv = s
 	c.mu.Unlock()
 	return nil
+}
+
+// Auth is how a client of role connects: the role's seed and inbox
+// prefix; the zero Auth (anonymous) on an Anonymous cluster.
+func (c *Cluster) Auth(r config.Role) jetstream.Auth {
+	if c.authDir == "" {
+		return jetstream.Auth{}
+	}
+	return jetstream.Auth{NKeySeed: config.AuthFile(c.authDir, r), InboxPrefix: r.InboxPrefix()}
+}
+
+// JobsAdmin is the option that connects as the executors' account's
+// administrator (jetstream.NewJobsAdmin), which makes the job queue; nil on
+// an Anonymous cluster.
+func (c *Cluster) JobsAdmin() nats.Option { return c.jobsAdmin }
+
+// Env is what a binary of role needs in its environment to connect.
+func (c *Cluster) Env(r config.Role) []string {
+	a := c.Auth(r)
+	if a.NKeySeed == "" {
+		return nil
+	}
+	return []string{config.EnvNATSNKey + "=" + a.NKeySeed, config.EnvNATSInboxPrefix + "=" + a.InboxPrefix}
+}
+
+// DisconnectSubject is where the managers hear that an executor's
+// connection closed (fast release).
+func (c *Cluster) DisconnectSubject() string {
+	if c.authDir == "" {
+		return jetstream.AnonymousDisconnectSubject
+	}
+	return jetstream.ExecutorDisconnectSubject
 }
 
 // Size returns the number of servers.

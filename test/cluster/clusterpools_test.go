@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
@@ -43,10 +44,10 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	defer cl.Shutdown()
 	st := Settings{Logger: harness.Logger()}
 	st.defaults()
-	if err := Provision(ctx, cl.URL(), st); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
 		t.Fatal(err)
 	}
-	aud, err := StartAuditor(ctx, cl.URL(), st.Prefix)
+	aud, err := StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func multiPoolExecutor(ctx context.Context, t *testing.T, cl *Cluster, st Settin
 		return
 	}
 	defer p.Close()
-	nc, err := dial(ctx, p.URL(), id)
+	nc, err := dial(ctx, p.URL(), id, cl.Auth(config.RoleExecutor))
 	if err != nil {
 		t.Error(err)
 		return

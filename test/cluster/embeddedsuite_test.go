@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -72,8 +71,8 @@ func embeddedSuiteRun(t *testing.T, bin string, seed uint64, dur time.Duration) 
 	}
 	startMgr()
 	harness.Eventually(t, 30*time.Second, "leasemgr to serve", func() bool { return readyz(httpAddr) == 200 })
-	aud, err := StartAuditor(ctx, "nats://"+listen, lease.DefaultPrefix,
-		nkeyOption(t, config.AuthFile(authDir, config.RoleManager)), nats.CustomInboxPrefix(config.RoleManager.InboxPrefix()))
+	aud, err := StartAuditor(ctx, "nats://"+listen, jetstream.Auth{NKeySeed: config.AuthFile(authDir, config.RoleManager),
+		InboxPrefix: config.RoleManager.InboxPrefix()}, lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +189,4 @@ func embeddedSuiteRun(t *testing.T, bin string, seed uint64, dur time.Duration) 
 	for _, v := range rep.Violations {
 		t.Error(v)
 	}
-}
-
-// nkeyOption authenticates with the nkey seed in path.
-func nkeyOption(t *testing.T, path string) nats.Option {
-	t.Helper()
-	o, err := nats.NkeyOptionFromSeed(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -257,7 +258,7 @@ func (e *Executor) incarnation(ctx context.Context) error {
 	e.mu.Lock()
 	e.proxy = p
 	e.mu.Unlock()
-	nc, err := dial(ctx, p.URL(), holder)
+	nc, err := dial(ctx, p.URL(), holder, e.cfg.Cluster.Auth(config.RoleExecutor))
 	if err != nil {
 		p.Close()
 		return err

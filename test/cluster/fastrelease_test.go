@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -29,7 +31,7 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	defer cl.Shutdown()
 	st := Settings{LeaseTTL: 8 * time.Second, Logger: harness.Logger()}
 	st.defaults()
-	if err := Provision(ctx, cl.URL(), st); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
 		t.Fatal(err)
 	}
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "m",
@@ -50,7 +52,7 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 			}
 			urls += "nats://" + a
 		}
-		nc, err := nats.Connect(urls, nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		nc, err := jetstream.Connect(urls, cl.Auth(config.RoleExecutor), t.Name(), nats.DontRandomize())
 		if err != nil {
 			t.Fatal(err)
 		}

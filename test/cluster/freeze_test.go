@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -42,7 +43,15 @@ type freezeWorker struct {
 
 func startWorker(t *testing.T, bin, url, node, label string, hold time.Duration) *freezeWorker {
 	t.Helper()
-	w, err := launchWorker(t, bin, url, node, label, hold, filepath.Join(t.TempDir(), "stop"))
+	// The worker, confined with ids of its own, must see the file:
+	// t.TempDir is private, so open the way to it.
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := launchWorker(t, bin, url, node, label, hold, filepath.Join(dir, "stop"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,16 +138,19 @@ func TestManagerFreezeNoOvergrant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(repeat)*time.Minute+time.Minute)
 	defer cancel()
 	bin := buildBinaries(t)
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
+	// Anonymous: the binaries here run without credentials, as on the
+	// real nats-server processes of the freeze suite (natsprocs_test.go);
+	// the account layout is the fault suite's (suite.go).
+	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir(), Anonymous: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Shutdown()
 	url := cl.URL()
-	if err := Provision(ctx, url, Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL}); err != nil {
+	if err := Provision(ctx, url, cl.Auth(config.RoleManager), Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL}); err != nil {
 		t.Fatal(err)
 	}
-	aud, err := StartAuditor(ctx, url, lease.DefaultPrefix)
+	aud, err := StartAuditor(ctx, url, cl.Auth(config.RoleManager), lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

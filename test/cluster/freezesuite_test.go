@@ -111,7 +111,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	nats := startNATSProcsAdvising(t, natsBin, 3)
 	url := nats.URL()
 	nats.provision(ctx, Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL})
-	aud, err := StartAuditor(ctx, url, lease.DefaultPrefix)
+	aud, err := StartAuditor(ctx, url, jetstream.Auth{}, lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 		mgrs[i] = startProcess(t, fmt.Sprintf("leasemgr %d", i), bin, "leasemgr", []string{
 			"NODE_ID=" + node, "NATS_URL=" + url, "NATS_REPLICAS=3", "POOL_CAPACITIES=gpu=2",
 			"LEASE_TTL=" + freezeLeaseTTL.String(), "LEADER_TTL=" + freezeLeaderTTL.String(),
-			"DISCONNECT_EVENTS=" + jetstream.EmbeddedDisconnectSubject,
+			"DISCONNECT_EVENTS=" + jetstream.AnonymousDisconnectSubject,
 			"EVENT_RETENTION=1h", "HTTP_ADDR=" + addrs[i], "LOG_LEVEL=debug",
 		})
 	}

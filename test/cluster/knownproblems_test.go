@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	sljs "github.com/slotlease/slotlease/jetstream"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -43,7 +44,7 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	t.Cleanup(cl.Shutdown)
 	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
 	st.defaults()
-	if err := Provision(ctx, cl.URL(), st); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
 		t.Fatal(err)
 	}
 	pools := []lease.PoolConfig{{Name: "gpu", Capacity: 1}}
@@ -58,12 +59,18 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Stop)
-	nc, err := dial(ctx, cl.URL(), "clients")
+	nc, err := dial(ctx, cl.URL(), "clients", cl.Auth(config.RoleExecutor))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	// The lease bucket is the managers': read it with their rights.
+	mgr, err := dial(ctx, cl.URL(), "lease bucket", cl.Auth(config.RoleManager))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mgr.Close)
+	js, _ := jetstream.New(mgr)
 	kv, err := js.KeyValue(ctx, sljs.NamesFor(st.Prefix).Leases)
 	if err != nil {
 		t.Fatal(err)

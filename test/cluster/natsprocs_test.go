@@ -48,7 +48,7 @@ func startNATSProcs(t *testing.T, bin string, size int) *natsProcs {
 
 // startNATSProcsAdvising is startNATSProcs with the disconnect advisories
 // exported to the clients' account (natsProcs.advisories): managers set
-// DISCONNECT_EVENTS to jetstream.EmbeddedDisconnectSubject.
+// DISCONNECT_EVENTS to jetstream.AnonymousDisconnectSubject.
 func startNATSProcsAdvising(t *testing.T, bin string, size int) *natsProcs {
 	t.Helper()
 	return startNATSProcsWith(t, bin, size, true)
@@ -86,7 +86,7 @@ accounts {
   %[2]s { jetstream: enabled, users: [{user: anonymous}], imports: [{stream: {account: %[1]s, subject: %[3]q}}] }
   %[1]s { exports: [{stream: %[3]q, accounts: [%[2]s]}] }
 }
-`, jetstream.EmbeddedSystemAccount, jetstream.EmbeddedAccount, jetstream.EmbeddedDisconnectSubject)
+`, jetstream.EmbeddedSystemAccount, jetstream.ManagerAccount, jetstream.AnonymousDisconnectSubject)
 	}
 	path := filepath.Join(c.dir, fmt.Sprintf("n%d.conf", i))
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
@@ -131,7 +131,7 @@ func (c *natsProcs) provision(ctx context.Context, st Settings) {
 	c.t.Helper()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := Provision(tctx, c.URL(), st)
+		err := Provision(tctx, c.URL(), jetstream.Auth{}, st)
 		cancel()
 		if err == nil {
 			return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 )
@@ -73,21 +74,14 @@ func (s *Settings) defaults() {
 	}
 }
 
-// dial connects a long-lived client the way jetstream.Connect does
-// (reconnect forever, 50-100ms apart), retrying the first connect until ctx
+// dial connects a long-lived client with jetstream.Connect (reconnect
+// forever, 50-100ms apart) and auth, retrying the first connect until ctx
 // ends, and never learning other servers' addresses: a client behind a
 // proxy must stay behind it.
-func dial(ctx context.Context, url, name string, extra ...nats.Option) (*nats.Conn, error) {
-	opts := append([]nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(50 * time.Millisecond),
-		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
-		nats.IgnoreDiscoveredServers(),
-		nats.Timeout(time.Second),
-	}, extra...)
+func dial(ctx context.Context, url, name string, auth jetstream.Auth, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{nats.IgnoreDiscoveredServers(), nats.Timeout(time.Second)}, extra...)
 	for {
-		nc, err := nats.Connect(url, opts...)
+		nc, err := jetstream.Connect(url, auth, name, opts...)
 		if err == nil {
 			return nc, nil
 		}
@@ -224,7 +218,7 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 	if err != nil {
 		return nil, err
 	}
-	nc, err := dial(ctx, p.URL(), "leasemgr "+cfg.Instance)
+	nc, err := dial(ctx, p.URL(), "leasemgr "+cfg.Instance, cfg.Cluster.Auth(config.RoleManager))
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -249,7 +243,7 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		RebuildStall: time.Second,
 		// Fast release, as leasemgr runs it on its embedded server: the
 		// suite's servers export the disconnect advisories the same way.
-		DisconnectEvents: jetstream.EmbeddedDisconnectSubject, DisconnectGrace: cfg.DisconnectGrace,
+		DisconnectEvents: cfg.Cluster.DisconnectSubject(), DisconnectGrace: cfg.DisconnectGrace,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil {
 		nc.Close()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -55,10 +56,10 @@ func injectedRun(t *testing.T, managerCap int64, wrap func(lease.Store) lease.St
 	defer cl.Shutdown()
 	st := Settings{LeaseTTL: 2 * time.Second, Logger: harness.Logger()}
 	st.defaults()
-	if err := Provision(ctx, cl.URL(), st); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
 		t.Fatal(err)
 	}
-	aud, err := StartAuditor(ctx, cl.URL(), st.Prefix)
+	aud, err := StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

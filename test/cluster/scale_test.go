@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
@@ -74,12 +75,12 @@ func TestScale(t *testing.T) {
 	t.Cleanup(cl.Shutdown) // after the connections' cleanups
 	st := Settings{LeaseTTL: 5 * time.Second, StoreTimeout: 5 * time.Second, Logger: harness.Logger()}
 	st.defaults()
-	if err := Provision(ctx, cl.URL(), st); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
 		t.Fatal(err)
 	}
 	var aud *Auditor
 	if *scaleAudit {
-		if aud, err = StartAuditor(ctx, cl.URL(), st.Prefix); err != nil {
+		if aud, err = StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix); err != nil {
 			t.Fatal(err)
 		}
 		defer aud.Stop()
@@ -90,11 +91,11 @@ func TestScale(t *testing.T) {
 	for _, p := range scalePools {
 		poolCfg = append(poolCfg, p.PoolConfig)
 	}
-	conns := func(n int, name string) []*nats.Conn {
+	conns := func(n int, name string, role config.Role) []*nats.Conn {
 		var out []*nats.Conn
 		for i := range n {
-			nc, err := nats.Connect("nats://"+cl.ClientAddr(i%cl.Size()), nats.Name(fmt.Sprintf("%s-%d", name, i)),
-				nats.MaxReconnects(-1), nats.IgnoreDiscoveredServers(), nats.ReconnectBufSize(64<<20))
+			nc, err := jetstream.Connect("nats://"+cl.ClientAddr(i%cl.Size()), cl.Auth(role), fmt.Sprintf("%s-%d", name, i),
+				nats.IgnoreDiscoveredServers(), nats.ReconnectBufSize(64<<20))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func TestScale(t *testing.T) {
 		}
 		return out
 	}
-	mconns := conns(*scaleMgrConns, "managers")
+	mconns := conns(*scaleMgrConns, "managers", config.RoleManager)
 	var managers []*lease.Manager
 	nodes := make([]string, nNodes)
 	for i := range nNodes {
@@ -131,7 +132,7 @@ func TestScale(t *testing.T) {
 	}()
 
 	// Executors: nExecs lease clients on a few shared connections.
-	econns := conns(*scaleExecConns, "executors")
+	econns := conns(*scaleExecConns, "executors", config.RoleExecutor)
 	type sample struct {
 		latency time.Duration
 		queued  bool

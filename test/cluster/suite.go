@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
@@ -198,6 +199,7 @@ type suite struct {
 
 	nodes     []string
 	cands     map[string][]*Candidate // live candidates per node
+	instances map[string]bool         // every candidate the run started, for the auditor
 	candSeq   int
 	execs     []*Executor
 	agenda    []action
@@ -240,7 +242,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 	}
 	s := &suite{
 		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), rec: &Recorder{}, terms: &Terms{},
-		cands: map[string][]*Candidate{}, faults: map[string]int{}, serverOut: -1, holed: map[*Proxy]bool{},
+		cands: map[string][]*Candidate{}, instances: map[string]bool{}, faults: map[string]int{}, serverOut: -1, holed: map[*Proxy]bool{},
 	}
 	cl, err := StartCluster(ctx, ClusterConfig{Dir: filepath.Join(cfg.Dir, "nats")})
 	if err != nil {
@@ -248,16 +250,16 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 	}
 	s.cluster = cl
 	defer cl.Shutdown()
-	if err := Provision(ctx, cl.URL(), cfg.Settings); err != nil {
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), cfg.Settings); err != nil {
 		return nil, err
 	}
 	if s.cfg.Weights["exec-forge"] > 0 {
-		if s.forger, err = dial(ctx, cl.URL(), "forger"); err != nil {
+		if s.forger, err = dial(ctx, cl.URL(), "forger", cl.Auth(config.RoleManager)); err != nil {
 			return nil, err
 		}
 		defer s.forger.Close()
 	}
-	aud, err := StartAuditor(ctx, cl.URL(), cfg.Prefix)
+	aud, err := StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +365,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		Capacity: capacity, Rates: rateLimits(s.nodes, cfg.Pools), LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, NetFaults: nf, Servers: s.servers, Terms: s.terms.All(), Overlaps: s.terms.Overlaps(),
 		RunEnd: runEnd, HangGrace: 2 * time.Second, StrictKill: !cfg.ExcuseServerKills, StrictOrphans: cfg.StrictOrphans,
-		StrictStalls: cfg.StrictOrphans,
+		StrictStalls: cfg.StrictOrphans, Instances: s.instances, Pools: aud.PoolChanges(),
 	})
 	for _, k := range liveLeases {
 		rep.violate("leaked lease record after the drain: %s", k)
@@ -397,9 +399,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 
 // Provision creates the buckets and the event stream at the configured
 // replica count, as the first leasemgr of a cluster does.
-func Provision(ctx context.Context, url string, st Settings) error {
+func Provision(ctx context.Context, url string, auth jetstream.Auth, st Settings) error {
 	st.defaults()
-	nc, err := dial(ctx, url, "provision")
+	nc, err := dial(ctx, url, "provision", auth)
 	if err != nil {
 		return err
 	}
@@ -430,6 +432,7 @@ func (s *suite) startCandidate(ctx context.Context, node string) error {
 		return fmt.Errorf("start candidate %s: %w", inst, err)
 	}
 	s.cands[node] = append(s.cands[node], c)
+	s.instances[inst] = true
 	return nil
 }
 
@@ -463,7 +466,7 @@ func (s *suite) waitServing(ctx context.Context, timeout time.Duration) error {
 // until every pool reads in_use 0 and queued 0, and returns the pools that
 // did not by the deadline.
 func (s *suite) waitIdle(ctx context.Context, deadline time.Time) []string {
-	nc, err := dial(ctx, s.cluster.URL(), "stats")
+	nc, err := dial(ctx, s.cluster.URL(), "stats", s.cluster.Auth(config.RoleReader))
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -692,17 +695,19 @@ func (s *suite) apply(ctx context.Context, kind string) bool {
 		})
 		return true
 	case "exec-forge":
-		// Any client of the account can make a disconnect advisory appear
-		// (lease/forgeddisconnect_test.go): one naming a live holder's
-		// connection must cost it nothing. The auditor excuses no lease
-		// lost to it (its connection was not down).
+		// An advisory published in the managers' account, as any client of
+		// a single-account NATS could make appear (lease/forgeddisconnect_test.go;
+		// in the suite's account layout no executor can reach that subject):
+		// one naming a live holder's connection must cost it nothing, the
+		// close check stops it. The auditor excuses no lease lost to it (its
+		// connection was not down).
 		e := s.execs[s.rng.IntN(len(s.execs))]
 		server, id, ok := e.ConnIdentity()
 		if !ok || s.forger == nil {
 			return false
 		}
 		adv := fmt.Appendf(nil, `{"type":"io.nats.server.advisory.v1.client_disconnect","server":{"id":%q},"client":{"id":%d}}`, server, id)
-		if s.forger.Publish(jetstream.EmbeddedDisconnectSubject, adv) != nil {
+		if s.forger.Publish(s.cluster.DisconnectSubject(), adv) != nil {
 			return false
 		}
 		s.logf("exec-forge %s (conn %d on %s)", e.ID(), id, server)

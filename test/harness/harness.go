@@ -226,13 +226,15 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 }
 
 // SecureServer is an embedded server set up as leasemgr sets up its own:
-// nkey users for the manager, executor and reader roles in the slotlease
-// account, a system account, and the disconnect advisories exported to
-// the manager (fast release).
+// nkey users for the manager, executor and reader roles, each in its
+// account (jetstream/accounts.go), the in-memory administrator of the
+// executors' account (jetstream.NewJobsAdmin), a system account, and the
+// executors' disconnect advisories exported to the manager (fast release).
 type SecureServer struct {
 	*server.Server
 	URL     string
 	AuthDir string
+	jobs    nats.Option
 }
 
 // StartSecureServer starts a SecureServer that lives until the test ends.
@@ -244,8 +246,12 @@ func StartSecureServer(tb testing.TB) *SecureServer {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	admin, jobs, err := jetstream.NewJobsAdmin()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	s, err := jetstream.StartServer(jetstream.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "jetstream"),
-		Users: jetstream.EmbeddedUsers(keys, lease.DefaultPrefix)})
+		Users: append(jetstream.EmbeddedUsers(keys, lease.DefaultPrefix), admin)})
 	if err != nil {
 		tb.Fatalf("start nats-server: %v", err)
 	}
@@ -253,7 +259,15 @@ func StartSecureServer(tb testing.TB) *SecureServer {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return &SecureServer{Server: s, URL: s.ClientURL(), AuthDir: authDir}
+	return &SecureServer{Server: s, URL: s.ClientURL(), AuthDir: authDir, jobs: jobs}
+}
+
+// ConnectJobsAdmin opens a connection as the executors' account's
+// administrator, as leasemgr does to make the job queue, closed at the end
+// of the test.
+func (s *SecureServer) ConnectJobsAdmin(tb testing.TB, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	return ConnectAuth(tb, s.URL, jetstream.Auth{}, append([]nats.Option{s.jobs}, opts...)...)
 }
 
 // Connect opens a connection with role's credentials, closed at the end of

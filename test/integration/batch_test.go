@@ -65,7 +65,7 @@ func TestBatchFanOutWaitAcrossNodes(t *testing.T) {
 		start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
 	}
 
-	script := filepath.Join(t.TempDir(), "batch.sh")
+	script := filepath.Join(openTempDir(t), "batch.sh")
 	if err := os.WriteFile(script, []byte(batchScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestBatchFanOutWaitAcrossNodes(t *testing.T) {
 func TestJobControlCLI(t *testing.T) {
 	env, httpAddr := managerEnv(t, "ctl", "p=1", "15s")
 	startManager(t, env, httpAddr)
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	run := func(wantCode int, args ...string) string {
 		t.Helper()
 		code, out := runExecutor(t, env, args...)
@@ -154,11 +154,11 @@ func TestJobControlCLI(t *testing.T) {
 		t.Helper()
 		return strings.TrimSpace(run(0, append([]string{"submit"}, args...)...))
 	}
-	holder := submit("--pool", "p", "--env", "DIR="+dir, "--", "sh", "-c", `touch "$DIR/holder-ran"; while :; do sleep 0.05; done`)
+	holder := submit("--pool", "p", "--writable", dir, "--env", "DIR="+dir, "--", "sh", "-c", `touch "$DIR/holder-ran"; while :; do sleep 0.05; done`)
 	start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
 	q := jobQueue(t, env)
 	eventually(t, 20*time.Second, "the holder to run", func() bool { return record(q, holder).State == jobs.StateRunning })
-	queued := submit("--pool", "p", "--env", "DIR="+dir, "--", "sh", "-c", `touch "$DIR/queued-ran"`)
+	queued := submit("--pool", "p", "--writable", dir, "--env", "DIR="+dir, "--", "sh", "-c", `touch "$DIR/queued-ran"`)
 
 	if out := run(0, "cancel", queued); !strings.Contains(out, queued+"\tcancelled") {
 		t.Fatalf("cancel of the queued job:\n%s", out)
@@ -181,6 +181,9 @@ func TestJobControlCLI(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the freed slot would have been given to the queued job by now
 	if _, err := os.Stat(filepath.Join(dir, "queued-ran")); err == nil {
 		t.Fatal("the job cancelled while queued ran")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "holder-ran")); err != nil {
+		t.Fatalf("the holder could not leave its mark, so the check above proves nothing: %v", err)
 	}
 
 	// Purge: only with --confirm; jobs of a pool nobody serves.

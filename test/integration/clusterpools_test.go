@@ -155,11 +155,11 @@ func TestSeveralPoolsInOneRun(t *testing.T) {
 	env2, _, _ := clusterNode(t, host, "g2", "gpu=1", "api=1")
 	eventually(t, 20*time.Second, "a candidate to serve the cluster pools", func() bool { return servedBy(t, env1) != "" })
 
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	pair := func(name string, pools ...string) (a, b runSpan, took time.Duration, outB string) {
 		t.Helper()
 		args := func(tag string) []string {
-			out := []string{"run"}
+			out := []string{"run", "--writable", dir}
 			for _, p := range pools {
 				out = append(out, "--pool", p)
 			}
@@ -240,10 +240,14 @@ func TestLosingOnePoolStopsTheWork(t *testing.T) {
 	_, _, cand := clusterNode(t, host, "l2", "gpu=1", "api=1")
 	eventually(t, 20*time.Second, "l2 to serve the cluster pools", func() bool { return servedBy(t, env1) == "l2" })
 
-	marker := filepath.Join(t.TempDir(), "still-running")
-	run := start(t, env1, "executor", "run", "--pool", "gpu", "--pool", "api", "--",
+	shared := sharedDir(t)
+	marker := filepath.Join(shared, "still-running")
+	run := start(t, env1, "executor", "run", "--pool", "gpu", "--pool", "api", "--writable", shared, "--",
 		"sh", "-c", `while true; do date +%s.%N > "$0"; sleep 0.1; done`, marker)
-	eventually(t, 20*time.Second, "the run to hold both", func() bool { return strings.Count(run.Output(), "granted") == 2 })
+	eventually(t, 20*time.Second, "the run to hold both and write its marker", func() bool {
+		_, err := os.Stat(marker)
+		return strings.Count(run.Output(), "granted") == 2 && err == nil
+	})
 	_ = cand.cmd.Process.Kill()
 	killed := time.Now()
 	code := run.Wait(t, 30*time.Second)

@@ -100,15 +100,16 @@ func killAndCheckTree(t *testing.T, executor *proc, m [4]string, minProcs int) {
 }
 
 // plainSandbox forces the sandbox's no-namespace, no-cgroup path (a test
-// setting, see sandbox).
-const plainSandbox = "_SLOTLEASE_SANDBOX_TEST_PLAIN=1"
+// setting, see sandbox), where workers cannot be confined: the executor
+// runs them unconfined only when told to (EXECUTOR_UNCONFINED=1).
+var plainSandbox = []string{"_SLOTLEASE_SANDBOX_TEST_PLAIN=1", "EXECUTOR_UNCONFINED=1"}
 
 // sandboxModes are the sandbox's default path and the forced plain one,
 // with the environment each adds.
 var sandboxModes = []struct {
 	name string
 	env  []string
-}{{"default", nil}, {"plain", []string{plainSandbox}}}
+}{{"default", nil}, {"plain", plainSandbox}}
 
 func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
 	env, httpAddr := managerEnv(t, "contain", "gpu=4", "15s")
@@ -120,9 +121,9 @@ func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
 		minProcs int
 	}{
 		{"default", nil, escapingTree, 4},
-		{"plain", []string{plainSandbox}, escapingTree, 4},
+		{"plain", plainSandbox, escapingTree, 4},
 		{"default/forkbomb", nil, forkBomb, 40},
-		{"plain/forkbomb", []string{plainSandbox}, forkBomb, 40},
+		{"plain/forkbomb", plainSandbox, forkBomb, 40},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

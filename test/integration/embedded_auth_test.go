@@ -58,8 +58,9 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 	// Zero configuration: the manager's environment only says where the
 	// server listens, as in the README.
 	t.Run("zero configuration", func(t *testing.T) {
-		dump := filepath.Join(t.TempDir(), "worker-env")
-		if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--env", "DUMP="+dump, "--", "sh", "-c", `env > "$DUMP"`); code != 0 {
+		shared := sharedDir(t)
+		dump := filepath.Join(shared, "worker-env")
+		if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--writable", shared, "--env", "DUMP="+dump, "--", "sh", "-c", `env > "$DUMP"`); code != 0 {
 			t.Fatalf("executor run: exit %d\n%s", code, out)
 		}
 		workerEnv, err := os.ReadFile(dump)
@@ -82,8 +83,8 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 			return strings.Contains(out, "granted") && strings.Contains(out, "released") && strings.Contains(out, "sec/gpu")
 		})
 		// The job queue, with the executor role's narrow JetStream rights.
-		work := t.TempDir()
-		code, out = runExecutor(t, env, "submit", "--pool", "gpu", "--env", "OUT="+work, "--", "sh", "-c", `touch "$OUT/done"`)
+		work := sharedDir(t)
+		code, out = runExecutor(t, env, "submit", "--pool", "gpu", "--writable", work, "--env", "OUT="+work, "--", "sh", "-c", `touch "$OUT/done"`)
 		if code != 0 {
 			t.Fatalf("executor submit: exit %d\n%s", code, out)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +26,7 @@ ls -A "$HIDDEN" > "$OUT/hidden-$JOB_ID" 2>&1
 command -v executor > "$OUT/which-$JOB_ID"
 if [ "$LEVEL" -lt 3 ]; then
 	for i in 1 2; do
-		executor submit --pool p --env OUT="$OUT" --env HIDDEN="$HIDDEN" --env LEVEL=$((LEVEL + 1)) --env SCRIPT="$SCRIPT" -- sh -c "$SCRIPT" || exit 1
+		executor submit --pool p --writable "$OUT" --env OUT="$OUT" --env HIDDEN="$HIDDEN" --env LEVEL=$((LEVEL + 1)) --env SCRIPT="$SCRIPT" -- sh -c "$SCRIPT" || exit 1
 	done
 else
 	executor submit --pool p -- true > "$OUT/deep-$JOB_ID" 2>&1
@@ -39,14 +41,14 @@ fi`
 func TestFollowUpsFromInsideJobs(t *testing.T) {
 	env, httpAddr := managerEnv(t, "fan", "p=4", "15s")
 	startManager(t, env, httpAddr)
-	out := t.TempDir()
+	out := sharedDir(t)
 	hidden := authDirFor(t, envValue(env, "HOME"), natsURL(env))
 	if entries, err := os.ReadDir(hidden); err != nil || len(entries) == 0 {
 		t.Fatalf("the credential directory %s is empty or missing (%v): the test would prove nothing", hidden, err)
 	}
 
 	root, _ := json.Marshal(map[string]any{
-		"pool": "p", "batch": "fan", "command": []string{"sh", "-c", fanOutScript},
+		"pool": "p", "batch": "fan", "command": []string{"sh", "-c", fanOutScript}, "writable": []string{out},
 		"env": map[string]string{"OUT": out, "HIDDEN": hidden, "LEVEL": "0", "SCRIPT": fanOutScript},
 	})
 	specFile := filepath.Join(t.TempDir(), "root.json")
@@ -118,8 +120,10 @@ func TestFollowUpsFromInsideJobs(t *testing.T) {
 		if !strings.Contains(string(envDump), jobs.SocketEnv+"=") {
 			t.Fatalf("job %s has no %s:\n%s", r.ID, jobs.SocketEnv, envDump)
 		}
-		// Hidden: an empty directory, or none at all (a parent is hidden).
-		if b, _ := os.ReadFile(filepath.Join(out, "hidden-"+r.ID)); len(b) != 0 && !strings.Contains(string(b), "No such file or directory") {
+		// Hidden: an empty directory, none at all (a parent is hidden or
+		// masked), or one the job's own ids may not enter.
+		if b, _ := os.ReadFile(filepath.Join(out, "hidden-"+r.ID)); len(b) != 0 && !strings.Contains(string(b), "No such file or directory") &&
+			!strings.Contains(string(b), "Permission denied") {
 			t.Fatalf("job %s sees the credential directory %s: %q", r.ID, hidden, b)
 		}
 		if b, _ := os.ReadFile(filepath.Join(out, "which-"+r.ID)); !strings.HasSuffix(strings.TrimSpace(string(b)), "/bin/executor") {
@@ -131,5 +135,77 @@ func TestFollowUpsFromInsideJobs(t *testing.T) {
 				t.Fatalf("job %s at depth 3 was not refused by the depth limit:\n%s", r.ID, b)
 			}
 		}
+	}
+}
+
+// limitsProbe reports what a job runs with: its network interfaces, its
+// process and address-space rlimits and, where it has a cgroup, its
+// memory.max and pids.max; then it sleeps past any short timeout.
+const limitsProbe = `{
+tail -n +3 /proc/net/dev | cut -d: -f1 | sed 's/^ */iface /'
+grep -E '^Max (processes|address space)' /proc/self/limits
+cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+	[ -f "$root$cg/memory.max" ] && echo "memory.max $(cat "$root$cg/memory.max")"
+	[ -f "$root$cg/pids.max" ] && echo "pids.max $(cat "$root$cg/pids.max")"
+done
+} > "$OUT/child-limits"
+sleep 30`
+
+// Issue 29, point 4: a job without a network, with memory, process and
+// time limits and one attempt submits a follow-up asking for none of
+// that; the follow-up's record holds the parent's limits, and it runs
+// with them: only loopback, the memory and process limits in force,
+// stopped at the parent's timeout after its one attempt. (The parent
+// submits with an executor built without -race: where the memory limit
+// is RLIMIT_AS, the race detector's reservations exceed any sane one.)
+func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
+	env, httpAddr := managerEnv(t, "tight", "p=2", "15s")
+	startManager(t, env, httpAddr)
+	out := sharedDir(t)
+	submitter := filepath.Join(openTempDir(t), "executor")
+	if b, err := exec.Command("go", "build", "-o", submitter, "../../cmd/executor").CombinedOutput(); err != nil {
+		t.Fatalf("building executor without -race: %v\n%s", err, b)
+	}
+	parent := `"$SUBMITTER" submit --pool p --writable "$OUT" --env OUT="$OUT" -- sh -c "$PROBE" > "$OUT/child-id"`
+	code, o := runExecutor(t, env, "submit", "--pool", "p", "--no-network", "--memory", "1G", "--max-procs", "64", "--timeout", "4s",
+		"--max-attempts", "1", "--writable", out, "--env", "OUT="+out, "--env", "PROBE="+limitsProbe, "--env", "SUBMITTER="+submitter, "--", "sh", "-c", parent)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, o)
+	}
+	start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
+	q := jobQueue(t, env)
+	var child string
+	eventually(t, 30*time.Second, "the parent to submit its follow-up", func() bool {
+		b, _ := os.ReadFile(filepath.Join(out, "child-id"))
+		child = strings.TrimSpace(string(b))
+		return child != ""
+	})
+	var rec *jobs.Record
+	eventually(t, 30*time.Second, "the follow-up to end", func() bool {
+		rec = record(q, child)
+		return rec.State.Final()
+	})
+	if s := rec.Spec; !s.NoNetwork || s.MemoryBytes != 1<<30 || s.MaxProcs != 64 || s.Timeout != jobs.Duration(4*time.Second) || s.MaxAttempts != 1 {
+		t.Errorf("the follow-up's record: no_network %v, memory_bytes %d, max_procs %d, timeout %v, max_attempts %d; want the parent's true, %d, 64, 4s, 1",
+			s.NoNetwork, s.MemoryBytes, s.MaxProcs, time.Duration(s.Timeout), s.MaxAttempts, 1<<30)
+	}
+	if rec.State != jobs.StateDead || rec.Attempts != 1 || rec.StoppedBy != "timeout" {
+		t.Errorf("the follow-up ended %s after %d attempt(s), stopped by %q; want dead after 1, stopped by its (the parent's) timeout", rec.State, rec.Attempts, rec.StoppedBy)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "child-limits"))
+	if err != nil {
+		t.Fatalf("the follow-up left no report of its limits: %v", err)
+	}
+	limits := string(b)
+	t.Logf("the follow-up runs with:\n%s", limits)
+	if ifaces := regexp.MustCompile(`(?m)^iface (\S+)`).FindAllStringSubmatch(limits, -1); len(ifaces) != 1 || ifaces[0][1] != "lo" {
+		t.Errorf("the follow-up has network interfaces %v, want only lo", ifaces)
+	}
+	if !regexp.MustCompile(`(?m)^(memory\.max 1073741824|Max address space\s+1073741824\s)`).MatchString(limits) {
+		t.Errorf("the follow-up runs without the parent's memory limit:\n%s", limits)
+	}
+	if !regexp.MustCompile(`(?m)^(pids\.max 65|Max processes\s+64\s)`).MatchString(limits) {
+		t.Errorf("the follow-up runs without the parent's process limit:\n%s", limits)
 	}
 }

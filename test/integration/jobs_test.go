@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 )
 
@@ -43,6 +46,10 @@ func natsURL(env []string) string {
 func jobQueue(t *testing.T, env []string) *jobs.Queue {
 	t.Helper()
 	nc, err := connectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleExecutor)
+	if dir := envValue(env, "NATS_AUTH_DIR"); dir != "" {
+		nc, err = jetstream.Connect(natsURL(env), jetstream.Auth{NKeySeed: config.AuthFile(dir, config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()},
+			t.Name(), nats.MaxReconnects(0))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +197,13 @@ func TestServeKilledMidJob(t *testing.T) {
 	envB = append(envB, "NATS_URL="+natsURL(envA))
 	startManager(t, envB, httpB)
 
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	serveArgs := []string{"serve", "--pools", "p", "--ack-wait", "2s", "--poll", "100ms", "--kill-grace", "200ms"}
 	serveA := start(t, envA, "executor", serveArgs...)
-	code, out := runExecutor(t, envA, "submit", "--pool", "p", "--env", "OUT="+dir, "--",
-		"sh", "-c", `echo "$LEASE_NODE $JOB_ATTEMPT" >> "$OUT/runs"; sleep 3`)
+	// umask 0: the attempt on b, with ids of its own, appends to the file
+	// the attempt on a made.
+	code, out := runExecutor(t, envA, "submit", "--pool", "p", "--writable", dir, "--env", "OUT="+dir, "--",
+		"sh", "-c", `umask 0; echo "$LEASE_NODE $JOB_ATTEMPT" >> "$OUT/runs"; sleep 3`)
 	id := strings.TrimSpace(out)
 	if code != 0 {
 		t.Fatalf("submit: exit %d\n%s", code, out)
@@ -242,8 +251,8 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 		return runExecutor(t, env, append([]string{"submit", "--pool", "p", "--tenant", "team-a", "--idempotency-key", "release 1.4 / linux-arm64", "--"}, cmd...)...)
 	}
 	code, first := submit("echo", "hi")
-	if code != 0 || !strings.HasPrefix(first, "k-") {
-		t.Fatalf("first submit: exit %d\n%s", code, first)
+	if code != 0 || !strings.HasPrefix(first, jobs.TenantScope("team-a")+"k-") {
+		t.Fatalf("first submit: exit %d\n%s\nwant an id in tenant team-a's scope", code, first)
 	}
 	code, again := submit("echo", "hi")
 	if code != 0 || !strings.HasPrefix(again, strings.TrimSpace(first)) || !strings.Contains(again, "exists (queued)") {

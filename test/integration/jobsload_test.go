@@ -19,7 +19,7 @@ import (
 func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 	env, httpAddr := managerEnv(t, "load", "p=1,q=1", "15s")
 	startManager(t, env, httpAddr)
-	dir := t.TempDir()
+	dir := openTempDir(t) // the holder, with ids of its own, must see stop
 	submit := func(args ...string) string {
 		t.Helper()
 		code, out := runExecutor(t, env, append([]string{"submit"}, args...)...)

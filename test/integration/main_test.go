@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/sandbox"
+	"github.com/slotlease/slotlease/test/asuser"
 )
 
 var binDir string
@@ -22,6 +23,10 @@ var binDir string
 func TestMain(m *testing.M) {
 	sandbox.Init() // jobs served in process run in the sandbox, which re-executes the test binary
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
+	if err == nil {
+		// The binaries run as ordinary users too (asuser).
+		err = os.Chmod(dir, 0o755)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -74,9 +79,26 @@ func (p *proc) Wait(t *testing.T, timeout time.Duration) int {
 // start runs a binary from binDir with env added to a minimal environment.
 func start(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	return launch(t, cmd)
+}
+
+// startAs is start as the ordinary user u (asuser), or as the test's own
+// user if u is nil.
+func startAs(t *testing.T, u *asuser.User, env []string, name string, args ...string) *proc {
+	t.Helper()
+	if u == nil {
+		return start(t, env, name, args...)
+	}
+	return launch(t, u.Command(env, filepath.Join(binDir, name), args...))
+}
+
+// launch starts cmd with its output captured; the test's cleanup kills it
+// if it still runs.
+func launch(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{done: make(chan struct{}), cmd: cmd}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -97,6 +119,32 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// openTempDir is a fresh directory anyone may enter and read (t.TempDir's
+// are private): for scripts and programs a confined worker, with ids of
+// its own, must read.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for p := d; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// sharedDir is a fresh directory any worker may write (mode 1777): give
+// it to executor run or submit with --writable, for what a worker leaves
+// for the test.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	d := openTempDir(t)
+	if err := os.Chmod(d, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // freePort returns a loopback port nobody listens on right now.

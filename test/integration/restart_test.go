@@ -21,21 +21,6 @@ import (
 // restarted or frozen under running `executor run`s and `executor serve`
 // jobs, and no running command is stopped.
 
-// sharedDir is a directory every worker can read and write, whatever user
-// the sandbox runs it as, removed at the end of the test.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "slotlease-it-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
 // untilStopped is a command that notes its start in $DIR/start.$NAME,
 // runs until $DIR/stop exists, notes its end in $DIR/end.$NAME and exits 0.
 const untilStopped = `date +%s%N > "$DIR/start.$NAME"; while [ ! -e "$DIR/stop" ]; do sleep 0.05; done; date +%s%N > "$DIR/end.$NAME"`

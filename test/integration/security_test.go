@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -99,6 +101,7 @@ func startSecureServer(t *testing.T) *secureServer {
 	ss := &secureServer{passwords: map[string]string{}, log: &violationLog{}}
 	for user, env := range map[string]string{
 		"leasemgr": "LEASEMGR_PASSWORD", "executor-a": "EXECUTOR_A_PASSWORD", "executor-b": "EXECUTOR_B_PASSWORD",
+		"jobs-admin": "JOBS_ADMIN_PASSWORD", "reader": "READER_PASSWORD",
 	} {
 		pw := "pw" + nuid.Next() // letters and digits only; see the page
 		ss.passwords[user] = pw
@@ -127,10 +130,10 @@ func startSecureServer(t *testing.T) *secureServer {
 	}
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.StoreDir = filepath.Join(dir, "jetstream")
-	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = 64<<20, 1<<30
+	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = 64<<20, 4<<30 // reserved, not used: the job stream reserves 1 GiB
 	opts.NoSigs = true
-	if !opts.JetStream || len(opts.Users) != 3 || len(opts.Nkeys) != 1 {
-		t.Fatalf("configuration: JetStream %v, %d users, %d nkey users; want JetStream, 3 and 1", opts.JetStream, len(opts.Users), len(opts.Nkeys))
+	if !opts.JetStream || len(opts.Users) != 5 || len(opts.Nkeys) != 1 || len(opts.Accounts) != 4 {
+		t.Fatalf("configuration: JetStream %v, %d users, %d nkey users, %d accounts; want JetStream, 5, 1 and 4", opts.JetStream, len(opts.Users), len(opts.Nkeys), len(opts.Accounts))
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -216,7 +219,7 @@ func TestSecurityLayout(t *testing.T) {
 	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]}, nats.ErrorHandler(mgrErrs.handler))
 	mgr := harness.StartManagerConn(t, mgrNC, lease.ManagerConfig{
 		Node: node, Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}, TTL: 5 * time.Second,
-		ReplyPrefixes: []string{"_INBOX_executor_a", "_INBOX_executor_b", "_INBOX_executor_c"},
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject,
 	})
 
 	aNC := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"), nats.ErrorHandler(aErrs.handler))
@@ -421,7 +424,7 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	common := []string{"NATS_URL=" + ss.url, "NODE_ID=node1"}
 	mgrEnv := append([]string{"NATS_USER=leasemgr", "NATS_PASSWORD=" + ss.passwords["leasemgr"],
 		"POOL_CAPACITIES=gpu=1", "HTTP_ADDR=" + httpAddr, "LOG_LEVEL=debug",
-		"NATS_REPLY_PREFIXES=_INBOX_executor_a,_INBOX_executor_b,_INBOX_executor_c"}, common...)
+		"DISCONNECT_EVENTS=" + jetstream.ExecutorDisconnectSubject}, common...)
 	m := start(t, mgrEnv, "leasemgr")
 	eventually(t, 20*time.Second, "leasemgr to be ready", func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
@@ -488,11 +491,29 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		return strings.Count(sse.String(), "granted") >= 2
 	})
 
-	// Issue 13's first attack under the hardened layout: executor a may
-	// publish the lease verbs, stats and the discovery ping, so it aims
-	// their replies at the node's leadership key, which its own rights
-	// do not let it write but the manager's do. The manager answers none
-	// of them: the key is untouched and the node keeps serving.
+	// The job queue in the executors' account: jobs-admin's submit makes
+	// its stream and buckets, executor a serves it with its narrow rights.
+	exeA := append([]string{"NATS_USER=executor-a", "NATS_PASSWORD=" + ss.passwords["executor-a"], "NATS_INBOX_PREFIX=_INBOX_executor_a"}, common...)
+	admin := append([]string{"NATS_USER=jobs-admin", "NATS_PASSWORD=" + ss.passwords["jobs-admin"]}, common...)
+	sub := start(t, admin, "executor", "submit", "--pool", "gpu", "--", "true")
+	if code := sub.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("executor submit as jobs-admin: exit %d\n%s", code, sub.Output())
+	}
+	id := strings.TrimSpace(sub.Output())
+	serve := start(t, exeA, "executor", "serve", "--pools", "gpu")
+	eventually(t, 30*time.Second, "executor a to run the job", func() bool {
+		st := start(t, exeA, "executor", "status", id)
+		return st.Wait(t, 20*time.Second) == 0 && strings.Contains(st.Output(), "succeeded")
+	})
+	_ = serve.cmd.Process.Signal(syscall.SIGTERM)
+	serve.Wait(t, 30*time.Second)
+
+	// Issue 13's first attack, and issue 28's, under the documented
+	// layout: executor a aims the replies of every request it may send,
+	// and the answers of JetStream to direct gets of what it stored, at
+	// the managers' state; the reader aims its requests there too. The
+	// managers' account sees none of it: a reply crosses back into the
+	// requester's own account.
 	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]})
 	kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer kcancel()
@@ -504,23 +525,43 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the leadership key of a ready node: %v", err)
 	}
+	nonce := nuid.Next()
+	spy := harness.SpyOnManagers(t, mgrNC, nonce)
 	attacker := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"))
 	subjs := append(verbSubjects("node1", "gpu"), lease.StatsSubject(lease.DefaultPrefix, "node1"), "$SRV.PING."+lease.ServiceName)
 	replyToLeadershipKey(t, attacker, "node1", subjs)
-	eventually(t, 30*time.Second, "the refusals to show in /metrics", func() bool { return refusedReplies(t, httpAddr, "node1") >= 2*len(subjs) })
-	if got := refusedReplies(t, httpAddr, "node1"); got != 2*len(subjs) {
-		t.Fatalf("lease_replies_refused_total = %d, want %d", got, 2*len(subjs))
+	targets := harness.BounceTargets("node1", "gpu", "none")
+	harness.BounceWithDirectGets(t, attacker, jobs.NamesFor(lease.DefaultPrefix).Results, nonce, harness.ForgedMsgs("node1", "gpu"), targets)
+	spy.Check(t, "executor a")
+	reader := harness.ConnectAuth(t, ss.url, ss.userAuth("reader"))
+	harness.BounceWithRequests(t, reader, []string{
+		"$JS.API.DIRECT.GET." + jetstream.NamesFor(lease.DefaultPrefix).Events,
+		lease.StatsSubject(lease.DefaultPrefix, "node1"), lease.SnapshotSubject(lease.DefaultPrefix, "node1"), "$SRV.PING." + lease.ServiceName,
+	}, nonce, targets)
+	if _, err := reader.Request(lease.StatsSubject(lease.DefaultPrefix, "node1"), nil, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
+	spy.Check(t, "reader")
 	// The leader renews its key every LEADER_TTL/3, which moves the
-	// revision but writes the same value; a reply the attack aimed there
-	// would have written a reply body instead.
+	// revision but writes the same value.
 	if keyAfter, revAfter, err := leaders.Get(kctx, "node1"); err != nil || string(keyAfter) != string(keyBefore) {
 		t.Fatalf("leadership key after the attack: revision %d (was %d), %q (was %q), %v", revAfter, revBefore, keyAfter, keyBefore, err)
 	}
-	again := start(t, append([]string{"NATS_USER=executor-a", "NATS_PASSWORD=" + ss.passwords["executor-a"], "NATS_INBOX_PREFIX=_INBOX_executor_a"}, common...), "executor", "run", "--pool", "gpu", "--", "true")
+	again := start(t, exeA, "executor", "run", "--pool", "gpu", "--", "true")
 	if code := again.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("executor run after the attack: exit %d\n%s", code, again.Output())
 	}
+
+	// The reader's commands, with the reader's credentials.
+	readerEnv := append([]string{"NATS_USER=reader", "NATS_PASSWORD=" + ss.passwords["reader"], "NATS_INBOX_PREFIX=_INBOX_reader"}, common...)
+	rpools := start(t, readerEnv, "leasemgr", "pools", "--all")
+	if code := rpools.Wait(t, 20*time.Second); code != 0 || !regexp.MustCompile(`node1\s+gpu\s+1\s`).MatchString(rpools.Output()) {
+		t.Fatalf("leasemgr pools --all as reader: exit %d:\n%s", code, rpools.Output())
+	}
+	rwatch := start(t, readerEnv, "leasemgr", "watch", "--since", "1h")
+	eventually(t, 10*time.Second, "watch --since as reader to replay the grants", func() bool {
+		return strings.Count(rwatch.Output(), "granted") >= 2
+	})
 
 	// Administrative commands run with the manager's credentials.
 	pools := start(t, mgrEnv, "leasemgr", "pools", "--all")

@@ -82,11 +82,11 @@ func TestWalkthrough(t *testing.T) {
 	watch := start(t, env, "leasemgr", "watch")
 	eventually(t, 10*time.Second, "watch to subscribe", func() bool { return strings.Contains(watch.Output(), "watching") })
 
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	script := `echo "$LEASE_POOL $LEASE_SLOTS $LEASE_NODE $LEASE_TOKEN" > "$OUT/$NAME.env"; date +%s.%N > "$OUT/$NAME.start"; sleep 1; date +%s.%N > "$OUT/$NAME.end"`
-	first := start(t, env, "executor", "run", "--pool", "gpu", "--env", "OUT="+dir, "--env", "NAME=first", "--", "sh", "-c", script)
+	first := start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "OUT="+dir, "--env", "NAME=first", "--", "sh", "-c", script)
 	eventually(t, 10*time.Second, "first executor to hold the slot", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 1 })
-	second := start(t, env, "executor", "run", "--pool", "gpu", "--env", "OUT="+dir, "--env", "NAME=second", "--", "sh", "-c", script)
+	second := start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "OUT="+dir, "--env", "NAME=second", "--", "sh", "-c", script)
 	if code := first.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("first executor exit %d", code)
 	}

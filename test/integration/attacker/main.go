@@ -18,6 +18,13 @@
 //	ATTACK_PREFIX  the lease subject prefix
 //	ATTACK_REPORT  optional: a file that gets the same report (for jobs,
 //	               whose kept output is short)
+//	ATTACK_WRITE   colon-separated files and directories it must not
+//	               change: it tries to write each file and to replace it,
+//	               and to create a file in each directory
+//	ATTACK_EXECUTOR_UID  the uid of the executor's user: running as it
+//	               counts as found unless ATTACK_OWN_UID_EXPECTED=1 (a user
+//	               without subordinate ids, for whom it is the documented
+//	               best); running as uid or gid 0 always counts
 package main
 
 import (
@@ -71,6 +78,8 @@ func main() {
 		os.Exit(2)
 	}
 	a.environment()
+	a.identity()
+	a.writes()
 	hidden := filepath.SplitList(os.Getenv("ATTACK_HIDDEN"))
 	for _, h := range hidden {
 		a.hiddenPath(h, h)
@@ -134,6 +143,61 @@ func (a *attack) environment() {
 	}
 	if clean {
 		a.result("credentials in the environment", fmt.Errorf("none"))
+	}
+}
+
+// identity reports who it runs as: never root, and not the executor's
+// user unless that is expected.
+func (a *attack) identity() {
+	uid, gid := os.Getuid(), os.Getgid()
+	a.printf("attacker: runs as uid %d gid %d, groups %v\n", uid, gid, must(os.Getgroups()))
+	var err error
+	if uid != 0 && gid != 0 {
+		err = fmt.Errorf("uid %d, gid %d", uid, gid)
+	}
+	a.result("run as root (uid or gid 0)", err)
+	if own := os.Getenv("ATTACK_EXECUTOR_UID"); own != "" {
+		err = fmt.Errorf("uid %d, the executor's is %s", uid, own)
+		if strconv.Itoa(uid) == own {
+			if os.Getenv("ATTACK_OWN_UID_EXPECTED") == "1" {
+				a.printf("attacker: runs as the executor's uid, as expected for a user without subordinate ids\n")
+				return
+			}
+			err = nil
+		}
+		a.result("run as the executor's uid", err)
+	}
+}
+
+func must[T any](v T, _ error) T { return v }
+
+// writes tries to change each file of ATTACK_WRITE (write it, replace it)
+// and to create a file in each directory.
+func (a *attack) writes() {
+	for _, p := range filepath.SplitList(os.Getenv("ATTACK_WRITE")) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			a.result("see "+p+" to write it", err)
+			continue
+		}
+		if fi.IsDir() {
+			f := filepath.Join(p, fmt.Sprintf("attacker-was-here-%d", os.Getpid()))
+			err := os.WriteFile(f, []byte("x"), 0o644)
+			a.result("create a file in "+p, err)
+			continue
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = f.WriteString("attacker was here\n")
+			f.Close()
+		}
+		a.result("write "+p, err)
+		tmp := p + ".attacker"
+		err = os.WriteFile(tmp, []byte("attacker was here\n"), 0o755)
+		if err == nil {
+			err = os.Rename(tmp, p)
+		}
+		a.result("replace "+p, err)
 	}
 }
 
@@ -217,7 +281,12 @@ func (a *attack) processes(hidden []string) {
 		}
 	}
 	for _, p := range named {
-		_, err := os.ReadFile("/proc/" + p + "/environ")
+		_, err := os.Stat("/proc/" + p)
+		a.result("see process "+p+" (the executor or leasemgr)", err)
+		if pid, perr := strconv.Atoi(p); perr == nil {
+			a.result("signal process "+p+" (the executor or leasemgr)", unix.Kill(pid, 0))
+		}
+		_, err = os.ReadFile("/proc/" + p + "/environ")
 		a.result("read /proc/"+p+"/environ of the executor or leasemgr", err)
 		_, err = os.ReadDir("/proc/" + p + "/fd")
 		a.result("list /proc/"+p+"/fd of the executor or leasemgr", err)

@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// The JetStream-answer attack of issue 28 on the 3-server cluster running
+// the account layout: an executor connected to one server bounces stored
+// bodies and headers at the managers' state, whose manager is connected
+// to another; a reader aims its requests there. Nothing reaches the
+// managers' account, the held lease keeps its slot and the waiter behind
+// it is not granted.
+func TestJetStreamAnswersOnTheCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Shutdown()
+	st := Settings{Replicas: 3, Logger: harness.Logger()}
+	st.defaults()
+	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
+		t.Fatal(err)
+	}
+	const node, pool = "node1", "gpu"
+	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: node, Instance: "m", Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	harness.Eventually(t, 20*time.Second, "the manager serves", c.Serving)
+
+	addr := func(i int) string { return "nats://" + cl.ClientAddr(i) }
+	exeNC, err := dial(ctx, addr(1), "executor", cl.Auth(config.RoleExecutor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exeNC.Close()
+	holder, err := lease.NewClient(exeNC, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	held, err := holder.Acquire(ctx, pool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := lease.NewClient(exeNC, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	granted := make(chan *lease.Lease, 1)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() {
+		if l, err := waiter.Acquire(wctx, pool, 1); err == nil {
+			granted <- l
+		}
+	}()
+
+	// The job queue, as leasemgr's administrator makes it.
+	adminNC, err := dial(ctx, addr(2), "jobs admin", jetstream.Auth{}, cl.JobsAdmin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adminNC.Close()
+	if _, err := jobs.Open(ctx, adminNC, jobs.Config{Prefix: st.Prefix, Replicas: 3, MaxBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+
+	mgrNC, err := dial(ctx, addr(0), "spy", cl.Auth(config.RoleManager))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mgrNC.Close()
+	nonce := nuid.Next()
+	spy := harness.SpyOnManagers(t, mgrNC, nonce)
+	targets := harness.BounceTargets(node, pool, held.Record().ID)
+	attacker, err := dial(ctx, addr(2), "attacker", cl.Auth(config.RoleExecutor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attacker.Close()
+	harness.BounceWithDirectGets(t, attacker, jobs.NamesFor(st.Prefix).Results, nonce, harness.ForgedMsgs(node, pool), targets)
+	spy.Check(t, "executor")
+	reader, err := dial(ctx, addr(1), "reader", cl.Auth(config.RoleReader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	harness.BounceWithRequests(t, reader, []string{
+		lease.StatsSubject(st.Prefix, node), lease.SnapshotSubject(st.Prefix, node), "$SRV.PING." + lease.ServiceName,
+	}, nonce, targets)
+	if _, err := reader.Request(lease.StatsSubject(st.Prefix, node), nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	spy.Check(t, "reader")
+
+	select {
+	case l := <-granted:
+		t.Fatalf("the waiter was granted %s while the slot was held", l.ID())
+	case <-held.Done():
+		t.Fatalf("the held lease was lost: %v", held.Err())
+	default:
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("the held lease after the attacks: %v", err)
+	}
+	select {
+	case l := <-granted:
+		if l.Token() <= held.Token() {
+			t.Fatalf("the waiter's token %d after the holder's %d", l.Token(), held.Token())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the released slot")
+	}
+}
