@@ -44,8 +44,15 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	// Every attempt names the connection it goes on: a lease with fast
 	// release moves to it (disconnect.go).
 	var sentOn conn
+	// firstOn is when the first attempt went out on each connection: an
+	// answer "bound" to one proves its server took an attempt on it, so it
+	// was open after then (see the StatusBound case).
+	firstOn := make(map[conn]time.Time, 2)
 	body := func() []byte {
 		sentOn = l.c.live.identity()
+		if _, ok := firstOn[sentOn]; !ok && sentOn.known() {
+			firstOn[sentOn] = time.Now()
+		}
 		b, _ := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: sentOn.server, ConnID: sentOn.id})
 		return b // plain strings and numbers: cannot fail
 	}
@@ -115,7 +122,18 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			l.c.live.serverStopping(r.ServerStopping)
 			if r.Status == StatusBound {
 				if r.Lease != nil {
-					l.bindTo(recordConn(r.Lease))
+					// The server read an attempt sent on this connection
+					// before it closed the connection, if it has: a close
+					// comes after the first attempt's send time, which dates
+					// the connection like an answered PING. Without it, a
+					// connection that drops before any PING was answered on
+					// it would end the lease at once, while its holder could
+					// still move it to the next one within the grace.
+					c := recordConn(r.Lease)
+					if at, ok := firstOn[c]; ok {
+						l.c.live.record(c, at)
+					}
+					l.bindTo(c)
 				}
 				continue // the renewal's own answer follows
 			}
