@@ -47,7 +47,7 @@ func TestGracefulStopsHonourTheirGrace(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		p := start(t, env, "executor", "run", "--pool", "gpu", "--timeout", "1s", "--kill-grace", "4s",
-			"--env", "DIR="+dir, "--env", "NAME=timeout", "--", "sh", "-c", termHandler)
+			"--writable", dir, "--env", "DIR="+dir, "--env", "NAME=timeout", "--", "sh", "-c", termHandler)
 		if code := p.Wait(t, 30*time.Second); code != exitTimeout || !cleaned("timeout") {
 			t.Fatalf("exit %d, cleaned %v; want %d after the handler finished:\n%s", code, cleaned("timeout"), exitTimeout, p.Output())
 		}
@@ -57,7 +57,7 @@ func TestGracefulStopsHonourTheirGrace(t *testing.T) {
 	t.Run("sigterm", func(t *testing.T) {
 		t.Parallel()
 		p := start(t, env, "executor", "run", "--pool", "gpu", "--kill-grace", "4s",
-			"--env", "DIR="+dir, "--env", "NAME=sigterm", "--", "sh", "-c", termHandler)
+			"--writable", dir, "--env", "DIR="+dir, "--env", "NAME=sigterm", "--", "sh", "-c", termHandler)
 		eventually(t, 30*time.Second, "the command to start", started("sigterm"))
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestGracefulStopsHonourTheirGrace(t *testing.T) {
 	t.Run("serve", func(t *testing.T) {
 		// cancel, then the end of --grace, one job at a time (cpu=1).
 		submit := func(name string) string {
-			code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--env", "DIR="+dir, "--env", "NAME="+name, "--", "sh", "-c", termHandler)
+			code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--writable", dir, "--env", "DIR="+dir, "--env", "NAME="+name, "--", "sh", "-c", termHandler)
 			if code != 0 {
 				t.Fatalf("submit: exit %d\n%s", code, out)
 			}

@@ -114,7 +114,7 @@ func TestRestartKeepsRunningWork(t *testing.T) {
 	mgr := startManager(t, env, httpAddr)
 	dir := sharedDir(t)
 	run := func(name string) *proc {
-		return start(t, env, "executor", "run", "--pool", "gpu", "--env", "DIR="+dir, "--env", "NAME="+name, "--", "sh", "-c", untilStopped)
+		return start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "DIR="+dir, "--env", "NAME="+name, "--", "sh", "-c", untilStopped)
 	}
 	var holders []*proc
 	for i := range 4 {
@@ -132,7 +132,7 @@ func TestRestartKeepsRunningWork(t *testing.T) {
 	eventually(t, 10*time.Second, "the fifth to queue", func() bool { return queuedIn(t, httpAddr, "gpu") == 1 })
 	var ids []string
 	for i := range 2 {
-		code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=j%d", i), "--", "sh", "-c", untilStopped)
+		code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--writable", dir, "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=j%d", i), "--", "sh", "-c", untilStopped)
 		if code != 0 {
 			t.Fatalf("submit: exit %d\n%s", code, out)
 		}
@@ -217,9 +217,9 @@ func TestStalledManagerStopsNoWork(t *testing.T) {
 	dir := sharedDir(t)
 	var holders []*proc
 	for i := range 2 {
-		holders = append(holders, start(t, env, "executor", "run", "--pool", "gpu", "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=h%d", i), "--", "sh", "-c", untilStopped))
+		holders = append(holders, start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=h%d", i), "--", "sh", "-c", untilStopped))
 	}
-	code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--env", "DIR="+dir, "--env", "NAME=j", "--", "sh", "-c", untilStopped)
+	code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--writable", dir, "--env", "DIR="+dir, "--env", "NAME=j", "--", "sh", "-c", untilStopped)
 	if code != 0 {
 		t.Fatalf("submit: exit %d\n%s", code, out)
 	}
@@ -268,9 +268,9 @@ func TestCrashedManagerKeepsRunningWork(t *testing.T) {
 	dir := sharedDir(t)
 	var holders []*proc
 	for i := range 2 {
-		holders = append(holders, start(t, env, "executor", "run", "--pool", "gpu", "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=h%d", i), "--", "sh", "-c", untilStopped))
+		holders = append(holders, start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "DIR="+dir, "--env", fmt.Sprintf("NAME=h%d", i), "--", "sh", "-c", untilStopped))
 	}
-	code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--env", "DIR="+dir, "--env", "NAME=j", "--", "sh", "-c", untilStopped)
+	code, out := runExecutor(t, env, "submit", "--pool", "cpu", "--max-attempts", "1", "--writable", dir, "--env", "DIR="+dir, "--env", "NAME=j", "--", "sh", "-c", untilStopped)
 	if code != 0 {
 		t.Fatalf("submit: exit %d\n%s", code, out)
 	}
