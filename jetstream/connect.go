@@ -96,8 +96,9 @@ func Connect(url string, auth Auth, name string, extra ...nats.Option) (*nats.Co
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		// Soon: a holder with fast release has 0.6 s (3/4 of the
-		// disconnect grace) to be back and move its leases.
+		// Soon: a holder with fast release whose connection dropped has
+		// about 0.5 s (3/4 of the disconnect grace, less the time since
+		// its last answered PING) to be back and move its leases.
 		nats.ReconnectWait(50 * time.Millisecond),
 		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
 		nats.RetryOnFailedConnect(false),

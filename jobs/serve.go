@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -564,7 +565,11 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	case err != nil:
 		s.fail(t, fmt.Sprintf("could not start: %v", err))
 	case res.StoppedBy == sandbox.StoppedCancelled:
-		s.giveBack(t, 0, "the executor stopped; the job was interrupted")
+		why := "the executor stopped; the job was interrupted"
+		if len(res.Notes) > 0 {
+			why += " (" + strings.Join(res.Notes, "; ") + ")"
+		}
+		s.giveBack(t, 0, why)
 	default:
 		code := res.ExitCode
 		rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = &code, res.Signal, res.Duration.Milliseconds(), res.StoppedBy
@@ -706,6 +711,7 @@ func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
 		code := res.ExitCode
 		rec.ExitCode, rec.Signal, rec.DurationMs = &code, res.Signal, res.Duration.Milliseconds()
 		rec.StdoutTail, rec.StderrTail = string(res.StdoutTail), string(res.StderrTail)
+		rec.Notes = res.Notes // how the stop went: within its kill grace or killed
 	}
 	if err := s.store(rec); err != nil {
 		s.log.Error("storing a cancelled job; it is delivered again and found cancelled then", "job", rec.ID, "err", err)

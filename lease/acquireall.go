@@ -231,6 +231,7 @@ func (c *Client) clusterClient() (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
+		cc.live.serverDrops = c.live.serverDrops // the same connection
 		c.cluster = cc
 	}
 	return c.cluster, nil

@@ -34,6 +34,7 @@ type Client struct {
 	closed  bool
 
 	live liveness // pings for the leases with fast release (liveness.go)
+	wake wake     // renew now: a reconnect, a manager's stop notice (wake.go)
 
 	cluster *Client // the cluster pools' client (acquireall.go); guarded by mu
 }
@@ -104,6 +105,24 @@ func WithNoManagerWait(d time.Duration) ClientOption {
 	}
 }
 
+// WithServerOnlyDrops says that the connection goes straight to a NATS
+// server on this host (leasemgr's embedded server, over loopback, where
+// nothing between them can reset it) and that this program never closes it
+// or makes it reconnect while it holds leases. Every drop of the
+// connection is then the server's doing (it stopped, crashed, or closed
+// the connection), which frees no lease (disconnect.go), so a lease with
+// fast release is not given up when its connection drops, only by its
+// silent and TTL clocks (liveness.go): a crash of leasemgr, too, costs no
+// running work if it serves again in time. The executor sets it when it
+// uses leasemgr's embedded server (no NATS_URL). Do not set it for a
+// connection through a proxy or a load balancer.
+func WithServerOnlyDrops() ClientOption {
+	return func(c *Client) error {
+		c.live.serverDrops = true
+		return nil
+	}
+}
+
 // NewClient returns a client for the lease manager of node.
 func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
@@ -122,7 +141,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		pollInterval:   5 * time.Second,
 		noManagerWait:  10 * time.Second,
 		waiters:        make(map[string]chan *nats.Msg),
-		live:           liveness{nc: nc},
+		live:           newLiveness(nc),
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -154,6 +173,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.live.close()
+	c.wake.unhook(c.nc)
 	if c.cluster != nil {
 		_ = c.cluster.Close()
 	}
@@ -346,6 +366,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 				if r.Lease == nil {
 					return nil, errorf(CodeInternal, "grant without a lease from the lease manager")
 				}
+				c.live.serverStopping(r.ServerStopping)
 				return c.newLease(ctx, *r.Lease, firstSent, !ownID && (queued || r.Existing))
 			default:
 				e := replyError(&r)
@@ -425,6 +446,7 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 		base = sent
 	}
 	l.deadline = base.Add(rec.TTL() - margin(rec.TTL()))
+	c.hookWake()
 	if rec.DisconnectGraceMs > 0 {
 		if err := l.bindLive(ctx); err != nil {
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)

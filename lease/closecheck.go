@@ -29,7 +29,9 @@ import (
 // counts if either lists it. The grace starts when the server says so. A
 // server that does not answer, or does not list the connection as closed
 // (it is open: the advisory was forged), frees nothing; the TTL still ends
-// a lease whose holder died.
+// a lease whose holder died. The answer also gives the reason the server
+// recorded for the close, which decides whether it frees anything
+// (holderClosed, disconnect.go).
 
 // pingConnzSubject is the servers' connection listing for the caller's
 // own account.
@@ -99,56 +101,61 @@ func (m *Manager) checkCloseLocked(c conn) {
 // run out, then frees what is bound to c if it did.
 func (m *Manager) confirmClose(c conn) {
 	defer m.ops.Done()
-	closed := m.askClosed(m.ctx, c)
+	reason, closed := m.askClosed(m.ctx, c)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.gone.checking, c)
 	delete(m.gone.heard, c)
-	if !closed {
+	switch {
+	case !closed:
 		if m.ctx.Err() == nil {
 			m.log.Warn("ignoring a disconnect advisory that the connection's server does not confirm", "conn_server", c.server, "conn_id", c.id)
 		}
-		return
+	case !holderClosed(reason):
+		m.log.Info("a holder's connection was closed by its server, not by the holder: its leases stay until it moves them or their TTL lapses",
+			"conn_server", c.server, "conn_id", c.id, "reason", reason)
+	default:
+		m.closedLocked(c, time.Now())
 	}
-	m.closedLocked(c, time.Now())
 }
 
-// askClosed reports whether c's server lists c as closed, asking again
-// after each of closeCheckWaits while it does not.
-func (m *Manager) askClosed(ctx context.Context, c conn) bool {
+// askClosed reports whether c's server lists c as closed, and why, asking
+// again after each of closeCheckWaits while it does not.
+func (m *Manager) askClosed(ctx context.Context, c conn) (reason string, closed bool) {
 	for _, wait := range closeCheckWaits {
 		select {
 		case <-ctx.Done():
-			return false
+			return "", false
 		case <-time.After(wait):
 		}
-		closed, answered := m.askConnz(ctx, c)
+		reason, closed, answered := m.askConnz(ctx, c)
 		if closed {
-			return true
+			return reason, true
 		}
 		if !answered {
-			return false // the server is gone or unreachable: the TTL decides
+			return "", false // the server is gone or unreachable: the TTL decides
 		}
 	}
-	return false
+	return "", false
 }
 
 // askConnz asks every server, on each of connzSubjects, for the closed
-// connection c.id, and waits for the answers of c's server: closed if one
-// lists it, answered once every subject got one (or one listed it).
-func (m *Manager) askConnz(ctx context.Context, c conn) (closed, answered bool) {
+// connection c.id, and waits for the answers of c's server: closed (with
+// the reason the server recorded) if one lists it, answered once every
+// subject got one (or one listed it).
+func (m *Manager) askConnz(ctx context.Context, c conn) (reason string, closed, answered bool) {
 	nc := m.cfg.Conn
 	subjects := connzSubjects(m.cfg.DisconnectEvents)
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox + ".*")
 	if err != nil {
-		return false, false
+		return "", false, false
 	}
 	defer sub.Unsubscribe()
 	body := fmt.Appendf(nil, `{"cid":%d,"state":%d}`, c.id, connzClosed)
 	for i, subject := range subjects {
 		if err := nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), body); err != nil {
-			return false, false
+			return "", false, false
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, closeCheckTimeout)
@@ -158,35 +165,36 @@ func (m *Manager) askConnz(ctx context.Context, c conn) (closed, answered bool) 
 	for {
 		msg, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return false, left < len(subjects)
+			return "", false, left < len(subjects)
 		}
 		i, err := strconv.Atoi(msg.Subject[len(inbox)+1:])
 		if err != nil || i < 0 || i >= len(subjects) {
 			continue
 		}
-		closed, ok := connzAnswer(msg, c)
+		reason, closed, ok := connzAnswer(msg, c)
 		if !ok && msg.Header.Get("Status") != noResponders {
 			continue
 		}
 		if closed {
-			return true, true
+			return reason, true, true
 		}
 		// Answered, or nobody can answer there: the listing of an account
 		// the system account does not export to this one.
 		if !heard[i] {
 			heard[i] = true
 			if left--; left == 0 {
-				return false, true
+				return "", false, true
 			}
 		}
 	}
 }
 
 // connzAnswer decodes one server's answer: ok is false for another
-// server's answer or anything that is not an answer.
-func connzAnswer(msg *nats.Msg, c conn) (closed, ok bool) {
+// server's answer or anything that is not an answer. reason is what the
+// server recorded for the close.
+func connzAnswer(msg *nats.Msg, c conn) (reason string, closed, ok bool) {
 	if len(msg.Data) > maxConnzAnswer {
-		return false, false
+		return "", false, false
 	}
 	var a struct {
 		Server struct {
@@ -194,7 +202,8 @@ func connzAnswer(msg *nats.Msg, c conn) (closed, ok bool) {
 		} `json:"server"`
 		Data struct {
 			Conns []struct {
-				CID uint64 `json:"cid"`
+				CID    uint64 `json:"cid"`
+				Reason string `json:"reason"`
 			} `json:"connections"`
 		} `json:"data"`
 		Error *struct {
@@ -202,15 +211,15 @@ func connzAnswer(msg *nats.Msg, c conn) (closed, ok bool) {
 		} `json:"error"`
 	}
 	if json.Unmarshal(msg.Data, &a) != nil || a.Server.ID != c.server {
-		return false, false
+		return "", false, false
 	}
 	if a.Error != nil {
-		return false, true
+		return "", false, true
 	}
 	for _, x := range a.Data.Conns {
 		if x.CID == c.id {
-			return true, true
+			return x.Reason, true, true
 		}
 	}
-	return false, true
+	return "", false, true
 }

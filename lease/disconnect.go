@@ -15,19 +15,30 @@ import (
 // server to confirm the close (closecheck.go: an advisory can be forged),
 // and frees a lease bound to it DisconnectGrace after the confirmation,
 // unless the holder moved the lease to a new connection first (a renewal
-// sent on it). So a
-// holder that crashed, was killed or lost its host's network gives its
-// slots back in under a second instead of a TTL.
+// sent on it). So a holder that crashed, was killed or lost its host gives
+// its slots back in under a second instead of a TTL.
+//
+// Only a close made at the holder's end frees anything: the server must
+// have recorded "Client Closed" (the holder's host closed the socket: its
+// process exited, or its client closed the connection), "Read Error" or
+// "Write Error" (the holder's end reset it). A connection the server
+// closed itself (it is shutting down, kicked the client, found it stale or
+// too slow, or its credentials expired) says nothing about the holder,
+// which may be working and about to reconnect: such a lease is left to its
+// holder's renewals and to the TTL. That is what lets work outlive a
+// restart or a stall of the NATS server (docs/guarantees.md, "Fast
+// release").
 //
 // It never frees slots whose holder may still be working, because the
-// holder keeps its own clock (liveness.go): it stops its work by the send
-// time of the last PING the server answered on the lease's connection +
-// 3/4 of the grace. The server answered that PING before it closed the
-// connection, and the manager hears of the close after that, so the holder
-// stops at least a quarter of the grace before the manager frees its
-// slots. A holder that did not say which connection it uses, or a record
-// written without the grace, is not freed this way: the TTL alone ends it.
-// docs/guarantees.md, "Fast release", has the timings.
+// holder keeps its own clock (liveness.go): a live holder's end closes a
+// connection only when its own client does, which it sees at once; it then
+// has 3/4 of the grace from the last PING the server answered on the
+// connection to move its leases to a new one, or it stops its work. The
+// server answered that PING before it saw the close, and the manager hears
+// of the close after that, so the holder stops at least a quarter of the
+// grace before the manager frees its slots. A holder that did not say which
+// connection it uses, or a record written without the grace, is not freed
+// this way: the TTL alone ends it.
 
 // DefaultDisconnectGrace is how long after a holder's connection closed
 // the manager frees its leases, when fast release is on.
@@ -40,6 +51,19 @@ const (
 	MinDisconnectGrace = 200 * time.Millisecond
 	MaxDisconnectGrace = 10 * time.Second
 )
+
+// holderClosed reports whether reason, the server's record of why it
+// closed a client connection, says the client's end closed it: EOF from
+// the client ("Client Closed"), or a read or write that failed on the
+// connection ("Read Error", "Write Error": the client's end reset it).
+// Every other reason is the server's own doing.
+func holderClosed(reason string) bool {
+	switch reason {
+	case "Client Closed", "Read Error", "Write Error":
+		return true
+	}
+	return false
+}
 
 // disconnectAdvisoryType is the type of the server's client disconnect
 // advisory (server.DisconnectEventMsgType).
@@ -182,6 +206,9 @@ func (m *Manager) boundLocked(c conn) bool {
 // closedLocked records that c's server confirmed its close, and frees
 // what is bound to it after the grace.
 func (m *Manager) closedLocked(c conn, now time.Time) {
+	if m.stop.announced {
+		return // it told its holders it frees nothing more (stop.go)
+	}
 	m.gone.closed[c] = now
 	for _, h := range m.leases {
 		if recordConn(&h.rec) == c {
@@ -221,14 +248,14 @@ func (m *Manager) afterGraceLocked(d time.Duration, f func()) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		delete(m.gone.timers, t)
-		if !m.closed {
+		if !m.closed && !m.stop.announced {
 			f()
 		}
 	})
 	m.gone.timers[t] = struct{}{}
 }
 
-// stopDisconnectTimersLocked stops the pending frees (Close).
+// stopDisconnectTimersLocked stops the pending frees (Close, a clean stop).
 func (m *Manager) stopDisconnectTimersLocked() {
 	for t := range m.gone.timers {
 		t.Stop()

@@ -136,6 +136,9 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 	if r.Existing {
 		b = append(field(b, "existing"), "true"...)
 	}
+	if r.ServerStopping != "" {
+		b = appendStringField(b, "server_stopping", r.ServerStopping)
+	}
 	return append(b, '}'), nil
 }
 

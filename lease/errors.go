@@ -86,10 +86,16 @@ var (
 // the holder's own deadline.
 var ErrLeaseLost = errors.New("lease: lease lost")
 
+// ErrConnectionDropped is the cause of a fast-release lease's loss when its
+// connection dropped and the lease could not move to a new connection in
+// time (liveness.go): within 3/4 of the grace after the last PING the
+// server answered on it.
+var ErrConnectionDropped = errors.New("the lease's connection dropped and the lease could not move to a new one in time (fast release)")
+
 // ErrConnectionSilent is the cause of a fast-release lease's loss when its
-// server answered no PING on the lease's connection for 3/4 of the grace
-// (liveness.go): the connection was down or cut off that long.
-var ErrConnectionSilent = errors.New("the server did not answer on the lease's connection in time (fast release)")
+// connection stayed open but the server answered no PING on it for much
+// longer than a restart or a stall lasts (liveness.go).
+var ErrConnectionSilent = errors.New("the server did not answer on the lease's connection (fast release)")
 
 // errorf builds an error whose message may quote client input: every
 // string and error argument is bounded (clipArgs), so no request makes an

@@ -67,15 +67,18 @@ func (l *Lease) TTL() time.Duration { return l.rec.TTL() }
 func (l *Lease) Record() Record { return l.rec }
 
 // Deadline is when the holder must consider the lease lost unless a renewal
-// succeeds first. With fast release it is also at most 3/4 of the
-// disconnect grace after the last PING the server answered on the lease's
-// connection, so it moves on while the connection lives.
+// succeeds first. With fast release it is also bounded by the lease's
+// connection (liveness.go): once that connection dropped, by 3/4 of the
+// disconnect grace after the last PING the server answered on it, unless
+// the lease moves to the new connection before; while it is open but
+// silent, by a longer bound. So it can move earlier when the connection
+// drops: read it again, as the sandbox does.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	d, bound := l.deadline, l.bound
 	l.mu.Unlock()
 	if l.grace > 0 {
-		d = minTime(d, l.c.live.lastAnswered(bound).Add(liveDeadline(l.grace)))
+		d = minTime(d, l.c.live.deadline(bound, l.grace))
 	}
 	return d
 }
@@ -157,9 +160,10 @@ func (l *Lease) sendRelease(ctx context.Context) (err error) {
 // heartbeat renews every TTL/3, counted from the send time its deadline is
 // measured from, until the lease is released, refused, or its deadline
 // passes. One renewal re-sends itself while unanswered (renewRetry); one that
-// was answered with a transient error is followed by a fresh one soon. With
-// fast release it also renews at once when the connection changed, so the
-// lease moves to the new one.
+// was answered with a transient error is followed by a fresh one soon. It
+// also renews at once when the Client is woken (a reconnect, the manager's
+// stop notice: wake.go); with fast release also when it finds the
+// connection changed, so the lease moves to the new one.
 func (l *Lease) heartbeat() {
 	defer close(l.hbDone)
 	ttl := l.rec.TTL()
@@ -180,20 +184,27 @@ func (l *Lease) heartbeat() {
 		moved = t.C
 	}
 	for {
+		woken := l.c.wake.wait()
 		select {
 		case <-l.stop:
 			return
 		case <-lost.C:
 			if d := l.Deadline(); time.Now().Before(d) {
 				lost.Reset(time.Until(d)) // the connection was confirmed meanwhile
-				continue
+				if !woke(woken) {
+					continue
+				}
+			} else {
+				l.end(fmt.Errorf("%w: %w", ErrLeaseLost, l.lossCause()))
+				return
 			}
-			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, l.lossCause()))
-			return
 		case <-moved:
-			if now := l.c.live.identity(); !now.known() || now == l.boundConn() {
+			// The deadline moves earlier when the connection drops.
+			lost.Reset(time.Until(l.Deadline()))
+			if now := l.c.live.identity(); (!now.known() || now == l.boundConn()) && !woke(woken) {
 				continue
 			}
+		case <-woken:
 		case <-next.C:
 		}
 		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
@@ -216,24 +227,23 @@ func (l *Lease) heartbeat() {
 			return
 		default:
 			next.Reset(retry)
+			lost.Reset(time.Until(l.Deadline())) // it may have moved during the renewal
 		}
 	}
 }
 
 // bindTo notes that the manager has bound the lease to c (a renewal's
-// answer) and, if that moved it, has the server answer a PING on c: only
-// that dates the new connection.
+// answer). If that moved it, the server first answers a PING on c: only
+// that dates the new connection, so the lease counts c from then on (until
+// then its old connection's clocks still hold).
 func (l *Lease) bindTo(c conn) {
-	if l.grace <= 0 || !c.known() {
+	if l.grace <= 0 || !c.known() || l.boundConn() == c {
 		return
 	}
+	l.c.live.ping(liveDeadline(l.grace))
 	l.mu.Lock()
-	moved := l.bound != c
 	l.bound = c
 	l.mu.Unlock()
-	if moved {
-		l.c.live.ping(liveDeadline(l.grace))
-	}
 }
 
 func (l *Lease) boundConn() conn {
@@ -248,9 +258,23 @@ func (l *Lease) lossCause() error {
 	ttlDeadline := l.deadline
 	l.mu.Unlock()
 	if l.grace > 0 && l.Deadline().Before(ttlDeadline) {
-		return fmt.Errorf("%w: none for %v (its slots go to others %v after the connection closes)", ErrConnectionSilent, liveDeadline(l.grace), l.grace)
+		if l.c.live.dropped(l.boundConn()) {
+			return fmt.Errorf("%w: not within %v of the last answer on it (its slots go to others %v after a close by the holder's end)", ErrConnectionDropped, liveDeadline(l.grace), l.grace)
+		}
+		return fmt.Errorf("%w: none for %v", ErrConnectionSilent, l.c.live.silence)
 	}
 	return errors.New("no renewal succeeded before the deadline")
+}
+
+// woke reports whether a wake-up came (wake.go): select picks any ready
+// case, so one that raced another must not be lost.
+func woke(woken <-chan struct{}) bool {
+	select {
+	case <-woken:
+		return true
+	default:
+		return false
+	}
 }
 
 func minTime(a, b time.Time) time.Time {

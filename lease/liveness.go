@@ -8,40 +8,96 @@ import (
 )
 
 // The holder's side of fast release (disconnect.go). A lease granted with
-// a disconnect grace G is bound to the connection its request came on, and
-// the manager frees it G after it hears that connection closed. So the
-// holder must stop its work by then, and it knows when the connection was
-// last certainly open: when it sent a PING the server answered on it (the
-// server answers before it closes a connection, and announces the close
-// after). While it holds such leases, a Client pings its server every G/8;
-// each lease's deadline is then at most
+// a disconnect grace G is bound to the connection its request came on. The
+// manager frees it G after that connection's server confirmed a close made
+// at the holder's end ("Client Closed", "Read Error", "Write Error"),
+// unless a renewal moved the lease to another connection first. A close
+// the server made itself (stopping, restarting, kicking, timing out a
+// stale or slow client) frees nothing: only the TTL ends such a lease.
 //
-//	send time of the last answered PING on the lease's connection + G*3/4
+// A live holder's end closes a connection only when its own client does
+// (Close, a reconnect it decided on, its own stale-connection or write
+// timeout), so the holder keeps two clocks per connection, both from the
+// send time of the last PING the server answered on it (the server
+// answered it before it saw any close):
 //
-// which leaves G/4 for the holder's work to stop (LossGrace is G/8) before
-// the manager can free the slots. After a reconnect the new connection's
-// PINGs do not count for a lease until a renewal sent on it has moved the
-// lease there; the lease renews at once when it sees the connection change.
+//   - dropped: once its client is no longer connected on the lease's
+//     connection (reconnecting, reconnected elsewhere, closed), the lease
+//     is lost at that PING + 3/4 G unless a renewal sent on the new
+//     connection moved it there first. The manager frees no earlier than
+//     G after the close it confirmed, and the close came after the PING.
+//     A drop by a server that, with its manager, said it was stopping
+//     (ServerStopping, stop.go) does not count: no manager can have that
+//     server confirm a close any more; nor does any drop on a connection
+//     only its server can close (WithServerOnlyDrops: loopback to
+//     leasemgr's embedded server, a program that closes nothing itself).
+//   - silent: while the connection stays open but unanswered (a stalled
+//     server or manager, a partition), the lease is lost at that PING +
+//     maxSilence, long after any stall a restart or a pause causes, and
+//     before the holder's own client can have closed the connection on
+//     its own (MaxPingsOut x PingInterval, FlusherTimeout) or the server's
+//     TCP stack can have given up on an unreachable holder as a "Read
+//     Error" (minutes of retransmission; nats-server turns TCP keepalive
+//     off).
+//
+// The TTL deadline applies too, whichever comes first. While it holds such
+// leases, a Client pings its server every G/8, so the drop clock leaves
+// the holder at least about G/2 to move a lease; it renews at once when it
+// reconnects (wake.go). LossGrace is G/8: the work stops in well under the
+// quarter of the grace left before the manager can free the slots.
 
 // liveDeadline is how long after the last answered PING a lease with
-// disconnect grace g stays held.
+// disconnect grace g stays held once its connection dropped.
 func liveDeadline(g time.Duration) time.Duration { return g - g/4 }
+
+// maxSilence bounds the silent clock: far beyond a restart or a stall,
+// far within the minutes a server's TCP stack retransmits to an
+// unreachable peer before it reports the connection broken (RFC 1122
+// asks for at least 100 s).
+const maxSilence = 30 * time.Second
+
+// silenceLimit is maxSilence, or less if the connection's own client
+// would close a silent connection sooner: nats.go does after MaxPingsOut
+// unanswered PINGs sent PingInterval apart, or a write blocked for
+// FlusherTimeout, and that close would count as the holder's.
+func silenceLimit(o *nats.Options) time.Duration {
+	d := maxSilence
+	if o.PingInterval > 0 && o.MaxPingsOut > 0 {
+		d = min(d, o.PingInterval*time.Duration(o.MaxPingsOut))
+	}
+	if o.FlusherTimeout > 0 {
+		d = min(d, o.FlusherTimeout)
+	}
+	return d
+}
 
 // liveness pings a Client's server while leases with fast release need it.
 type liveness struct {
-	nc *nats.Conn
+	nc      *nats.Conn
+	silence time.Duration // silenceLimit of nc's options
+	// serverDrops: every drop of nc is its server's doing
+	// (WithServerOnlyDrops), so the dropped clock never runs.
+	serverDrops bool
 
 	mu       sync.Mutex
 	users    int                // leases that need it
 	interval time.Duration      // the shortest any of them needs
 	last     map[conn]time.Time // send time of the last answered PING, per connection
-	stop     chan struct{}      // closes to end run; nil when not running
-	done     chan struct{}      // closed when run has returned
+	// stopping holds the servers said to stop with their manager
+	// (ServerStopping), with when it was said.
+	stopping map[string]time.Time
+	stop     chan struct{} // closes to end run; nil when not running
+	done     chan struct{} // closed when run has returned
 }
 
 // maxLiveConns bounds the connections whose last PING is remembered: the
-// current one and a few before it, whose leases are being moved.
+// current one and a few before it, whose leases are being moved. The same
+// bound holds for the servers said to be stopping.
 const maxLiveConns = 4
+
+func newLiveness(nc *nats.Conn) liveness {
+	return liveness{nc: nc, silence: silenceLimit(&nc.Opts)}
+}
 
 // identity is the connection nc is on now (zero while disconnected).
 func (v *liveness) identity() conn {
@@ -51,6 +107,57 @@ func (v *liveness) identity() conn {
 		return conn{}
 	}
 	return conn{server, id}
+}
+
+// deadline is when a lease with disconnect grace g that is bound to c must
+// be given up, by c's clocks (the silent one, and the dropped one once c
+// is not the connection nc is on).
+func (v *liveness) deadline(c conn, g time.Duration) time.Time {
+	v.mu.Lock()
+	last := v.last[c]
+	_, stopping := v.stopping[c.server]
+	v.mu.Unlock()
+	d := last.Add(v.silence)
+	if !stopping && !v.serverDrops && v.identity() != c {
+		d = minTime(d, last.Add(liveDeadline(g)))
+	}
+	return d
+}
+
+// dropped reports whether the lease bound to c is on the dropped clock.
+func (v *liveness) dropped(c conn) bool {
+	v.mu.Lock()
+	_, stopping := v.stopping[c.server]
+	v.mu.Unlock()
+	return !stopping && !v.serverDrops && v.identity() != c
+}
+
+// serverStopping notes a manager's word that server stops with it.
+func (v *liveness) serverStopping(server string) {
+	if server == "" {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.stopping == nil {
+		v.stopping = make(map[string]time.Time)
+	}
+	v.stopping[server] = time.Now()
+	prune(v.stopping)
+}
+
+// prune drops the oldest entries of m beyond maxLiveConns.
+func prune[K comparable](m map[K]time.Time) {
+	for len(m) > maxLiveConns {
+		var oldest K
+		first := true
+		for k, t := range m {
+			if first || t.Before(m[oldest]) {
+				oldest, first = k, false
+			}
+		}
+		delete(m, oldest)
+	}
 }
 
 // join registers a lease with disconnect grace g, starting the pings.
@@ -113,7 +220,7 @@ func (v *liveness) run(every time.Duration, stop, done chan struct{}) {
 			return
 		case <-t.C:
 			// A slow answer still counts (by its send time), up to when
-			// it could no longer help: 6 intervals, the live deadline.
+			// it could no longer help a lease whose connection drops.
 			v.ping(6 * every)
 		}
 	}
@@ -143,15 +250,7 @@ func (v *liveness) record(c conn, sent time.Time) {
 	if sent.After(v.last[c]) {
 		v.last[c] = sent
 	}
-	for len(v.last) > maxLiveConns {
-		var oldest conn
-		for k, t := range v.last {
-			if !oldest.known() || t.Before(v.last[oldest]) {
-				oldest = k
-			}
-		}
-		delete(v.last, oldest)
-	}
+	prune(v.last)
 }
 
 // lastAnswered is the send time of the last PING answered on c (zero if

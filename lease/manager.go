@@ -74,6 +74,11 @@ type ManagerConfig struct {
 	// leases are freed (DefaultDisconnectGrace if zero), between
 	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
 	DisconnectGrace time.Duration
+	// EmbeddedServer says that the NATS server Conn is connected to runs
+	// in this process and stops when it does (leasemgr without NATS_URL).
+	// A clean stop then tells the holders so (stop.go), and they do not
+	// hold that server's going against their leases.
+	EmbeddedServer bool
 	// MaxQueuedPerConn bounds the requests one client connection may have
 	// waiting on this node, over all pools (connqueue.go);
 	// config.DefaultMaxQueuedPerConnection if zero.
@@ -136,6 +141,10 @@ type Manager struct {
 
 	journal *journal    // the queue entries' writes and deletes
 	gone    disconnects // fast release; guarded by mu
+	stop    stopState   // a clean stop (stop.go); guarded by mu
+	// stopServer is the id of the server that stops with this manager,
+	// once a clean stop was announced (ServerStopping); nil before.
+	stopServer atomic.Pointer[string]
 	// queuedBy counts the waiting requests of each connection
 	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
 	// of requests with owner o in the pools' waiting maps.

@@ -187,6 +187,11 @@ type Reply struct {
 	// ServedBy and Warnings (stats replies): see ManagerConfig.
 	ServedBy string   `json:"served_by,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// ServerStopping, on a grant or renewal, is the id of the NATS server
+	// that stops together with the manager answering, which is stopping
+	// cleanly (leasemgr's embedded server; stop.go). A holder told so does
+	// not count that server closing its connection against its lease.
+	ServerStopping string `json:"server_stopping,omitempty"`
 }
 
 // NodePools is one node's pools: the one JSON shape of `leasemgr pools
@@ -277,6 +282,9 @@ const (
 	EventExpired   EventKind = "expired"
 	EventCancelled EventKind = "cancelled"
 	EventRejected  EventKind = "rejected"
+	// EventStopping is published on every pool when its manager stops
+	// cleanly: holders renew at once (stop.go). It carries no lease.
+	EventStopping EventKind = "stopping"
 )
 
 // Event is published for every transition, carrying the pool's stats after it.

@@ -112,6 +112,7 @@ func (m *Manager) freeLocked(h *held, kind EventKind, code Code) {
 		return
 	}
 	delete(m.leases, h.key)
+	m.stopRenewedLocked(h)
 	if h.pool == nil {
 		return
 	}

@@ -44,8 +44,15 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	// Every attempt names the connection it goes on: a lease with fast
 	// release moves to it (disconnect.go).
 	var sentOn conn
+	// firstOn is when the first attempt went out on each connection: an
+	// answer "bound" to one proves its server took an attempt on it, so it
+	// was open after then (see the StatusBound case).
+	firstOn := make(map[conn]time.Time, 2)
 	body := func() []byte {
 		sentOn = l.c.live.identity()
+		if _, ok := firstOn[sentOn]; !ok && sentOn.known() {
+			firstOn[sentOn] = time.Now()
+		}
 		b, _ := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: sentOn.server, ConnID: sentOn.id})
 		return b // plain strings and numbers: cannot fail
 	}
@@ -63,32 +70,46 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	resend := time.NewTicker(renewRetry(l.rec.TTL()))
 	defer resend.Stop()
 	var moved <-chan time.Time // fast release: re-send at once on a new connection
+	soon := time.NewTimer(time.Hour)
+	soon.Stop()
+	defer soon.Stop()
 	if l.grace > 0 {
 		t := time.NewTicker(l.grace / 8)
 		defer t.Stop()
 		moved = t.C
 	}
 	for {
+		woken := l.c.wake.wait()
 		select {
 		case <-stop:
 			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled)
 		case <-ctx.Done():
 			return first, nil, fmt.Errorf("%w: renewal not answered: %w", ErrUnavailable, ctx.Err())
 		case <-moved:
+			// The lease's deadline moves earlier when its connection
+			// drops: the heartbeat must see it pass, not wait here.
+			if !time.Now().Before(l.Deadline()) {
+				return first, nil, fmt.Errorf("%w: renewal not answered before the lease's deadline", ErrUnavailable)
+			}
 			if now := l.c.live.identity(); !now.known() || now == sentOn {
 				continue
 			}
-			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
-				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case <-woken: // reconnected: an attempt sent before may be lost
+			if now := l.c.live.identity(); !now.known() || now == sentOn {
+				continue
 			}
+		case <-soon.C:
 		case <-resend.C:
-			if err := l.c.publish(ctx, subject, reply, body()); err != nil {
-				return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
 		case msg := <-ch:
 			if isNoResponders(msg) {
 				// Nobody serves the node at this moment (a takeover in
-				// progress): the next attempt may reach the new manager.
+				// progress, or the manager's subscription not yet on the
+				// server the holder reconnected to): the next attempt may
+				// reach it. A lease that must move to a new connection
+				// within its grace asks again soon.
+				if l.grace > 0 && l.c.live.dropped(l.boundConn()) {
+					soon.Reset(l.grace / 8)
+				}
 				continue
 			}
 			var r Reply
@@ -98,13 +119,28 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 			if r.Status == StatusError {
 				return first, nil, replyError(&r)
 			}
+			l.c.live.serverStopping(r.ServerStopping)
 			if r.Status == StatusBound {
 				if r.Lease != nil {
-					l.bindTo(recordConn(r.Lease))
+					// The server read an attempt sent on this connection
+					// before it closed the connection, if it has: a close
+					// comes after the first attempt's send time, which dates
+					// the connection like an answered PING. Without it, a
+					// connection that drops before any PING was answered on
+					// it would end the lease at once, while its holder could
+					// still move it to the next one within the grace.
+					c := recordConn(r.Lease)
+					if at, ok := firstOn[c]; ok {
+						l.c.live.record(c, at)
+					}
+					l.bindTo(c)
 				}
 				continue // the renewal's own answer follows
 			}
 			return first, r.Lease, nil
+		}
+		if err := l.c.publish(ctx, subject, reply, body()); err != nil {
+			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 }

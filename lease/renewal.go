@@ -101,6 +101,9 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	h.renewal.lock()
 	defer h.renewal.unlock()
 	if rec, ok := h.renewal.since(received); ok {
+		m.mu.Lock()
+		m.stopRenewedLocked(h)
+		m.mu.Unlock()
 		m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})
 		return
 	}
@@ -121,6 +124,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 				h.rev = newRev
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
+			m.stopRenewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
 			m.respond(reply, Reply{Status: StatusRenewed, Lease: &rec})

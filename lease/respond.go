@@ -29,6 +29,9 @@ func (m *Manager) respond(reply string, r Reply) {
 	if reply == "" {
 		return // no one to answer
 	}
+	if s := m.stopServer.Load(); s != nil && r.Lease != nil {
+		r.ServerStopping = *s // stop.go
+	}
 	b := replyBuffers.Get()
 	data, err := appendReply(*b, &r)
 	if err != nil {

@@ -22,6 +22,7 @@ func (m *Manager) Run(ctx context.Context, serving func(bool)) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		m.announceStop() // told to stop: tell the holders first
 	case <-m.Deposed():
 		err = fmt.Errorf("%w: a later term wrote to this node", ErrLeadershipLost)
 	}

@@ -738,21 +738,24 @@ loop:
 			break loop
 		}
 	}
-	close(stopDeadlines) // the supervisor keeps the last one while the tree is stopped
-
+	// While the tree is stopped the supervisor is still told every new
+	// deadline: a graceful stop (a timeout, a cancel) keeps the lease and
+	// has its whole kill grace, and the lease's end still bounds it.
 	switch {
 	case execFailed:
-		r.terminate(waitDone, 0)
+		r.terminate(waitDone, 0, nil)
 	case reason == StoppedLeaseLost:
-		r.terminateWithin(waitDone, min(r.grace, max(r.spec.LostGrace, 0)), r.lostWait())
+		lostGrace := min(r.grace, max(r.spec.LostGrace, 0))
+		r.stopNote("the lease was lost", r.terminateWithin(waitDone, lostGrace, r.lostWait(), nil), lostGrace)
 	case reason != "":
-		r.terminate(waitDone, r.grace)
+		r.stopNote(stopCause(reason, r.spec.Timeout), r.terminate(waitDone, r.grace, lost), r.grace)
 	default:
 		if !r.allGone(waitDone) {
 			r.note("the worker exited but left processes behind; they were terminated")
-			r.terminate(waitDone, r.grace)
+			r.terminate(waitDone, r.grace, lost)
 		}
 	}
+	close(stopDeadlines)
 	if !gotStatus {
 		status = <-statusCh // the helper is gone, so its status pipe is at EOF
 	}
@@ -887,8 +890,16 @@ func (r *runner) pump(f *os.File, w io.Writer, tail *tailBuffer, name string) {
 
 func (r *runner) signalAll(sig syscall.Signal) {
 	_ = syscall.Kill(-r.pgid, sig)
-	if r.cgUsed {
-		r.cg.signal(sig)
+	if !r.cgUsed {
+		return
+	}
+	// The cgroup also holds what left the process group. Only those: a
+	// process signalled twice may take both (a shell runs its TERM trap
+	// twice, and a 2s cleanup then needs 4s of the kill grace).
+	for _, pid := range r.cg.procs() {
+		if pg, err := syscall.Getpgid(pid); err != nil || pg != r.pgid {
+			_ = syscall.Kill(pid, sig)
+		}
 	}
 }
 
@@ -907,23 +918,67 @@ func (r *runner) allGone(waitDone <-chan struct{}) bool {
 }
 
 func (r *runner) waitGone(waitDone <-chan struct{}, d time.Duration) bool {
+	gone, _ := r.waitGoneOr(waitDone, d, nil)
+	return gone
+}
+
+// waitGoneOr is waitGone that also stops waiting when lost closes.
+func (r *runner) waitGoneOr(waitDone <-chan struct{}, d time.Duration, lost <-chan struct{}) (gone, lostNow bool) {
 	deadline := time.Now().Add(d)
 	for {
 		if r.allGone(waitDone) {
-			return true
+			return true, false
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return false
+			return false, false
 		}
-		time.Sleep(min(left, 10*time.Millisecond))
+		select {
+		case <-lost:
+			return false, true
+		case <-time.After(min(left, 10*time.Millisecond)):
+		}
 	}
 }
 
 // terminate sends SIGTERM to everything, waits up to grace, then SIGKILLs
 // until nothing is left. It returns only once the worker itself has exited.
-func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration) {
-	r.terminateWithin(waitDone, grace, supervisorWait)
+func (r *runner) terminate(waitDone <-chan struct{}, grace time.Duration, lost <-chan struct{}) stopped {
+	return r.terminateWithin(waitDone, grace, supervisorWait, lost)
+}
+
+// stopped is how a terminate went.
+type stopped struct {
+	took      time.Duration // from SIGTERM until the tree was gone
+	killed    bool          // the grace ran out: SIGKILL
+	lostAfter time.Duration // > 0: the lease was lost this long into the grace
+}
+
+// stopCause says why Run stopped the worker, for stopNote.
+func stopCause(reason string, timeout time.Duration) string {
+	switch reason {
+	case StoppedTimeout:
+		return fmt.Sprintf("it ran past its %v timeout", timeout)
+	case StoppedCancelled:
+		return "the run was cancelled"
+	}
+	return "stopped (" + reason + ")"
+}
+
+// stopNote tells how stopping the worker went, so that the caller's
+// report says what really happened.
+func (r *runner) stopNote(cause string, st stopped, grace time.Duration) {
+	round := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	switch {
+	case grace <= 0:
+		r.note(fmt.Sprintf("%s: the worker was killed at once", cause))
+	case st.lostAfter > 0:
+		r.note(fmt.Sprintf("%s: SIGTERM; the lease was lost %v into the %v kill grace, so the worker was killed then", cause, round(st.lostAfter), grace))
+	case st.killed:
+		r.note(fmt.Sprintf("%s: SIGTERM; the worker was still running after its %v kill grace and was killed", cause, grace))
+	default:
+		r.note(fmt.Sprintf("%s: SIGTERM; the worker was gone %v later, within its %v kill grace", cause, round(st.took), grace))
+	}
 }
 
 // supervisorWait is how long terminate lets the supervisor kill the tree
@@ -938,22 +993,32 @@ func (r *runner) lostWait() time.Duration {
 	return min(supervisorWait, max(r.spec.LostGrace, 100*time.Millisecond))
 }
 
-// terminateWithin is terminate with the supervisor's turn bounded by supWait.
-func (r *runner) terminateWithin(waitDone <-chan struct{}, grace, supWait time.Duration) {
+// terminateWithin is terminate with the supervisor's turn bounded by
+// supWait. If lost closes during the grace, the lease is gone: the grace
+// ends then, and the supervisor's turn is bounded as after a loss.
+func (r *runner) terminateWithin(waitDone <-chan struct{}, grace, supWait time.Duration, lost <-chan struct{}) (st stopped) {
+	start := time.Now()
+	defer func() { st.took = time.Since(start) }()
 	if grace > 0 {
 		r.signalAll(syscall.SIGTERM)
-		if r.waitGone(waitDone, grace) {
-			return
+		gone, lostNow := r.waitGoneOr(waitDone, grace, lost)
+		if gone {
+			return st
+		}
+		if lostNow {
+			st.lostAfter = max(time.Since(start), time.Nanosecond)
+			supWait = min(supWait, r.lostWait())
 		}
 	}
+	st.killed = true
 	// The supervisor kills the whole tree, also what left the process
 	// group or session, and reports the worker's status: give it the
 	// first go, the signals below are the backstop.
 	_ = r.cmd.Process.Signal(superviseSignal)
 	if r.waitGone(waitDone, supWait) {
-		return
+		return st
 	}
-	start := time.Now()
+	killStart := time.Now()
 	for {
 		// Repeated: a process that forked between two rounds is caught by
 		// the next one.
@@ -962,13 +1027,13 @@ func (r *runner) terminateWithin(waitDone <-chan struct{}, grace, supWait time.D
 			r.cg.kill()
 		}
 		if r.waitGone(waitDone, 20*time.Millisecond) {
-			return
+			return st
 		}
 		select {
 		case <-waitDone:
-			if time.Since(start) > 10*time.Second {
+			if time.Since(killStart) > 10*time.Second {
 				r.note("some processes of the worker survived SIGKILL for 10s (uninterruptible sleep?)")
-				return
+				return st
 			}
 		default:
 			// The worker itself is still there: SIGKILL always wins in

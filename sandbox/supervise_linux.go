@@ -112,7 +112,7 @@ func runSupervisor() {
 				expired.set(d) // a later word had come, behind the one that passed
 				continue
 			}
-			helperStatus("note", "the lease deadline passed with no word from the executor: the worker tree was killed")
+			helperStatus("note", "the lease deadline passed with no newer one from the executor: the worker tree was killed")
 			killTree(reap, &status, worker)
 			finishSupervisor(status)
 		case c, ok := <-reap:

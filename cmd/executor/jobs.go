@@ -20,6 +20,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
 )
 
 // ExitUnavailable: NATS or the lease manager could not be reached.
@@ -49,6 +50,20 @@ func connectQueue(ctx context.Context, name string, create bool) (*config.Common
 		return nil, nil, nil, fail(ExitUnavailable, "%v (is JetStream enabled on %s?)", err, cfg.NATSAddress())
 	}
 	return cfg, nc, q, err
+}
+
+// clientOptions are the lease client's options for a connection made from
+// cfg. Without NATS_URL the executor talks straight to leasemgr's embedded
+// server on this host and closes its connection only on its way out, so
+// every drop is that server's doing (it restarted or crashed), which frees
+// no lease: the running work keeps its lease while the executor reconnects
+// (lease.WithServerOnlyDrops).
+func clientOptions(cfg *config.Common) []lease.ClientOption {
+	opts := []lease.ClientOption{lease.WithPrefix(cfg.SubjectPrefix)}
+	if cfg.NATSURL == "" {
+		opts = append(opts, lease.WithServerOnlyDrops())
+	}
+	return opts
 }
 
 // usageErr turns a flag or validation error into exit code 2.

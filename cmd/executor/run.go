@@ -130,7 +130,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
 	}
 	defer nc.Close()
-	client, err := lease.NewClient(nc, f.node, lease.WithPrefix(cfg.SubjectPrefix))
+	client, err := lease.NewClient(nc, f.node, clientOptions(cfg)...)
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v", err)
 	}

@@ -111,7 +111,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if f.node == "" {
 		f.node = cfg.NodeID
 	}
-	client, err := lease.NewClient(nc, f.node, lease.WithPrefix(cfg.SubjectPrefix))
+	client, err := lease.NewClient(nc, f.node, clientOptions(cfg)...)
 	if err != nil {
 		return 1, err
 	}

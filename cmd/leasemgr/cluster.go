@@ -55,6 +55,9 @@ func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *lease
 	mc.ServedBy = cfg.NodeID
 	mc.Warnings = cs.Warnings
 	mc.Logger = node.Logger.With("role", "cluster pools")
+	// Other candidates may serve the cluster pools through this very
+	// server once this one stops: its going is not the end of them.
+	mc.EmbeddedServer = false
 	return mc
 }
 

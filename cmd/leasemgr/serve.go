@@ -100,6 +100,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 		RecordRefused:    metrics.RecordsRefused(cfg.NodeID),
 		DisconnectEvents: disconnectEvents(cfg, embedded), DisconnectGrace: cfg.DisconnectGrace,
+		// Its own embedded server stops with it: a clean stop says so, and
+		// holders do not count that server's going against their leases.
+		EmbeddedServer:   cfg.NATSURL == "",
 		MaxQueuedPerConn: cfg.MaxQueuedPerConnection,
 	}
 	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by

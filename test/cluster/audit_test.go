@@ -120,13 +120,24 @@ func TestAuditChecks(t *testing.T) {
 			in.NetFaults = append(in.NetFaults, NetFault{Who: "x", Kind: "cut", Start: at(500), End: at(500)})
 			h.gone(4200, lease.RecordKey("n1", "p", "a"))
 		}, "lease lost while its holder could reach NATS"},
-		{"lost lease, fast release, holder's connection down", func(h *history, in *AuditInput) {
+		{"lost lease, fast release, holder's connection reset", func(h *history, in *AuditInput) {
 			a := h.grant(100, "a", 1, "m1")
 			lost := hold("x#1", "a", a, 1, 110, 700, HoldLost)
-			lost.ConnDown = true
+			lost.Dropped = true
 			in.Holds = append(in.Holds, lost)
+			in.NetFaults = append(in.NetFaults, NetFault{Who: "x", Kind: "cut", Start: at(200), End: at(200)})
 			h.gone(900, lease.RecordKey("n1", "p", "a"))
 		}, ""},
+		{"lost lease, fast release, holder's connection closed by its server", func(h *history, in *AuditInput) {
+			// A server stopping or restarting frees nothing: the holder
+			// had until its TTL deadline to move its lease.
+			a := h.grant(100, "a", 1, "m1")
+			lost := hold("x#1", "a", a, 1, 110, 700, HoldLost)
+			lost.Dropped = true
+			in.Holds = append(in.Holds, lost)
+			in.Servers = append(in.Servers, ServerFault{Server: 0, Start: at(200), End: at(2000)})
+			h.gone(900, lease.RecordKey("n1", "p", "a"))
+		}, "lease lost while its holder could reach NATS"},
 		{"acquire hangs", func(h *history, in *AuditInput) {
 			in.Calls = append(in.Calls, Call{Executor: "x#1", Node: "n1", Pool: "p", RequestID: "r", Start: at(0), Bound: time.Second})
 		}, "acquire r by x#1 on n1.p hung"},

@@ -629,10 +629,17 @@ func Audit(in AuditInput) *Report {
 
 // excuse names the fault that may legitimately have cost h, or "".
 func excuse(in AuditInput, h Hold, from time.Time) string {
-	if h.ConnDown {
-		// Fast release's cost: a holder whose server answers no PING for
-		// 3/4 of the grace gives its leases up (docs/guarantees.md 2.1).
-		return "fast release: holder's connection down"
+	for _, f := range in.NetFaults {
+		// Fast release's cost: a connection reset on the holder's path
+		// looks to its server like the holder's own close, which frees
+		// the lease a grace later; a holder that could not move the lease
+		// to a new connection within 3/4 of the grace gives it up
+		// (docs/guarantees.md 2.1). Any other drop (its server stopped,
+		// restarted, stalled) can free nothing: a lease lost to it is a
+		// failure.
+		if h.Dropped && f.Kind == "cut" && (f.Who == h.Executor || strings.HasPrefix(h.Executor, f.Who+"#")) && !f.End.Before(from) && !f.Start.After(h.End) {
+			return "fast release: holder's connection reset, lease not moved within the grace"
+		}
 	}
 	for _, f := range in.NetFaults {
 		// A reset connection is re-established at once: it must not cost

@@ -203,7 +203,7 @@ func multiPoolExecutor(ctx context.Context, t *testing.T, cl *Cluster, st Settin
 		for i, l := range set.Leases() {
 			select {
 			case <-l.Done():
-				rec.endHold(hs[i], lossTime(l), HoldLost, l.Err())
+				rec.endHold(hs[i], time.Now(), HoldLost, l.Err()) // relied on until now, at the latest
 			default:
 				rec.endHold(hs[i], time.Now(), HoldReleased, nil)
 			}

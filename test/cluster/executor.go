@@ -26,9 +26,10 @@ type Hold struct {
 	Start, End time.Time
 	Outcome    HoldOutcome
 	Err        string // the loss, if lost
-	// ConnDown: lost by fast release's liveness rule while the holder's
-	// connection was down (docs/guarantees.md 2.1: what it costs).
-	ConnDown bool
+	// Dropped: lost by fast release's rule for a dropped connection (the
+	// lease could not move to a new connection within the grace;
+	// docs/guarantees.md 2.1), not by the TTL.
+	Dropped bool
 }
 
 // HoldOutcome says how a hold ended.
@@ -175,7 +176,6 @@ type Executor struct {
 
 	mu    sync.Mutex
 	proxy *Proxy     // guarded by mu: replaced on restart
-	down  *connDown  // guarded by mu: the current incarnation's connection
 	nc    *nats.Conn // guarded by mu: the current incarnation's connection
 	incar int
 }
@@ -258,15 +258,13 @@ func (e *Executor) incarnation(ctx context.Context) error {
 	e.mu.Lock()
 	e.proxy = p
 	e.mu.Unlock()
-	var down connDown
-	nc, err := dial(ctx, p.URL(), holder, e.cfg.Cluster.Auth(config.RoleExecutor), nats.DisconnectErrHandler(func(*nats.Conn, error) { down.set(true) }),
-		nats.ReconnectHandler(func(*nats.Conn) { down.set(false) }))
+	nc, err := dial(ctx, p.URL(), holder, e.cfg.Cluster.Auth(config.RoleExecutor))
 	if err != nil {
 		p.Close()
 		return err
 	}
 	e.mu.Lock()
-	e.down, e.nc = &down, nc
+	e.nc = nc
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -338,8 +336,9 @@ func (e *Executor) cycle(ctx context.Context, c *lease.Client, nc *nats.Conn, p 
 		_ = l.Release(rctx)
 		rcancel()
 	case <-l.Done():
-		h.ConnDown = errors.Is(l.Err(), lease.ErrConnectionSilent) && e.connDownSince(lossTime(l).Add(-time.Second))
-		cfg.Recorder.endHold(h, lossTime(l), HoldLost, l.Err())
+		lost := time.Now() // when the holder stopped relying on it
+		h.Dropped = errors.Is(l.Err(), lease.ErrConnectionDropped)
+		cfg.Recorder.endHold(h, lost, HoldLost, l.Err())
 		// As an executor would on its way out: harmless if the record is
 		// gone, and it frees the slots at once if only we lost touch.
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -354,20 +353,10 @@ func (e *Executor) cycle(ctx context.Context, c *lease.Client, nc *nats.Conn, p 
 		nc.Close()
 		close(reply)
 		<-l.Done()
-		cfg.Recorder.endHold(h, lossTime(l), HoldCrashed, l.Err())
+		cfg.Recorder.endHold(h, time.Now(), HoldCrashed, l.Err())
 		return true, nil
 	}
 	return false, nil
-}
-
-// lossTime is when a lost lease stopped being relied on: its deadline, or
-// earlier if the manager refused a renewal before it.
-func lossTime(l *lease.Lease) time.Time {
-	now := time.Now()
-	if d := l.Deadline(); d.Before(now) {
-		return d
-	}
-	return now
 }
 
 func outcomeOf(ctx context.Context, err error) string {
@@ -397,33 +386,4 @@ func sanitizeID(s string) string {
 		}
 	}
 	return string(b)
-}
-
-// connDown records when an executor's connection was last down.
-type connDown struct {
-	mu       sync.Mutex
-	down     bool
-	lastDown time.Time // when it was last seen down (now, if down)
-}
-
-func (c *connDown) set(down bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.down = down
-	c.lastDown = time.Now()
-}
-
-// since reports whether the connection was down at some moment after t.
-func (c *connDown) since(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.down || c.lastDown.After(t)
-}
-
-// connDownSince reports whether the executor's connection was down after t.
-func (e *Executor) connDownSince(t time.Time) bool {
-	e.mu.Lock()
-	d := e.down
-	e.mu.Unlock()
-	return d != nil && d.since(t)
 }

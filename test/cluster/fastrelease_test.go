@@ -17,9 +17,10 @@ import (
 // Fast release on a 3-server cluster: a holder connected to one server
 // whose connection closes gives its slot to a waiter on another server
 // within about the disconnect grace, far sooner than the TTL. Then the
-// holder's server is restarted under a live holder: it reconnects to
-// another server and either keeps its lease, or gives it up before the
-// manager grants the slot to the waiter. Never both at once.
+// holder's server is restarted under a live holder: the server's stop
+// frees nothing; the holder reconnects to another server and keeps its
+// lease, or, if it could not move it within the grace, gives it up before
+// the slot goes to the waiter (then only at the TTL). Never both at once.
 func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

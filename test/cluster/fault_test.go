@@ -23,8 +23,9 @@ import (
 //	go test ./test/cluster -run TestFaultSuite -long -timeout 30m   (or FAULT_LONG=1)
 //
 // FAULT_SEEDS=n runs n seeds; FAULT_DURATION=90s sets each run's length.
-// FAULT_LEASE_TTL and FAULT_LEADER_TTL change the timings (8s and 1s):
-// FAULT_LEASE_TTL=1s shows what too short a lease TTL costs.
+// FAULT_LEASE_TTL, FAULT_LEADER_TTL and FAULT_DISCONNECT_GRACE change the
+// timings (8s, 1s and 2s): FAULT_LEASE_TTL=1s shows what too short a lease
+// TTL costs, FAULT_DISCONNECT_GRACE=800ms runs the product's default grace.
 // The run also fails on the once-known problems 1, 3, 4 and 5 of
 // docs/guarantees.md (over-grants by orphan records, leases lost to a
 // takeover stalled by a connection reset, queue entries left after the
@@ -73,7 +74,7 @@ func TestFaultSuite(t *testing.T) {
 	for _, v := range []struct {
 		env string
 		to  *time.Duration
-	}{{"FAULT_LEASE_TTL", &cfg.LeaseTTL}, {"FAULT_LEADER_TTL", &cfg.LeaderTTL}} {
+	}{{"FAULT_LEASE_TTL", &cfg.LeaseTTL}, {"FAULT_LEADER_TTL", &cfg.LeaderTTL}, {"FAULT_DISCONNECT_GRACE", &cfg.DisconnectGrace}} {
 		if e := os.Getenv(v.env); e != "" {
 			d, err := time.ParseDuration(e)
 			if err != nil {

@@ -47,15 +47,17 @@ func freezeSuiteSeeds(t *testing.T, name string) []uint64 {
 }
 
 // TestFreezeSuite is the randomized fault suite on real processes: three
-// nats-server processes (NATS_REPLICAS=3), one node with two leasemgr
-// processes (gpu=2, LEASE_TTL=8s, LEADER_TTL=2s) and three executors
-// looping `executor run` with short holds. Seeded faults freeze (SIGSTOP,
-// then SIGCONT) a manager or a NATS server for about LEADER_TTL or about the
-// renewal interval (TTL/3); with SERVER_FAULT_SEEDS they also crash NATS
-// servers (SIGKILL) and restart them. The auditor checks capacity in both
-// views, records against holds, who stored grants, and lost leases: a
-// manager freeze excuses none; a frozen or crashed NATS server excuses the
-// leases lost while it was out (docs/guarantees.md).
+// nats-server processes (NATS_REPLICAS=3, the disconnect advisories
+// exported to the clients' account), one node with two leasemgr processes
+// with fast release (gpu=2, LEASE_TTL=8s, LEADER_TTL=2s, DISCONNECT_EVENTS)
+// and three executors looping `executor run` with short holds. Seeded
+// faults freeze (SIGSTOP, then SIGCONT) a manager or a NATS server for 1-5s,
+// or restart a manager (SIGTERM, started again 0.5-3s later); with
+// SERVER_FAULT_SEEDS they also crash NATS servers (SIGKILL) and restart
+// them. The auditor checks capacity in both views, records against holds,
+// who stored grants, and lost leases: a freeze or a restart excuses none
+// (nothing can free a lease meanwhile, issue 30); a crashed NATS server
+// excuses the leases lost while it was out (docs/guarantees.md).
 //
 // In the normal run: one fresh seed of freezes, FREEZE_DURATION (15s) long.
 // FREEZE_SEEDS=n (or a list) and SERVER_FAULT_SEEDS=n choose more.
@@ -106,7 +108,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
 	defer cancel()
-	nats := startNATSProcs(t, natsBin, 3)
+	nats := startNATSProcsAdvising(t, natsBin, 3)
 	url := nats.URL()
 	nats.provision(ctx, Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL})
 	aud, err := StartAuditor(ctx, url, jetstream.Auth{}, lease.DefaultPrefix)
@@ -118,13 +120,17 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	const node = "rnd"
 	mgrs := make([]*process, 2)
 	addrs := make([]string, 2)
-	for i := range mgrs {
-		addrs[i] = fmt.Sprintf("127.0.0.1:%d", rangePort(t))
+	startMgr := func(i int) {
 		mgrs[i] = startProcess(t, fmt.Sprintf("leasemgr %d", i), bin, "leasemgr", []string{
 			"NODE_ID=" + node, "NATS_URL=" + url, "NATS_REPLICAS=3", "POOL_CAPACITIES=gpu=2",
 			"LEASE_TTL=" + freezeLeaseTTL.String(), "LEADER_TTL=" + freezeLeaderTTL.String(),
+			"DISCONNECT_EVENTS=" + jetstream.AnonymousDisconnectSubject,
 			"EVENT_RETENTION=1h", "HTTP_ADDR=" + addrs[i], "LOG_LEVEL=debug",
 		})
+	}
+	for i := range mgrs {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", rangePort(t))
+		startMgr(i)
 	}
 	harness.Eventually(t, 30*time.Second, "a leasemgr to serve", func() bool { return readyz(addrs[0]) == 200 || readyz(addrs[1]) == 200 })
 	defer func() {
@@ -168,20 +174,35 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	}
 
 	// Faults, one at a time, 1-3s apart.
-	renewal := freezeLeaseTTL / 3
 	var faults []fault
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
-		base := freezeLeaderTTL
-		if rng.IntN(2) == 0 {
-			base = renewal
-		}
-		d := time.Duration(float64(base) * (0.6 + 0.8*rng.Float64())).Round(time.Millisecond)
+		d := time.Duration(1000+rng.IntN(4001)) * time.Millisecond // 1-5s
 		var f fault
 		var p *process
 		switch k := rng.IntN(10); {
-		case kills && k < 3:
+		case k < 2:
+			// A restart, as an upgrade does it: SIGTERM, then the
+			// (same) binary again on the same settings.
+			i := rng.IntN(2)
+			if readyz(addrs[1-i]) == 200 && rng.IntN(3) > 0 {
+				i = 1 - i // the active one, two times in three
+			}
+			f = fault{what: fmt.Sprintf("restart leasemgr %d", i), server: -1, start: time.Now()}
+			if readyz(addrs[i]) == 200 {
+				f.what += " (active)"
+			}
+			mgrs[i].signal(t, syscall.SIGTERM)
+			<-mgrs[i].done
+			down := time.Duration(500+rng.IntN(2501)) * time.Millisecond
+			time.Sleep(down)
+			startMgr(i)
+			f.end = time.Now()
+			faults = append(faults, f)
+			t.Logf("%s, down %v", f.what, f.end.Sub(f.start).Round(time.Millisecond))
+			continue
+		case kills && k < 4:
 			i := rng.IntN(3)
 			f = fault{what: fmt.Sprintf("SIGKILL nats n%d", i), server: i, start: time.Now()}
 			nats.kill(i)
@@ -192,7 +213,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 			faults = append(faults, f)
 			t.Logf("%s for %v", f.what, f.end.Add(-5*time.Second).Sub(f.start).Round(time.Millisecond))
 			continue
-		case k < 6:
+		case k < 7:
 			i := rng.IntN(2)
 			if readyz(addrs[i]) == 200 || rng.IntN(3) == 0 {
 				p = mgrs[i]
@@ -260,7 +281,8 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	}
 	var servers []ServerFault
 	for _, f := range faults {
-		if f.server >= 0 {
+		// A crashed server may cost leases; a frozen one cannot free any.
+		if f.server >= 0 && strings.HasPrefix(f.what, "SIGKILL") {
 			servers = append(servers, ServerFault{Server: f.server, Start: f.start, End: f.end.Add(time.Second)})
 		}
 	}

@@ -22,6 +22,10 @@ type natsProcs struct {
 	bin, dir                string
 	clientPorts, routePorts []int
 	procs                   []*process
+	// advisories: clients land in an account of their own whose
+	// disconnect advisories the system account exports to it, as on
+	// leasemgr's embedded server, so managers can run fast release.
+	advisories bool
 }
 
 // buildNATSServer builds nats-server from the module's own dependency.
@@ -39,7 +43,20 @@ func buildNATSServer(t *testing.T) string {
 // package's range. They take a moment to elect leaders: see Provision.
 func startNATSProcs(t *testing.T, bin string, size int) *natsProcs {
 	t.Helper()
-	c := &natsProcs{t: t, bin: bin, dir: t.TempDir(), procs: make([]*process, size)}
+	return startNATSProcsWith(t, bin, size, false)
+}
+
+// startNATSProcsAdvising is startNATSProcs with the disconnect advisories
+// exported to the clients' account (natsProcs.advisories): managers set
+// DISCONNECT_EVENTS to jetstream.AnonymousDisconnectSubject.
+func startNATSProcsAdvising(t *testing.T, bin string, size int) *natsProcs {
+	t.Helper()
+	return startNATSProcsWith(t, bin, size, true)
+}
+
+func startNATSProcsWith(t *testing.T, bin string, size int, advisories bool) *natsProcs {
+	t.Helper()
+	c := &natsProcs{t: t, bin: bin, dir: t.TempDir(), procs: make([]*process, size), advisories: advisories}
 	for range size {
 		c.clientPorts = append(c.clientPorts, rangePort(t))
 		c.routePorts = append(c.routePorts, rangePort(t))
@@ -62,6 +79,15 @@ listen: 127.0.0.1:%d
 jetstream { store_dir: %q, max_memory_store: 67108864, max_file_store: 1073741824 }
 cluster { name: slotlease, listen: 127.0.0.1:%d, routes: [%s], no_advertise: true }
 `, i, c.clientPorts[i], filepath.Join(c.dir, fmt.Sprintf("n%d", i)), c.routePorts[i], strings.Join(routes, ", "))
+	if c.advisories {
+		conf += fmt.Sprintf(`system_account: %[1]s
+no_auth_user: anonymous
+accounts {
+  %[2]s { jetstream: enabled, users: [{user: anonymous}], imports: [{stream: {account: %[1]s, subject: %[3]q}}] }
+  %[1]s { exports: [{stream: %[3]q, accounts: [%[2]s]}] }
+}
+`, jetstream.EmbeddedSystemAccount, jetstream.ManagerAccount, jetstream.AnonymousDisconnectSubject)
+	}
 	path := filepath.Join(c.dir, fmt.Sprintf("n%d.conf", i))
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		c.t.Fatal(err)

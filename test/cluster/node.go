@@ -25,12 +25,14 @@ type Settings struct {
 	// StoreTimeout bounds one store call of a manager.
 	StoreTimeout time.Duration
 	// DisconnectGrace is the managers' fast release grace (DISCONNECT_GRACE).
-	// A holder gives its lease up when its server has not answered for ¾
-	// of it, so the grace must outlast the scheduling stalls of the machine
-	// the suite runs on: beside other race-built test packages on 2 cores,
-	// stalls over the default's 600 ms happen, and the suite would then
-	// measure the machine, not the product (docs/guarantees.md 2.1 says
-	// what a stall costs at the default). 2s here, at most LeaseTTL/2.
+	// A holder whose connection drops (its server stopped, its proxy cut
+	// it) must move its lease to a new connection within ¾ of it, less the
+	// time since its last answered PING, so the grace must outlast the
+	// scheduling stalls of the machine the suite runs on: beside other
+	// race-built test packages on 2 cores, stalls over the default's
+	// 600 ms happen, and the suite would then measure the machine, not the
+	// product (docs/guarantees.md 2.1 says what a drop costs at the
+	// default). 2s here (FAULT_DISCONNECT_GRACE), at most LeaseTTL/2.
 	DisconnectGrace time.Duration
 	// RequestTimeout and PollInterval configure executors' clients.
 	RequestTimeout, PollInterval time.Duration
@@ -258,13 +260,12 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 			return err
 		}
 		var t *Term
-		stop := func() bool { return false }
-		defer func() { stop() }()
+		// A clean stop (ctx ends) still serves while it tells the holders
+		// (lease/stop.go): the term ends when Run says serving stopped.
 		return m.Run(ctx, func(serving bool) {
 			if serving {
 				t = cfg.Terms.begin(cfg.Node, cfg.Instance)
 				c.term.Store(t)
-				stop = context.AfterFunc(ctx, func() { cfg.Terms.end(t, time.Now()) })
 				c.serving.Store(true)
 				return
 			}

@@ -198,7 +198,7 @@ func TestScale(t *testing.T) {
 				case <-runCtx.Done():
 					rec.endHold(h, time.Now(), HoldReleased, nil)
 				case <-l.Done():
-					rec.endHold(h, lossTime(l), HoldLost, l.Err())
+					rec.endHold(h, time.Now(), HoldLost, l.Err())
 				}
 				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_ = l.Release(rctx)

@@ -52,6 +52,9 @@ type SuiteConfig struct {
 	StrictOrphans bool
 	// Logf receives the fault log; nil discards it.
 	Logf func(format string, args ...any)
+	// Rolling runs a rolling restart of every NATS server and every
+	// manager candidate (restartfaults.go) before the random faults.
+	Rolling bool
 }
 
 // Fault kinds the suite injects.
@@ -66,12 +69,13 @@ var faultKinds = []string{
 	"mgr-duplicate",  // start an extra candidate for a node, stop or kill it later
 	"server-kill",    // shut one NATS server down, restart it 1-4s later
 	"exec-forge",     // publish a forged disconnect advisory naming a live executor's connection
+	"node-restart",   // stop every candidate of a node cleanly, start them again 0.5-3s later (restartfaults.go)
 }
 
 var defaultWeights = map[string]int{
 	"exec-kill": 3, "exec-cut": 2, "exec-blackhole": 2,
 	"mgr-crash": 3, "mgr-stop": 1, "mgr-cut": 2, "mgr-blackhole": 2, "mgr-duplicate": 1,
-	"server-kill": 2, "exec-forge": 2,
+	"server-kill": 2, "exec-forge": 2, "node-restart": 1,
 }
 
 func (c *SuiteConfig) defaults() {
@@ -311,6 +315,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 
 	s.start = time.Now()
 	cfg.Logf("seed %d: %d nodes x %d candidates, %d executors, %v", cfg.Seed, cfg.Nodes, cfg.CandidatesPerNode, len(s.execs), cfg.Duration)
+	if cfg.Rolling {
+		s.rollingRestart(ctx)
+	}
 	s.faultLoop(ctx)
 
 	// Heal everything, let the executors finish their work and release.
@@ -705,6 +712,8 @@ func (s *suite) apply(ctx context.Context, kind string) bool {
 		}
 		s.logf("exec-forge %s (conn %d on %s)", e.ID(), id, server)
 		return true
+	case "node-restart":
+		return s.restartNode(ctx)
 	case "server-kill":
 		if s.serverOut >= 0 || time.Since(s.lastKill) < 3*time.Second {
 			return false

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,6 +113,51 @@ func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wra
 	}
 	tb.Cleanup(func() { _ = m.Close() })
 	return &Node{Manager: m, Conn: nc, Store: store, Config: cfg}
+}
+
+// RunManagerConn is StartManagerConn with the manager run by Run, as
+// leasemgr runs it: stop cancels Run's context (a clean stop, with its
+// notice to the holders) and waits for Run to return. The test's cleanup
+// stops it too.
+func RunManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) (n *Node, stop func() error) {
+	tb.Helper()
+	n = StartManagerConn(tb, nc, cfg)
+	_ = n.Manager.Close() // StartManagerConn started one: Run starts its own
+	m, err := lease.NewManager(n.Config)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	n.Manager = m
+	ctx, cancel := context.WithCancel(context.Background())
+	serving := make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		ran <- m.Run(ctx, func(on bool) {
+			if on {
+				close(serving)
+			}
+		})
+	}()
+	select {
+	case <-serving:
+	case err := <-ran:
+		cancel()
+		tb.Fatalf("manager: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		tb.Fatal("manager did not serve within 10s")
+	}
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-ran
+		})
+		return runErr
+	}
+	tb.Cleanup(func() { _ = stop() })
+	return n, stop
 }
 
 // Node is a running lease manager with its own connection.
