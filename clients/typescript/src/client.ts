@@ -39,7 +39,7 @@ import {
   type Reply,
   type ResizeRequest,
 } from "./protocol.js";
-import { abortReason, deferred, now, onAbort, Queue, sleep, type Deferred } from "./util.js";
+import { abortReason, abortSource, Latch, Notifier, now, Queue, waitFirst, type Source } from "./util.js";
 
 /** Settings of a Client. */
 export interface ClientOptions {
@@ -168,7 +168,7 @@ export class Client implements LeaseHost {
 
   // Waking the heartbeats: a reconnect, or a node's manager announcing a
   // clean stop, makes every lease renew at once (lease/wake.go).
-  private wakeD: Deferred<"woken"> = deferred();
+  private readonly wakeN = new Notifier();
   private readonly stopSubs = new Map<string, Subscription>();
   private statusIter: { stop(): void } | undefined;
 
@@ -250,14 +250,12 @@ export class Client implements LeaseHost {
   }
 
   /** @internal */
-  wakeWait(): Promise<"woken"> {
-    return this.wakeD.promise;
+  wakeSource<E>(e: E): Source<E> {
+    return this.wakeN.source(e);
   }
 
   private fire(): void {
-    const d = this.wakeD;
-    this.wakeD = deferred();
-    d.resolve("woken");
+    this.wakeN.emit();
   }
 
   /** Sets up the wake-ups for leases of node: its stop notices, and (once) the connection's reconnects. */
@@ -382,8 +380,6 @@ export class Client implements LeaseHost {
     };
     const q = new Queue<Msg>();
     this.register(id, q);
-    const userAbort = onAbort(opts.signal);
-    const closeAbort = onAbort(closing);
     try {
       const subj = subject(this.prefix, node, pool, "acquire");
       const reply = this.inboxReply(id);
@@ -401,23 +397,25 @@ export class Client implements LeaseHost {
       let noManagerSince: number | undefined;
       const nextPoll = () => (queued ? this.pollIntervalMs : this.requestTimeoutMs);
       let timerAt = now() + this.requestTimeoutMs;
-      let msgP = q.next();
       for (;;) {
-        const s = sleep(timerAt - now());
-        const ev = await Promise.race([msgP, s.promise, userAbort.promise, closeAbort.promise]);
-        s.cancel();
-        if (ev === "aborted") {
+        const what = await waitFirst<"msg" | "aborted" | "timer">(
+          [q.source("msg"), abortSource(opts.signal, "aborted"), abortSource(closing, "aborted")],
+          timerAt - now(),
+          "timer",
+        );
+        if (what === "aborted") {
           await this.withdraw(node, pool, id, secret);
           throw opts.signal?.aborted === true ? abortReason(opts.signal) : new ClientClosedError();
         }
-        if (ev === "timer") {
+        if (what === "timer") {
           // No answer in time: the request or its answer was lost, or the
           // manager restarted. The same request id makes re-sending safe.
           send();
           timerAt = now() + nextPoll();
           continue;
         }
-        msgP = q.next();
+        const ev = q.take();
+        if (ev === undefined) continue;
         if (isNoResponders(ev)) {
           // Nobody serves the node right now: a takeover or restart, or a
           // wrong node id. Ask again soon, for as long as a takeover may take.
@@ -455,8 +453,6 @@ export class Client implements LeaseHost {
         throw e;
       }
     } finally {
-      userAbort.off();
-      closeAbort.off();
       this.unregister(id);
     }
   }
@@ -479,7 +475,7 @@ export class Client implements LeaseHost {
     let base = firstSent;
     if (confirm || now() - firstSent > ttl / 3) {
       try {
-        const { first } = await l.renew(now() + ttl - margin(ttl), new Promise(() => {}));
+        const { first } = await l.renew(now() + ttl - margin(ttl), new Latch());
         base = first;
       } catch (err) {
         await this.withdraw(rec.node, rec.pool, rec.id, rec.secret ?? "");
@@ -605,11 +601,7 @@ export class Client implements LeaseHost {
         // asked again below
       }
       if (now() > giveUp) return out;
-      const s = sleep(250);
-      const a = onAbort(signal);
-      await Promise.race([s.promise, a.promise]);
-      s.cancel();
-      a.off();
+      await waitFirst([abortSource(signal, "aborted")], 250, "timer");
     }
   }
 
@@ -642,8 +634,7 @@ export class Client implements LeaseHost {
     if (this.closed) throw new ClientClosedError();
     const sub = this.nc.subscribe(eventFilter(this.prefix, opts.node, opts.pool, opts.kind));
     this.eventSubs.add(sub);
-    const a = onAbort(opts.signal);
-    void a.promise.then(() => sub.unsubscribe());
+    const stop = opts.signal === undefined ? () => {} : abortSource(opts.signal, undefined)(() => sub.unsubscribe());
     const subs = this.eventSubs;
     async function* iterate(): AsyncGenerator<LeaseEvent> {
       try {
@@ -656,7 +647,7 @@ export class Client implements LeaseHost {
           }
         }
       } finally {
-        a.off();
+        stop();
         sub.unsubscribe();
         subs.delete(sub);
       }

@@ -16,7 +16,7 @@ import {
   UnavailableError,
   UnknownPoolError,
 } from "./errors.js";
-import { deferred, now, Queue, sleep, toDate, type Deferred } from "./util.js";
+import { deferred, Latch, now, Queue, toDate, waitFirst, type Deferred, type Source } from "./util.js";
 import type { Msg } from "@nats-io/transport-node";
 
 /** What a Lease needs of the Client that made it. */
@@ -27,7 +27,7 @@ export interface LeaseHost {
   registerFresh(q: Queue<Msg>): string;
   unregister(id: string): void;
   publish(subject: string, reply: string, body: string): void;
-  wakeWait(): Promise<"woken">;
+  wakeSource<E>(e: E): Source<E>;
   request(subject: string, body: unknown, timeoutMs: number): Promise<Reply>;
   leaseEnded(l: Lease): void;
 }
@@ -86,9 +86,8 @@ export class Lease {
   private readonly host: LeaseHost;
   private readonly ended: Deferred<LeaseLostError | null>;
   private readonly abort = new AbortController();
-  private readonly stopD = deferred<"stop">();
+  private readonly stopL = new Latch();
   private readonly hbDone = deferred<void>();
-  private stopped = false;
   private heartbeatStarted = false;
   private endReason: LeaseLostError | null | undefined;
 
@@ -198,9 +197,12 @@ export class Lease {
     this.host.leaseEnded(this);
   }
 
+  private get stopped(): boolean {
+    return this.stopL.isSet;
+  }
+
   private stopHeartbeat(): void {
-    this.stopped = true;
-    this.stopD.resolve("stop");
+    this.stopL.set();
     if (!this.heartbeatStarted) this.hbDone.resolve();
   }
 
@@ -220,7 +222,7 @@ export class Lease {
       if (sameConn(this.bound, live.identity())) await live.ping(this.grace / 2);
       if (now() < this.deadlineAt()) return true;
       try {
-        const { first, rec } = await this.renew(now() + this.grace, this.stopD.promise);
+        const { first, rec } = await this.renew(now() + this.grace, this.stopL);
         this.ttlDeadline = first + ttl - margin(ttl);
         const c = rec !== undefined ? recordConn(rec) : undefined;
         if (c !== undefined) this.bound = c;
@@ -257,11 +259,8 @@ export class Lease {
     let movedAt = movedEvery > 0 ? now() + movedEvery : Infinity;
     for (;;) {
       if (this.stopped) return;
-      const woken = this.host.wakeWait();
       const at = Math.min(nextAt, this.deadlineAt(), movedAt);
-      const s = sleep(at - now());
-      const r = await Promise.race([this.stopD.promise, woken, s.promise]);
-      s.cancel();
+      const r = await waitFirst<"stop" | "woken" | "timer">([this.stopL.source("stop"), this.host.wakeSource("woken")], at - now(), "timer");
       if (r === "stop" || this.stopped) return;
       let renewNow = r === "woken";
       const t = now();
@@ -277,7 +276,7 @@ export class Lease {
       if (t >= nextAt) renewNow = true;
       if (!renewNow) continue;
       try {
-        const { first, rec } = await this.renew(this.deadlineAt(), this.stopD.promise);
+        const { first, rec } = await this.renew(this.deadlineAt(), this.stopL);
         this.ttlDeadline = first + ttl - margin(ttl);
         if (rec !== undefined) await this.bindTo(recordConn(rec));
         // A renewal that waited long for its answer dates from its first
@@ -327,7 +326,7 @@ export class Lease {
    * record after it received some attempt, so after the first was sent),
    * and the record the manager answered with.
    */
-  async renew(until: number, stop: Promise<"stop">): Promise<{ first: number; rec?: LeaseRecord }> {
+  async renew(until: number, stop: Latch): Promise<{ first: number; rec?: LeaseRecord }> {
     const host = this.host;
     const live = host.live;
     const r = this.record;
@@ -366,17 +365,16 @@ export class Lease {
       const movedEvery = this.grace > 0 ? this.grace / 8 : 0;
       let movedAt = movedEvery > 0 ? now() + movedEvery : Infinity;
       let soonAt = Infinity;
-      let msgP = q.next();
       for (;;) {
-        const woken = host.wakeWait();
         const at = Math.min(resendAt, movedAt, soonAt, until);
-        const s = sleep(at - now());
-        const ev = await Promise.race([stop, woken, s.promise, msgP]);
-        s.cancel();
+        const ev = await waitFirst<"stop" | "woken" | "msg" | "timer">(
+          [stop.source("stop"), q.source("msg"), host.wakeSource("woken")],
+          at - now(),
+          "timer",
+        );
         if (ev === "stop") throw new UnavailableError("renewal stopped");
-        if (typeof ev === "object") {
-          msgP = q.next();
-          const m = ev;
+        const m = ev === "msg" ? q.take() : undefined;
+        if (m !== undefined) {
           if (isNoResponders(m)) {
             // Nobody serves the node at this moment: the next attempt may
             // reach it. A lease that must move to a new connection within

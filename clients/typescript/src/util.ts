@@ -37,11 +37,7 @@ export function deferred<T>(): Deferred<T> {
   };
 }
 
-/**
- * Waits for the first of several sources. Each call of wait() arms a timer
- * for the earliest of the given delays and clears it when it returns, so no
- * timer outlives the wait.
- */
+/** A timer that can be cancelled. */
 export function sleep(ms: number): { promise: Promise<"timer">; cancel(): void } {
   let t: NodeJS.Timeout | undefined;
   const promise = new Promise<"timer">((r) => {
@@ -50,44 +46,128 @@ export function sleep(ms: number): { promise: Promise<"timer">; cancel(): void }
   return { promise, cancel: () => clearTimeout(t) };
 }
 
-/** Races promises with a timer; the timer is cleared whatever wins. */
-export async function raceTimer<T>(ps: Promise<T>[], ms: number): Promise<T | "timer"> {
-  const s = sleep(ms);
-  try {
-    return await Promise.race([...ps, s.promise]);
-  } finally {
-    s.cancel();
+/**
+ * Something a wait can listen to: subscribe with a callback, get back the
+ * function that unsubscribes. A source may call back at once (it already
+ * fired).
+ */
+export type Source<E> = (fire: (e: E) => void) => () => void;
+
+/**
+ * Waits for the first of sources, or ms (then resolves with onTimer).
+ * Every listener and the timer are removed once it resolves, so a loop
+ * that waits again and again leaves nothing behind (unlike Promise.race
+ * over long-lived promises, which keeps a reaction per call).
+ */
+export function waitFirst<E>(sources: Source<E>[], ms: number, onTimer: E): Promise<E> {
+  return new Promise<E>((resolve) => {
+    let done = false;
+    const offs: (() => void)[] = [];
+    let t: NodeJS.Timeout | undefined;
+    const fire = (e: E) => {
+      if (done) return;
+      done = true;
+      if (t !== undefined) clearTimeout(t);
+      for (const off of offs) off();
+      resolve(e);
+    };
+    for (const src of sources) {
+      const off = src(fire);
+      if (done) {
+        off();
+        return;
+      }
+      offs.push(off);
+    }
+    if (ms !== Infinity) t = setTimeout(() => fire(onTimer), Math.max(0, ms));
+  });
+}
+
+/** A one-way latch: once set, every listener present or future fires. */
+export class Latch {
+  private set_ = false;
+  private readonly ls = new Set<() => void>();
+  get isSet(): boolean {
+    return this.set_;
+  }
+  set(): void {
+    if (this.set_) return;
+    this.set_ = true;
+    for (const f of [...this.ls]) f();
+    this.ls.clear();
+  }
+  source<E>(e: E): Source<E> {
+    return (fire) => {
+      if (this.set_) {
+        fire(e);
+        return () => {};
+      }
+      const f = () => fire(e);
+      this.ls.add(f);
+      return () => this.ls.delete(f);
+    };
   }
 }
 
-/** An unbounded FIFO of items read by one waiter at a time, bounded by the caller's backlog rule. */
+/** Fires every listener present when emit is called. */
+export class Notifier {
+  private readonly ls = new Set<() => void>();
+  emit(): void {
+    for (const f of [...this.ls]) f();
+  }
+  source<E>(e: E): Source<E> {
+    return (fire) => {
+      const f = () => fire(e);
+      this.ls.add(f);
+      return () => this.ls.delete(f);
+    };
+  }
+}
+
+/** A source that fires when signal aborts (never without one). */
+export function abortSource<E>(signal: AbortSignal | undefined, e: E): Source<E> {
+  return (fire) => {
+    if (signal === undefined) return () => {};
+    if (signal.aborted) {
+      fire(e);
+      return () => {};
+    }
+    const f = () => fire(e);
+    signal.addEventListener("abort", f, { once: true });
+    return () => signal.removeEventListener("abort", f);
+  };
+}
+
+/** A FIFO of messages for one reader; beyond max waiting items a message is dropped (a later poll repeats an answer). */
 export class Queue<T> {
   private items: T[] = [];
-  private waiter: ((v: T) => void) | undefined;
+  private readonly arrived = new Notifier();
   private readonly max: number;
 
   constructor(max = 4) {
     this.max = max;
   }
 
-  /** Adds v; beyond max waiting items it is dropped (a later poll repeats an answer). */
   push(v: T): void {
-    if (this.waiter !== undefined) {
-      const w = this.waiter;
-      this.waiter = undefined;
-      w(v);
-      return;
-    }
     if (this.items.length < this.max) this.items.push(v);
+    this.arrived.emit();
   }
 
-  /** The next item, when there is one. */
-  next(): Promise<T> {
-    const v = this.items.shift();
-    if (v !== undefined) return Promise.resolve(v);
-    return new Promise<T>((r) => {
-      this.waiter = r;
-    });
+  /** The oldest item, if any. */
+  take(): T | undefined {
+    return this.items.shift();
+  }
+
+  /** A source that fires when an item is there. */
+  source<E>(e: E): Source<E> {
+    const arrived = this.arrived.source(e);
+    return (fire) => {
+      if (this.items.length > 0) {
+        fire(e);
+        return () => {};
+      }
+      return arrived(fire);
+    };
   }
 }
 
@@ -98,16 +178,4 @@ export function abortReason(signal: AbortSignal): Error {
   const e = new Error(r === undefined ? "aborted" : String(r));
   e.name = "AbortError";
   return e;
-}
-
-/** A promise that resolves when signal aborts (never, without one), and a function to drop the listener. */
-export function onAbort(signal: AbortSignal | undefined): { promise: Promise<"aborted">; off(): void } {
-  if (signal === undefined) return { promise: new Promise(() => {}), off: () => {} };
-  if (signal.aborted) return { promise: Promise.resolve("aborted"), off: () => {} };
-  let listener: () => void = () => {};
-  const promise = new Promise<"aborted">((r) => {
-    listener = () => r("aborted");
-    signal.addEventListener("abort", listener, { once: true });
-  });
-  return { promise, off: () => signal.removeEventListener("abort", listener) };
 }
