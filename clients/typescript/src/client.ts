@@ -161,7 +161,7 @@ export class Client implements LeaseHost {
   private readonly waiters = new Map<string, Queue<Msg>>();
   private readonly leases = new Set<Lease>();
   private readonly acquiring = new Set<{ abort: AbortController; done: Promise<unknown> }>();
-  private readonly eventSubs = new Set<Subscription>();
+  private readonly eventSubs = new Map<Subscription, () => void>();
   private readonly ownsConnection: boolean;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -633,8 +633,8 @@ export class Client implements LeaseHost {
   events(opts: EventsOptions = {}): AsyncIterableIterator<LeaseEvent> {
     if (this.closed) throw new ClientClosedError();
     const sub = this.nc.subscribe(eventFilter(this.prefix, opts.node, opts.pool, opts.kind));
-    this.eventSubs.add(sub);
     const stop = opts.signal === undefined ? () => {} : abortSource(opts.signal, undefined)(() => sub.unsubscribe());
+    this.eventSubs.set(sub, stop);
     const subs = this.eventSubs;
     async function* iterate(): AsyncGenerator<LeaseEvent> {
       try {
@@ -677,7 +677,11 @@ export class Client implements LeaseHost {
     for (const s of this.stopSubs.values()) s.unsubscribe();
     this.stopSubs.clear();
     this.statusIter?.stop();
-    for (const s of this.eventSubs) s.unsubscribe();
+    for (const [s, stop] of this.eventSubs) {
+      stop();
+      s.unsubscribe();
+    }
+    this.eventSubs.clear();
     this.sub.unsubscribe();
     if (this.ownsConnection && !this.nc.isClosed()) await this.nc.close();
   }

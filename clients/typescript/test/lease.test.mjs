@@ -66,6 +66,18 @@ test("acquire and release", async () => {
   await l.release(); // twice: a no-op
 });
 
+test("a held lease's waits leave no listener behind", async () => {
+  const l = await client.acquire("gpu");
+  // With fast release the heartbeat wakes every grace/8 (100 ms): let it run a while.
+  const t0 = performance.now();
+  await eventually("ten heartbeat ticks", () => performance.now() - t0 > 1000, 5000);
+  // Internals, read on purpose: each wait must remove its listeners when it ends.
+  assert.ok(client.wakeN.ls.size <= 2, `wake listeners ${client.wakeN.ls.size}`);
+  assert.ok(l.stopL.ls.size <= 2, `stop listeners ${l.stopL.ls.size}`);
+  await l.release();
+  assert.equal(client.wakeN.ls.size, 0);
+});
+
 test("withLease releases on every exit path", async () => {
   const v = await client.withLease("wl", {}, async (l) => {
     assert.equal((await client.stats("wl")).in_use, 1);
