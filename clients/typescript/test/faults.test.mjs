@@ -27,8 +27,16 @@ test("a SIGKILLed Node.js holder's slot goes to a Go executor waiter in about a 
   const mgr = await start({ node: "tskill", pools: "gpu=1" });
   const holder = mgr.nodeScript(join(fixtures, "holder.mjs"), ["gpu"]);
   await eventually("the Node.js holder to hold the slot", () => /holder: holding/.test(holder.out), 15000);
+  // A second Node.js holder, queued, then the executor behind it.
+  const queued = mgr.nodeScript(join(fixtures, "holder.mjs"), ["gpu"]);
+  await eventually("the second Node.js holder to queue", () => /holder: queued/.test(queued.out), 15000);
   const waiter = mgr.spawn("executor", ["run", "--pool", "gpu", "--", "true"]);
-  await eventually("the executor to queue", async () => (await mgr.pools()).gpu.queued === 1, 15000);
+  await eventually("the executor to queue", async () => (await mgr.pools()).gpu.queued === 2, 15000);
+  // Killed while queued, its request leaves the queue instead of holding up the executor.
+  const killedQueued = performance.now();
+  queued.kill("SIGKILL");
+  await eventually("the killed queued holder's request to leave the queue", async () => (await mgr.pools()).gpu.queued === 1, 10000);
+  console.log(`# a SIGKILLed queued Node.js holder's request left the queue ${Math.round(performance.now() - killedQueued)}ms after the kill`);
   const killed = performance.now();
   holder.kill("SIGKILL");
   await eventually("the executor to be granted the slot", () => /executor: lease \S+ granted/.test(waiter.out), 10000);
@@ -67,6 +75,29 @@ test("a holder whose own end closes its connection stops before the slot is gran
   } finally {
     await holder.close();
     await waiterClient.close();
+  }
+});
+
+test("a reconnect moves the lease to the new connection before the grace frees it", async () => {
+  const mgr = await start({ node: "tsmove", pools: "gpu=1" });
+  // Not the default layout's trust: the client's own reconnect counts as a drop at its end.
+  const c = await mgr.connect({ servers: `nats://${mgr.natsListen}` });
+  try {
+    const l = await c.acquire("gpu");
+    const before = c.live.identity();
+    const dropped = performance.now();
+    await c.nc.reconnect(); // the client closes its socket: the server sees the holder's own close
+    await eventually("the lease to move to the new connection", () => {
+      const now = c.live.identity();
+      return now !== undefined && now.id !== before.id && l.bound?.id === now.id;
+    });
+    console.log(`# a reconnecting holder's lease moved to its new connection ${Math.round(performance.now() - dropped)}ms after the drop (grace 800ms)`);
+    // Past the grace a freed lease's release is refused (lease_not_found); a kept one is released.
+    await eventually("the grace after the drop to pass", () => performance.now() - dropped > 1200, 5000);
+    assert.equal(l.isEnded, false);
+    await l.release();
+  } finally {
+    await c.close();
   }
 });
 
