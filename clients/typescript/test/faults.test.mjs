@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { connect as natsConnect, nkeyAuthenticator } from "@nats-io/transport-node";
 import { readFileSync } from "node:fs";
 import { setTimeout as delay } from "node:timers/promises";
-import { Client, LeaseLostError, ConnectionDroppedError } from "../dist/index.js";
+import { Client, LeaseLostError, ConnectionDroppedError, ConnectionSilentError } from "../dist/index.js";
 import { Manager, eventually, fixtures } from "./harness.mjs";
 
 const managers = [];
@@ -160,5 +160,48 @@ test("in the default layout a lease outlives a leasemgr crash (SIGKILL); on a NA
   } finally {
     await embedded.close();
     await byUrl.close();
+  }
+});
+
+test("a frozen leasemgr stops no work; a connection that stays silent past the silent clock ends its lease", async () => {
+  const mgr = await start({ node: "tsfreeze", pools: "gpu=2" });
+  const patient = await mgr.connect(); // nats.js defaults: the silent clock is 30 s
+  // A client whose own pings give up after 2 x 500 ms: its silent clock is 1 s.
+  const seed = readFileSync(join(mgr.authDir, "executor.nk"), "utf8").trim();
+  const nc = await natsConnect({
+    servers: `nats://${mgr.natsListen}`,
+    authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
+    pingInterval: 500,
+    maxPingOut: 2,
+  });
+  const impatient = new Client(nc, { node: "tsfreeze" });
+  assert.equal(impatient.live.silence, 1000);
+  assert.equal(patient.live.silence, 30000);
+  try {
+    const a = await patient.acquire("gpu");
+    const b = await impatient.acquire("gpu");
+    const frozen = performance.now();
+    process.kill(mgr.proc.child.pid, "SIGSTOP");
+    let lostAt;
+    void b.done.then(() => (lostAt = performance.now()));
+    try {
+      // Frozen for 2.5 s: past the impatient client's silent clock, well within the TTL budget.
+      await eventually("2.5 s of freeze", () => performance.now() - frozen > 2500, 5000);
+    } finally {
+      process.kill(mgr.proc.child.pid, "SIGCONT");
+    }
+    const thawed = performance.now();
+    assert.ok(b.isEnded, "the impatient client's lease ended during the freeze");
+    const reason = await b.done;
+    assert.ok(reason instanceof LeaseLostError && reason.cause instanceof ConnectionSilentError, `${reason?.cause ?? reason}`);
+    console.log(`# frozen leasemgr: the 1 s silent clock ended a lease ${Math.round(lostAt - frozen)}ms into a ${Math.round(thawed - frozen)}ms freeze`);
+    await renewedAfter(a, thawed);
+    console.log(`# the default client's lease was renewed ${Math.round(performance.now() - thawed)}ms after the thaw`);
+    await a.release();
+    assert.equal(await a.done, null);
+  } finally {
+    await patient.close();
+    await impatient.close();
+    await nc.close();
   }
 });
