@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // ExitUnavailable: NATS or the lease manager could not be reached.
@@ -33,7 +33,7 @@ func connectQueue(ctx context.Context, name string, create bool) (*config.Common
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), name)
+	nc, err := natsconn.Connect(cfg.NATSAddress(), natsconn.ConfigAuth(cfg), name)
 	if err != nil {
 		return nil, nil, nil, fail(ExitUnavailable, "%v (is leasemgr running?)", err)
 	}
