@@ -50,6 +50,10 @@ type Config struct {
 	// OnChange is called with the disagreements (Disagreements) whenever
 	// they change, from Run's goroutine; nil when everyone agrees.
 	OnChange func([]string)
+	// OnPools, if set, is called with the names of the cluster pools the
+	// live candidates list, sorted, whenever they change: what executors
+	// may ask the cluster for, also while no manager serves it.
+	OnPools func([]string)
 	// Refused, if set, is told lease.RefusedCandidate for each record no
 	// candidate wrote (see accept), which is not reported.
 	Refused func(reason string)
@@ -58,6 +62,17 @@ type Config struct {
 // Key is where instance's record is kept: three tokens, so it never
 // collides with a node's leadership key (one token).
 func Key(cluster, instance string) string { return cluster + ".candidates." + instance }
+
+// Watch follows every candidate's record, reporting to cfg.OnChange and
+// cfg.OnPools, until ctx ends: for a manager that lists no cluster pools
+// itself (cfg.Self and cfg.TTL are not used). It returns nil when ctx ends.
+func Watch(ctx context.Context, cfg Config) error {
+	if cfg.Store == nil || cfg.Cluster == "" {
+		return errors.New("candidacy: needs a store and the cluster node id")
+	}
+	watch(ctx, cfg, cmp.Or(cfg.Logger, slog.Default()))
+	return nil
+}
 
 // Run keeps cfg.Self's record alive and watches every candidate's until ctx
 // ends, then deletes its own record. It returns nil when ctx ends.
@@ -129,9 +144,21 @@ func keep(ctx context.Context, cfg Config, key string, value []byte, rev uint64,
 // watch follows every candidate's record and reports the disagreements
 // when they change. It restarts the watch if it ends before ctx does.
 func watch(ctx context.Context, cfg Config, log *slog.Logger) {
-	var last []string
+	var last, lastPools []string
 	var refusals refusalLog
 	report := func(recs map[string]Record) {
+		if cfg.OnPools != nil {
+			names := map[string]bool{}
+			for _, r := range recs {
+				for name := range r.Pools {
+					names[name] = true
+				}
+			}
+			if pools := slices.Sorted(maps.Keys(names)); !slices.Equal(pools, lastPools) || lastPools == nil {
+				lastPools = append([]string{}, pools...) // never nil: none is known too
+				cfg.OnPools(lastPools)
+			}
+		}
 		d := Disagreements(slices.Collect(maps.Values(recs)))
 		if slices.Equal(d, last) {
 			return
@@ -140,7 +167,9 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		for _, s := range d {
 			log.Warn("cluster pool candidates disagree; the serving manager serves its own list", "disagreement", s)
 		}
-		cfg.OnChange(d)
+		if cfg.OnChange != nil {
+			cfg.OnChange(d)
+		}
 	}
 	for ctx.Err() == nil {
 		w, err := cfg.Store.Watch(ctx, cfg.Cluster+".candidates.*")

@@ -147,3 +147,40 @@ func TestForgedCandidateRecordsAreRefused(t *testing.T) {
 		t.Fatalf("refused %d records, want the %d forged ones", refused, len(forged))
 	}
 }
+
+// A manager that is no candidate learns the cluster pools the live
+// candidates list (Watch, OnPools): none at first, then a candidate's,
+// then none again when it stops.
+func TestWatchReportsTheClusterPools(t *testing.T) {
+	srv := harness.StartServer(t)
+	store := harness.StartManagerStore(t, srv.URL)
+	var mu sync.Mutex
+	var pools []string
+	seen := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- candidacy.Watch(ctx, candidacy.Config{Store: store, Cluster: lease.ClusterNode, Logger: harness.Logger(),
+			OnPools: func(p []string) { mu.Lock(); pools, seen = p, seen+1; mu.Unlock() }})
+	}()
+	defer func() { cancel(); <-done }()
+	want := func(what string, names ...string) {
+		t.Helper()
+		harness.Eventually(t, 10*time.Second, what, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return seen > 0 && pools != nil && slices.Equal(pools, append([]string{}, names...))
+		})
+	}
+	want("no cluster pools")
+	cctx, stop := context.WithCancel(ctx)
+	cdone := make(chan error, 1)
+	go func() {
+		cdone <- candidacy.Run(cctx, candidacy.Config{Store: store, Cluster: lease.ClusterNode, TTL: time.Second, Logger: harness.Logger(),
+			Self: candidacy.Record{Node: "n", Instance: "n-i", Pools: map[string]int64{"embed": 2, "api": 5}}, OnChange: func([]string) {}})
+	}()
+	want("the candidate's pools", "api", "embed")
+	stop()
+	<-cdone
+	want("none once the candidate stopped")
+}

@@ -81,8 +81,14 @@ func AuthDirUnder(configDir, hostport string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no default for address %q: %w", hostport, err)
 	}
-	if host == "" {
+	switch host {
+	case "":
 		host = "any"
+	case "localhost":
+		// The same server as 127.0.0.1: a client with
+		// NATS_URL=nats://localhost:4222 finds the credentials a server
+		// listening on 127.0.0.1:4222 made, and the reverse.
+		host = "127.0.0.1"
 	}
 	name := "embedded-" + strings.Map(func(r rune) rune {
 		if r < 0x80 && (tokenByte(byte(r)) || r == '.') {

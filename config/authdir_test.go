@@ -16,7 +16,7 @@ func TestAuthDirUnder(t *testing.T) {
 		"127.0.0.1:4222": "embedded-127.0.0.1-4222",
 		"[::1]:24301":    "embedded-__1-24301",
 		":4222":          "embedded-any-4222",
-		"localhost:1":    "embedded-localhost-1",
+		"localhost:1":    "embedded-127.0.0.1-1", // the same server as 127.0.0.1
 	} {
 		got, err := AuthDirUnder("/cfg", addr)
 		if err != nil || got != filepath.Join("/cfg", "slotlease", want) {
@@ -38,7 +38,7 @@ func TestAuthDirDefault(t *testing.T) {
 		{nil, filepath.Join(cfgDir, "slotlease", "embedded-127.0.0.1-4222")},
 		{map[string]string{EnvNATSListen: "127.0.0.1:24301"}, filepath.Join(cfgDir, "slotlease", "embedded-127.0.0.1-24301")},
 		{map[string]string{EnvNATSURL: "nats://127.0.0.1:24302"}, filepath.Join(cfgDir, "slotlease", "embedded-127.0.0.1-24302")},
-		{map[string]string{EnvNATSURL: "nats://localhost"}, filepath.Join(cfgDir, "slotlease", "embedded-localhost-4222")},
+		{map[string]string{EnvNATSURL: "nats://localhost"}, filepath.Join(cfgDir, "slotlease", "embedded-127.0.0.1-4222")},
 		{map[string]string{EnvNATSURL: "nats://a:4222,nats://b:4222"}, ""}, // a cluster: none
 		{map[string]string{EnvNATSAuthDir: "/etc/slotlease/x"}, "/etc/slotlease/x"},
 	} {

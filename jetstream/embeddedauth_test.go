@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 func TestEnsureCredentials(t *testing.T) {
@@ -96,7 +97,7 @@ func TestStartServerIsSecureByDefault(t *testing.T) {
 		nc.Close()
 		t.Fatal("anonymous client admitted")
 	}
-	nc, err := Connect(srv.ClientURL(), Auth{NKeySeed: config.AuthFile(dir, config.RoleManager), InboxPrefix: config.RoleManager.InboxPrefix()}, t.Name())
+	nc, err := natsconn.Connect(srv.ClientURL(), natsconn.Auth{NKeySeed: config.AuthFile(dir, config.RoleManager), InboxPrefix: config.RoleManager.InboxPrefix()}, t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestEmbeddedDisconnectAdvisories(t *testing.T) {
 	}()
 	connect := func(r config.Role, opts ...nats.Option) *nats.Conn {
 		t.Helper()
-		nc, err := Connect(srv.ClientURL(), Auth{NKeySeed: config.AuthFile(dir, r), InboxPrefix: r.InboxPrefix()}, t.Name(), opts...)
+		nc, err := natsconn.Connect(srv.ClientURL(), natsconn.Auth{NKeySeed: config.AuthFile(dir, r), InboxPrefix: r.InboxPrefix()}, t.Name(), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/slotlease/slotlease/config"
@@ -164,9 +165,13 @@ func checkWants(wants []Want, requestID string) error {
 
 // clusterPools says which of wants are cluster pools, by asking the cluster
 // pools' manager. While none answers (no cluster pools, or a takeover under
-// way) every pool this node has is a node pool; for the others it asks
-// again, for as long as a takeover may take (WithNoManagerWait), and then
-// leaves them to the node, whose manager refuses them as unknown.
+// way) it asks the node: a pool the node has is the node's; a pool the
+// node's stats name among the live candidates' cluster pools is waited
+// for, for as long as a takeover may take (WithNoManagerWait); any other
+// is unknown everywhere and refused at once (CodeUnknownPool). A node
+// whose manager does not answer either is asked as long, then refused
+// (ErrUnavailable). A node that does not say which cluster pools there are
+// (an older manager) leaves the pools it lacks to that wait too.
 func (c *Client) clusterPools(ctx context.Context, wants []Want) (map[string]bool, error) {
 	out := map[string]bool{}
 	if c.node == ClusterNode {
@@ -180,6 +185,7 @@ func (c *Client) clusterPools(ctx context.Context, wants []Want) (map[string]boo
 		return nil, err
 	}
 	giveUp := time.Now().Add(c.noManagerWait)
+	nodeAnswered := false
 	for {
 		ps, err := cc.Stats(ctx)
 		if err == nil {
@@ -191,10 +197,25 @@ func (c *Client) clusterPools(ctx context.Context, wants []Want) (map[string]boo
 		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return nil, fmt.Errorf("asking which pools are the cluster's: %w", err)
 		}
-		if ns, err := c.Stats(ctx); err == nil && hasAll(ns, wants) {
-			return out, nil
+		if np, err := c.NodePools(ctx); err == nil {
+			nodeAnswered = true
+			missing := missingPools(np.Pools, wants)
+			if len(missing) == 0 {
+				return out, nil
+			}
+			if np.ClusterPools != nil {
+				for _, name := range missing {
+					if !slices.Contains(*np.ClusterPools, name) {
+						return nil, errorf(CodeUnknownPool, "pool %q is neither node %s's (%s) nor a cluster pool (%s)",
+							name, c.node, poolList(np.Pools), nameList(*np.ClusterPools))
+					}
+				}
+			}
 		}
 		if time.Now().After(giveUp) {
+			if !nodeAnswered {
+				return nil, errorf(CodeUnavailable, "no lease manager answers for node %s (asked for %v)", c.node, c.noManagerWait.Round(time.Millisecond))
+			}
 			return out, nil
 		}
 		select {
@@ -205,13 +226,34 @@ func (c *Client) clusterPools(ctx context.Context, wants []Want) (map[string]boo
 	}
 }
 
-func hasAll(ps []PoolStats, wants []Want) bool {
+// missingPools are the pools of wants ps does not have.
+func missingPools(ps []PoolStats, wants []Want) []string {
+	var out []string
 	for _, w := range wants {
 		if !slices.ContainsFunc(ps, func(p PoolStats) bool { return p.Name == w.Pool }) {
-			return false
+			out = append(out, w.Pool)
 		}
 	}
-	return true
+	return out
+}
+
+func poolList(ps []PoolStats) string {
+	names := make([]string, 0, len(ps))
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	return nameList(names)
+}
+
+// nameList is names for a message: "none" for none, at most 16 shown.
+func nameList(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) > 16:
+		return strings.Join(names[:16], ", ") + fmt.Sprintf(" and %d more", len(names)-16)
+	}
+	return strings.Join(names, ", ")
 }
 
 // clusterClient is a client for the cluster pools on c's connection, with

@@ -501,13 +501,13 @@ func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
 }
 
 // NodePools returns the node's pools with what its stats reply says beside
-// them (ServedBy, Warnings); Cluster is left nil.
+// them (ServedBy, Warnings, ClusterPools); Cluster is left nil.
 func (c *Client) NodePools(ctx context.Context) (NodePools, error) {
 	r, err := c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
 	if err != nil {
 		return NodePools{}, err
 	}
-	return NodePools{Node: c.node, Pools: r.Pools, ServedBy: r.ServedBy, Warnings: r.Warnings}, nil
+	return NodePools{Node: c.node, Pools: r.Pools, ServedBy: r.ServedBy, Warnings: r.Warnings, ClusterPools: r.ClusterPools}, nil
 }
 
 // Resize changes the node's pools at runtime and returns them afterwards.

@@ -122,7 +122,7 @@ func appendRecord(b []byte, r *Record) []byte {
 // queued, released) without stats or errors take the fast path, the others
 // encoding/json's (a new slice, not b).
 func appendReply(b []byte, r *Reply) ([]byte, error) {
-	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil {
+	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil || r.ClusterPools != nil {
 		return json.Marshal(r)
 	}
 	b = append(b, '{')

@@ -12,6 +12,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -35,7 +36,7 @@ func fastReleaseTTL(t *testing.T, ttl time.Duration) (*harness.SecureServer, *ha
 // refused or stalled as a network can.
 func proxiedClient(t *testing.T, srv *harness.SecureServer, p *harness.Proxy, opts ...nats.Option) (*lease.Client, *nats.Conn) {
 	t.Helper()
-	nc := harness.ConnectAuth(t, p.URL(), jetstream.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleExecutor),
+	nc := harness.ConnectAuth(t, p.URL(), natsconn.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleExecutor),
 		InboxPrefix: config.RoleExecutor.InboxPrefix()}, opts...)
 	c, err := lease.NewClient(nc, node)
 	if err != nil {
@@ -334,7 +335,7 @@ func TestStalledConnectionKeepsTheLease(t *testing.T) {
 func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
 	srv := harness.StartSecureServer(t)
 	pm := harness.StartProxy(t, srv.Server.Addr().String())
-	mnc := harness.ConnectAuth(t, pm.URL(), jetstream.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),
+	mnc := harness.ConnectAuth(t, pm.URL(), natsconn.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),
 		InboxPrefix: config.RoleManager.InboxPrefix()})
 	cfg := lease.ManagerConfig{Node: node, TTL: 3 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}},
 		DisconnectEvents: jetstream.ExecutorDisconnectSubject}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -27,7 +28,7 @@ type candidate struct {
 
 func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration, overlap *atomic.Int32, pools ...lease.PoolConfig) *candidate {
 	t.Helper()
-	nc, err := jetstream.Connect(url, jetstream.Auth{}, instance)
+	nc, err := natsconn.Connect(url, natsconn.Auth{}, instance)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,11 @@ type ManagerConfig struct {
 	// cluster pool candidates' disagreements). Warnings must not block.
 	ServedBy string
 	Warnings func() []string
+	// ClusterPools, if set, returns the names of the cluster pools the live
+	// candidates list (package candidacy), nil while they are not known
+	// yet; stats replies carry them, so a client learns at once that a
+	// pool is neither the node's nor the cluster's.
+	ClusterPools func() []string
 }
 
 // Manager serves the lease protocol for one node: it owns the node's pools,

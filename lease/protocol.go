@@ -192,6 +192,11 @@ type Reply struct {
 	// cleanly (leasemgr's embedded server; stop.go). A holder told so does
 	// not count that server closing its connection against its lease.
 	ServerStopping string `json:"server_stopping,omitempty"`
+	// ClusterPools (stats replies) names the cluster pools the live
+	// candidates list, also while no manager serves them (a takeover):
+	// a pool of neither list is unknown everywhere. Absent when the
+	// manager does not know (ManagerConfig.ClusterPools).
+	ClusterPools *[]string `json:"cluster_pools,omitempty"`
 }
 
 // NodePools is one node's pools: the one JSON shape of `leasemgr pools
@@ -202,6 +207,8 @@ type NodePools struct {
 	// ServedBy and Warnings as the node's stats reply gave them.
 	ServedBy string   `json:"served_by,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// ClusterPools as the node's stats reply gave them.
+	ClusterPools *[]string `json:"cluster_pools,omitempty"`
 	// Cluster is the cluster pools (node ClusterNode), shown beside a
 	// node's own when a manager serves them; nil otherwise.
 	Cluster *NodePools `json:"cluster,omitempty"`

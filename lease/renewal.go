@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +24,13 @@ func (m *Manager) poolLocked(name string) (*pool, *Error) {
 	if p := m.pools[name]; p != nil {
 		return p, nil
 	}
-	return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, name)
+	names := slices.Sorted(maps.Keys(m.pools))
+	if m.cfg.ClusterPools != nil && m.cfg.Node != ClusterNode {
+		if cluster := m.cfg.ClusterPools(); cluster != nil {
+			return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, clip(name), nameList(names), nameList(cluster))
+		}
+	}
+	return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, clip(name), nameList(names))
 }
 
 // closingError answers requests that arrive once Close has begun.

@@ -11,6 +11,11 @@ func (m *Manager) handleStats(msg *nats.Msg) {
 	if m.cfg.Warnings != nil {
 		r.Warnings = m.cfg.Warnings()
 	}
+	if m.cfg.ClusterPools != nil {
+		if names := m.cfg.ClusterPools(); names != nil {
+			r.ClusterPools = &names
+		}
+	}
 	m.respond(msg.Reply, r)
 }
 

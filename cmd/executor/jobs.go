@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // ExitUnavailable: NATS or the lease manager could not be reached.
@@ -33,7 +33,7 @@ func connectQueue(ctx context.Context, name string, create bool) (*config.Common
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), name)
+	nc, err := natsconn.Connect(cfg.NATSAddress(), natsconn.ConfigAuth(cfg), name)
 	if err != nil {
 		return nil, nil, nil, fail(ExitUnavailable, "%v (is leasemgr running?)", err)
 	}
@@ -84,7 +84,7 @@ func codeOf(err error) int {
 }
 
 func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	specs, err := parseSubmit(args, os.Stdin, stderr)
+	specs, noPoolCheck, err := parseSubmit(args, os.Stdin, stderr)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -103,11 +103,22 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return ExitUsage, err
 	}
 	defer stopTelemetry()
-	_, nc, q, err := connectQueue(ctx, "executor submit", true)
+	cfg, nc, q, err := connectQueue(ctx, "executor submit", true)
 	if err != nil {
 		return codeOf(err), err
 	}
 	defer nc.Close()
+	if !noPoolCheck {
+		checked, err := checkPools(ctx, nc, cfg.SubjectPrefix, cfg.NodeID, specs)
+		switch {
+		case err != nil && !checked:
+			return 1, fmt.Errorf("asking the lease managers for their pools: %w", err)
+		case err != nil:
+			return usageErr(err)
+		case !checked:
+			fmt.Fprintln(stderr, "executor: no lease manager answered: the jobs' pools and slots were not checked")
+		}
+	}
 	for i, s := range specs {
 		rec, err := q.Submit(ctx, s)
 		if err != nil {
@@ -132,7 +143,7 @@ const maxSpecsLines = 100000
 
 // parseSubmit builds the job specs from --spec, --specs or from flags and
 // a command; --batch applies to each.
-func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec, error) {
+func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec, bool, error) {
 	s := jobs.NewSpec()
 	var (
 		specFile, specsFile, priority string
@@ -141,6 +152,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 		env                           envFlags
 		also                          poolFlags
 		writable                      pathFlags
+		noPoolCheck                   bool
 	)
 	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -164,13 +176,14 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	fs.Var(&writable, "writable", "an absolute path the job may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
+	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if specFile != "" || specsFile != "" {
 		var others []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "spec" && f.Name != "specs" && f.Name != "batch" {
+			if f.Name != "spec" && f.Name != "specs" && f.Name != "batch" && f.Name != "no-pool-check" {
 				others = append(others, "--"+f.Name)
 			}
 		})
@@ -178,7 +191,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 			others = append(others, "--specs")
 		}
 		if len(others) > 0 || fs.NArg() > 0 {
-			return nil, fmt.Errorf("--spec, --specs: give a spec file (and --batch), or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
+			return nil, false, fmt.Errorf("--spec, --specs: give a spec file (and --batch, --no-pool-check), or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
 		}
 		var specs []jobs.Spec
 		var err error
@@ -188,22 +201,23 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 			specs, err = readSpecs(specsFile, stdin)
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return withBatch(specs, s.Batch)
+		specs, err = withBatch(specs, s.Batch)
+		return specs, noPoolCheck, err
 	}
 	if fs.NArg() == 0 {
-		return nil, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
+		return nil, false, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
 	}
 	p, err := jobs.ParsePriority(priority)
 	if err != nil {
-		return nil, fmt.Errorf("--priority %q: must be high, normal or low", priority)
+		return nil, false, fmt.Errorf("--priority %q: must be high, normal or low", priority)
 	}
 	if s.Slots <= 0 {
-		return nil, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
+		return nil, false, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
 	}
 	if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
-		return nil, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
+		return nil, false, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 	}
 	s.Priority, s.Command, s.Env, s.Writable = p, fs.Args(), env, writable
 	for _, w := range also {
@@ -211,9 +225,9 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	}
 	s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
 	if err := s.Validate(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return []jobs.Spec{s}, nil
+	return []jobs.Spec{s}, noPoolCheck, nil
 }
 
 // withBatch puts every spec in batch (if given); a spec naming another

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/telemetry"
 )
@@ -125,7 +125,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	if err != nil {
 		return codeOf(err), err
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "executor")
+	nc, err := natsconn.Connect(cfg.NATSAddress(), natsconn.ConfigAuth(cfg), "executor")
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "%v (is leasemgr running?)", err)
 	}

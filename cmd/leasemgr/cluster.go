@@ -32,6 +32,18 @@ import (
 type clusterState struct {
 	active   atomic.Pointer[lease.Manager]
 	warnings atomic.Pointer[[]string]
+	pools    atomic.Pointer[[]string] // the live candidates' cluster pools; nil until known
+}
+
+func (cs *clusterState) setPools(names []string) { cs.pools.Store(&names) }
+
+// Pools returns the cluster pools the live candidates list, nil until the
+// candidates' records were read.
+func (cs *clusterState) Pools() []string {
+	if p := cs.pools.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (cs *clusterState) Warnings() []string {
@@ -83,7 +95,7 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.Mana
 	defer wg.Wait()
 	wg.Go(func() {
 		err := candidacy.Run(ctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Self: self, TTL: cfg.LeaderTTL, Logger: log,
-			OnChange: func(d []string) { cs.warnings.Store(&d) }, Refused: mc.RecordRefused})
+			OnChange: func(d []string) { cs.warnings.Store(&d) }, OnPools: cs.setPools, Refused: mc.RecordRefused})
 		if err != nil {
 			log.Error("cluster pool candidacy", "err", err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/slotlease/slotlease/eventstream"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -29,7 +30,7 @@ func connect(name string, role config.Role) (*nats.Conn, *config.Common, error) 
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), name)
+	nc, err := natsconn.Connect(cfg.NATSAddress(), natsconn.ConfigAuth(cfg), name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (is leasemgr running?)", err)
 	}

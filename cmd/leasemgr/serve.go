@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/slotlease/slotlease/candidacy"
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
@@ -109,6 +110,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	var cluster clusterState
+	mcfg.ClusterPools = cluster.Pools
 	clusterCfg := clusterConfig(cfg, mcfg, metrics, &cluster)
 	if len(cfg.ClusterPools) > 0 {
 		if _, err := lease.NewManager(clusterCfg); err != nil {
@@ -178,6 +180,13 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(cfg.ClusterPools) > 0 {
 		candidate.Go(func() {
 			runClusterCandidate(cctx, cfg, clusterCfg, leaders, metrics, &cluster, log.With("role", "cluster pools"))
+		})
+	} else {
+		// Not a candidate: still learn which cluster pools there are, for
+		// the stats replies (lease.ManagerConfig.ClusterPools).
+		candidate.Go(func() {
+			_ = candidacy.Watch(cctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Logger: log,
+				OnPools: cluster.setPools, Refused: mcfg.RecordRefused})
 		})
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // Set-up retries: the first after setupMinBackoff, each next one twice as
@@ -90,7 +91,7 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.O
 // *nc (and *jobsNC): it reconnects by itself.
 func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth nats.Option, jobsNC **nats.Conn) (*natsSetup, error) {
 	if *nc == nil {
-		c, err := jetstream.Connect(url, jetstream.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
+		c, err := natsconn.Connect(url, natsconn.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +123,7 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		// executor's secrets): the job queue's stream and buckets are made
 		// here, in their account, for them to bind to.
 		if *jobsNC == nil {
-			c, err := jetstream.Connect(url, jetstream.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
+			c, err := natsconn.Connect(url, natsconn.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
 			if err != nil {
 				return nil, err
 			}

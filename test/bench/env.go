@@ -17,6 +17,7 @@ import (
 	slconfig "github.com/slotlease/slotlease/config"
 	sljs "github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // clientsPerConn is how many benchmark clients share one NATS connection,
@@ -39,7 +40,7 @@ type env struct {
 	// mgr and client are how the manager and the clients connect: both
 	// anonymous in one account, or, with accounts, as leasemgr's embedded
 	// server admits them (manager and executor roles, each in its account).
-	mgr, client sljs.Auth
+	mgr, client natsconn.Auth
 }
 
 func startEnv() (*env, error) { return startEnvWith(false) }
@@ -62,8 +63,8 @@ func startEnvWith(accounts bool) (*env, error) {
 			return nil, err
 		}
 		sc.Users = sljs.EmbeddedUsers(keys, lease.DefaultPrefix)
-		role := func(r slconfig.Role) sljs.Auth {
-			return sljs.Auth{NKeySeed: slconfig.AuthFile(auth, r), InboxPrefix: r.InboxPrefix()}
+		role := func(r slconfig.Role) natsconn.Auth {
+			return natsconn.Auth{NKeySeed: slconfig.AuthFile(auth, r), InboxPrefix: r.InboxPrefix()}
 		}
 		e.mgr, e.client = role(slconfig.RoleManager), role(slconfig.RoleExecutor)
 	}
@@ -99,8 +100,8 @@ func (e *env) msgs() int64 {
 func (e *env) connect(name string) (*nats.Conn, error) { return e.connectAs(name, e.client) }
 
 // connectAs opens a connection with auth, closed with the env.
-func (e *env) connectAs(name string, auth sljs.Auth) (*nats.Conn, error) {
-	nc, err := sljs.Connect(e.url, auth, name)
+func (e *env) connectAs(name string, auth natsconn.Auth) (*nats.Conn, error) {
+	nc, err := natsconn.Connect(e.url, auth, name)
 	if err != nil {
 		return nil, err
 	}

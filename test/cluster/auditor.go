@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sljs "github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/natsconn"
 
 	"github.com/slotlease/slotlease/lease"
 )
@@ -68,7 +69,7 @@ type Auditor struct {
 // StartAuditor connects to url (directly, not through a proxy: the auditor
 // is not under test) and starts its watches. The buckets and the event
 // stream must exist.
-func StartAuditor(ctx context.Context, url string, auth sljs.Auth, prefix string) (*Auditor, error) {
+func StartAuditor(ctx context.Context, url string, auth natsconn.Auth, prefix string) (*Auditor, error) {
 	nc, err := dial(ctx, url, "auditor", auth)
 	if err != nil {
 		return nil, err

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -71,7 +71,7 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 	}()
 
 	// The job queue, as leasemgr's administrator makes it.
-	adminNC, err := dial(ctx, addr(2), "jobs admin", jetstream.Auth{}, cl.JobsAdmin())
+	adminNC, err := dial(ctx, addr(2), "jobs admin", natsconn.Auth{}, cl.JobsAdmin())
 	if err != nil {
 		t.Fatal(err)
 	}

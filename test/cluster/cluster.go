@@ -23,6 +23,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // Cluster is a JetStream cluster of embedded servers on 127.0.0.1. Each
@@ -170,11 +171,11 @@ func (c *Cluster) start(i int) error {
 
 // Auth is how a client of role connects: the role's seed and inbox
 // prefix; the zero Auth (anonymous) on an Anonymous cluster.
-func (c *Cluster) Auth(r config.Role) jetstream.Auth {
+func (c *Cluster) Auth(r config.Role) natsconn.Auth {
 	if c.authDir == "" {
-		return jetstream.Auth{}
+		return natsconn.Auth{}
 	}
-	return jetstream.Auth{NKeySeed: config.AuthFile(c.authDir, r), InboxPrefix: r.InboxPrefix()}
+	return natsconn.Auth{NKeySeed: config.AuthFile(c.authDir, r), InboxPrefix: r.InboxPrefix()}
 }
 
 // JobsAdmin is the option that connects as the executors' account's

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -71,7 +71,7 @@ func embeddedSuiteRun(t *testing.T, bin string, seed uint64, dur time.Duration) 
 	}
 	startMgr()
 	harness.Eventually(t, 30*time.Second, "leasemgr to serve", func() bool { return readyz(httpAddr) == 200 })
-	aud, err := StartAuditor(ctx, "nats://"+listen, jetstream.Auth{NKeySeed: config.AuthFile(authDir, config.RoleManager),
+	aud, err := StartAuditor(ctx, "nats://"+listen, natsconn.Auth{NKeySeed: config.AuthFile(authDir, config.RoleManager),
 		InboxPrefix: config.RoleManager.InboxPrefix()}, lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)

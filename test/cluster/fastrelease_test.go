@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -52,7 +52,7 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 			}
 			urls += "nats://" + a
 		}
-		nc, err := jetstream.Connect(urls, cl.Auth(config.RoleExecutor), t.Name(), nats.DontRandomize())
+		nc, err := natsconn.Connect(urls, cl.Auth(config.RoleExecutor), t.Name(), nats.DontRandomize())
 		if err != nil {
 			t.Fatal(err)
 		}

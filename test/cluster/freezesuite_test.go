@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -111,7 +112,7 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	nats := startNATSProcsAdvising(t, natsBin, 3)
 	url := nats.URL()
 	nats.provision(ctx, Settings{Replicas: 3, LeaseTTL: freezeLeaseTTL, LeaderTTL: freezeLeaderTTL})
-	aud, err := StartAuditor(ctx, url, jetstream.Auth{}, lease.DefaultPrefix)
+	aud, err := StartAuditor(ctx, url, natsconn.Auth{}, lease.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // natsProcs is a cluster of real nats-server processes, so that a server
@@ -131,7 +132,7 @@ func (c *natsProcs) provision(ctx context.Context, st Settings) {
 	c.t.Helper()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := Provision(tctx, c.URL(), jetstream.Auth{}, st)
+		err := Provision(tctx, c.URL(), natsconn.Auth{}, st)
 		cancel()
 		if err == nil {
 			return

@@ -13,6 +13,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // Settings are the timings and names every manager and executor of a run
@@ -74,14 +75,14 @@ func (s *Settings) defaults() {
 	}
 }
 
-// dial connects a long-lived client with jetstream.Connect (reconnect
+// dial connects a long-lived client with natsconn.Connect (reconnect
 // forever, 50-100ms apart) and auth, retrying the first connect until ctx
 // ends, and never learning other servers' addresses: a client behind a
 // proxy must stay behind it.
-func dial(ctx context.Context, url, name string, auth jetstream.Auth, extra ...nats.Option) (*nats.Conn, error) {
+func dial(ctx context.Context, url, name string, auth natsconn.Auth, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{nats.IgnoreDiscoveredServers(), nats.Timeout(time.Second)}, extra...)
 	for {
-		nc, err := jetstream.Connect(url, auth, name, opts...)
+		nc, err := natsconn.Connect(url, auth, name, opts...)
 		if err == nil {
 			return nc, nil
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -94,7 +95,7 @@ func TestScale(t *testing.T) {
 	conns := func(n int, name string, role config.Role) []*nats.Conn {
 		var out []*nats.Conn
 		for i := range n {
-			nc, err := jetstream.Connect("nats://"+cl.ClientAddr(i%cl.Size()), cl.Auth(role), fmt.Sprintf("%s-%d", name, i),
+			nc, err := natsconn.Connect("nats://"+cl.ClientAddr(i%cl.Size()), cl.Auth(role), fmt.Sprintf("%s-%d", name, i),
 				nats.IgnoreDiscoveredServers(), nats.ReconnectBufSize(64<<20))
 			if err != nil {
 				t.Fatal(err)

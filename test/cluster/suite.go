@@ -18,6 +18,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -399,7 +400,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 
 // Provision creates the buckets and the event stream at the configured
 // replica count, as the first leasemgr of a cluster does.
-func Provision(ctx context.Context, url string, auth jetstream.Auth, st Settings) error {
+func Provision(ctx context.Context, url string, auth natsconn.Auth, st Settings) error {
 	st.defaults()
 	nc, err := dial(ctx, url, "provision", auth)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // Server is an embedded nats-server for one test.
@@ -52,7 +53,7 @@ func StartServerAt(tb testing.TB, listen, dir string) *Server {
 // Connect opens a connection closed at the end of the test.
 func Connect(tb testing.TB, url string) *nats.Conn {
 	tb.Helper()
-	nc, err := jetstream.Connect(url, jetstream.Auth{}, tb.Name())
+	nc, err := natsconn.Connect(url, natsconn.Auth{}, tb.Name())
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -63,9 +64,9 @@ func Connect(tb testing.TB, url string) *nats.Conn {
 // ConnectAuth opens a connection with auth and extra options (an
 // ErrorHandler that records permission violations, say), closed at the end
 // of the test. Connect is ConnectAuth with neither.
-func ConnectAuth(tb testing.TB, url string, auth jetstream.Auth, opts ...nats.Option) *nats.Conn {
+func ConnectAuth(tb testing.TB, url string, auth natsconn.Auth, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	nc, err := jetstream.Connect(url, auth, tb.Name(), opts...)
+	nc, err := natsconn.Connect(url, auth, tb.Name(), opts...)
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -267,12 +268,12 @@ func StartSecureServer(tb testing.TB) *SecureServer {
 // of the test.
 func (s *SecureServer) ConnectJobsAdmin(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	return ConnectAuth(tb, s.URL, jetstream.Auth{}, append([]nats.Option{s.jobs}, opts...)...)
+	return ConnectAuth(tb, s.URL, natsconn.Auth{}, append([]nats.Option{s.jobs}, opts...)...)
 }
 
 // Connect opens a connection with role's credentials, closed at the end of
 // the test.
 func (s *SecureServer) Connect(tb testing.TB, role config.Role, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	return ConnectAuth(tb, s.URL, jetstream.Auth{NKeySeed: config.AuthFile(s.AuthDir, role), InboxPrefix: role.InboxPrefix()}, opts...)
+	return ConnectAuth(tb, s.URL, natsconn.Auth{NKeySeed: config.AuthFile(s.AuthDir, role), InboxPrefix: role.InboxPrefix()}, opts...)
 }

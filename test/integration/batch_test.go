@@ -188,7 +188,7 @@ func TestJobControlCLI(t *testing.T) {
 
 	// Purge: only with --confirm; jobs of a pool nobody serves.
 	for range 3 {
-		submit("--pool", "q", "--", "true")
+		submit("--pool", "q", "--no-pool-check", "--", "true") // a pool nobody has
 	}
 	if _, out := runExecutor(t, env, "purge", "--pool", "q"); !strings.Contains(out, "add --confirm") {
 		t.Fatalf("purge without --confirm:\n%s", out)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // homes holds one home directory per test: every binary a test starts
@@ -51,12 +51,12 @@ func authDirFor(t *testing.T, home, natsURL string) string {
 // anonymously where there are none (a harness server).
 func connectAs(t *testing.T, home, natsURL string, role config.Role, opts ...nats.Option) (*nats.Conn, error) {
 	t.Helper()
-	var auth jetstream.Auth
+	var auth natsconn.Auth
 	dir := authDirFor(t, home, natsURL)
 	if _, err := os.Stat(dir); err == nil {
-		auth = jetstream.Auth{NKeySeed: config.AuthFile(dir, role), InboxPrefix: role.InboxPrefix()}
+		auth = natsconn.Auth{NKeySeed: config.AuthFile(dir, role), InboxPrefix: role.InboxPrefix()}
 	}
-	return jetstream.Connect(natsURL, auth, t.Name(), append([]nats.Option{nats.MaxReconnects(0)}, opts...)...)
+	return natsconn.Connect(natsURL, auth, t.Name(), append([]nats.Option{nats.MaxReconnects(0)}, opts...)...)
 }
 
 // envValue returns the value of key in env (the last one), or "".

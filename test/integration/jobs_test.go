@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // runExecutor runs one executor command to its end.
@@ -47,7 +47,7 @@ func jobQueue(t *testing.T, env []string) *jobs.Queue {
 	t.Helper()
 	nc, err := connectAs(t, envValue(env, "HOME"), natsURL(env), config.RoleExecutor)
 	if dir := envValue(env, "NATS_AUTH_DIR"); dir != "" {
-		nc, err = jetstream.Connect(natsURL(env), jetstream.Auth{NKeySeed: config.AuthFile(dir, config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()},
+		nc, err = natsconn.Connect(natsURL(env), natsconn.Auth{NKeySeed: config.AuthFile(dir, config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()},
 			t.Name(), nats.MaxReconnects(0))
 	}
 	if err != nil {

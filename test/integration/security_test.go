@@ -24,6 +24,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -152,8 +153,8 @@ func startSecureServer(t *testing.T) *secureServer {
 	return ss
 }
 
-func (ss *secureServer) userAuth(user string) jetstream.Auth {
-	return jetstream.Auth{User: user, Password: ss.passwords[user], InboxPrefix: "_INBOX_" + strings.ReplaceAll(user, "-", "_")}
+func (ss *secureServer) userAuth(user string) natsconn.Auth {
+	return natsconn.Auth{User: user, Password: ss.passwords[user], InboxPrefix: "_INBOX_" + strings.ReplaceAll(user, "-", "_")}
 }
 
 // asyncErrs keeps a connection's asynchronous errors.
@@ -216,7 +217,7 @@ func TestSecurityLayout(t *testing.T) {
 	const node, pool = "node1", "gpu"
 
 	var mgrErrs, aErrs, bErrs, cErrs asyncErrs
-	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]}, nats.ErrorHandler(mgrErrs.handler))
+	mgrNC := harness.ConnectAuth(t, ss.url, natsconn.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]}, nats.ErrorHandler(mgrErrs.handler))
 	mgr := harness.StartManagerConn(t, mgrNC, lease.ManagerConfig{
 		Node: node, Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}, TTL: 5 * time.Second,
 		DisconnectEvents: jetstream.ExecutorDisconnectSubject,
@@ -224,7 +225,7 @@ func TestSecurityLayout(t *testing.T) {
 
 	aNC := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"), nats.ErrorHandler(aErrs.handler))
 	bNC := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-b"), nats.ErrorHandler(bErrs.handler))
-	cNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{NKeySeed: ss.seedFile, InboxPrefix: "_INBOX_executor_c"}, nats.ErrorHandler(cErrs.handler))
+	cNC := harness.ConnectAuth(t, ss.url, natsconn.Auth{NKeySeed: ss.seedFile, InboxPrefix: "_INBOX_executor_c"}, nats.ErrorHandler(cErrs.handler))
 	clientA, err := lease.NewClient(aNC, node, lease.WithHolder("executor-a"))
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +515,7 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	// the managers' state; the reader aims its requests there too. The
 	// managers' account sees none of it: a reply crosses back into the
 	// requester's own account.
-	mgrNC := harness.ConnectAuth(t, ss.url, jetstream.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]})
+	mgrNC := harness.ConnectAuth(t, ss.url, natsconn.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]})
 	kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer kcancel()
 	leaders, err := jetstream.OpenLeaseStore(kctx, mgrNC, jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})

@@ -32,8 +32,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 const (
@@ -198,10 +198,10 @@ func measure(ctx context.Context, o options, md mode, kind string) ([]time.Durat
 
 // connect waits for the manager and connects as an executor.
 func connect(ctx context.Context, o options) (*lease.Client, *nats.Conn, error) {
-	auth := jetstream.Auth{NKeySeed: config.AuthFile(filepath.Join(o.tmp, "auth"), config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()}
+	auth := natsconn.Auth{NKeySeed: config.AuthFile(filepath.Join(o.tmp, "auth"), config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		nc, err := jetstream.Connect("nats://"+o.addr, auth, "crashbench")
+		nc, err := natsconn.Connect("nats://"+o.addr, auth, "crashbench")
 		if err == nil {
 			c, err := lease.NewClient(nc, node, lease.WithHolder("crashbench-waiter"))
 			if err == nil {
@@ -355,8 +355,8 @@ func waitInUse(ctx context.Context, c *lease.Client, n int, inUse int64) error {
 // hold is the Go holder: it holds a slot of pool through lease.Client,
 // renewing, until it is killed.
 func hold(pool string) {
-	auth := jetstream.Auth{NKeySeed: config.AuthFile(os.Getenv("NATS_AUTH_DIR"), config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()}
-	nc, err := jetstream.Connect("nats://"+os.Getenv("NATS_LISTEN"), auth, "crashbench-holder")
+	auth := natsconn.Auth{NKeySeed: config.AuthFile(os.Getenv("NATS_AUTH_DIR"), config.RoleExecutor), InboxPrefix: config.RoleExecutor.InboxPrefix()}
+	nc, err := natsconn.Connect("nats://"+os.Getenv("NATS_LISTEN"), auth, "crashbench-holder")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(1)

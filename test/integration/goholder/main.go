@@ -13,9 +13,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 func main() {
@@ -30,11 +29,7 @@ func main() {
 }
 
 func hold(pool string) error {
-	cfg, err := config.LoadCommonAs(config.RoleExecutor)
-	if err != nil {
-		return err
-	}
-	nc, err := jetstream.Connect(cfg.NATSAddress(), jetstream.ConfigAuth(cfg), "goholder")
+	nc, cfg, err := natsconn.ConnectLocal("goholder")
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package jetstream
+package natsconn
 
 import "github.com/slotlease/slotlease/config"
 

@@ -1,4 +1,4 @@
-package jetstream
+package natsconn
 
 import (
 	"crypto/ecdsa"

@@ -1,4 +1,4 @@
-package jetstream
+package natsconn
 
 import (
 	"errors"
@@ -12,8 +12,9 @@ import (
 
 // Auth is how a process proves who it is to NATS, how it checks the
 // server, and where its replies arrive. The zero value connects
-// anonymously, without TLS, with nats.go's default inbox prefix: what the
-// embedded server on 127.0.0.1 expects.
+// anonymously, without TLS, with nats.go's default inbox prefix (a test
+// server's way: leasemgr's embedded server admits no anonymous client,
+// see ConnectLocal).
 //
 // At most one of Creds, NKeySeed and User may be set. Credentials in the
 // URL (nats://user:pass@host) are used by nats.go as well; do not mix
