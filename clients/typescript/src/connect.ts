@@ -119,6 +119,9 @@ function splitHostPort(hp: string): [string, string] {
 export function authDirUnder(configDir: string, hostport: string): string {
   let [host, port] = splitHostPort(hostport);
   if (host === "") host = "any";
+  // The same server as 127.0.0.1 (config.AuthDirUnder): nats://localhost:4222
+  // finds the credentials a server listening on 127.0.0.1:4222 made.
+  if (host === "localhost") host = "127.0.0.1";
   let name = "";
   for (const ch of host) name += ch.length === 1 && /[A-Za-z0-9_.-]/.test(ch) ? ch : "_";
   return join(configDir, "slotlease", `embedded-${name}-${port}`);

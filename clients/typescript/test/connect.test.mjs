@@ -27,6 +27,9 @@ test("the default directory is leasemgr's: <config dir>/slotlease/embedded-<host
   assert.equal(config.node, "tsconn");
   assert.equal(authDirUnder("/c", "[::1]:4222"), "/c/slotlease/embedded-__1-4222");
   assert.equal(authDirUnder("/c", ":4222"), "/c/slotlease/embedded-any-4222");
+  assert.equal(authDirUnder("/c", "localhost:4222"), "/c/slotlease/embedded-127.0.0.1-4222");
+  const port = mgr.natsListen.split(":")[1];
+  assert.equal(resolveConfig({ env: { ...mgr.env, NATS_URL: `nats://localhost:${port}` } }).config.authDir, mgr.authDir);
   // A single-server NATS_URL looks in that server's directory; a list never does.
   assert.equal(resolveConfig({ env: { ...mgr.env, NATS_URL: `nats://${mgr.natsListen}` } }).config.authDir, mgr.authDir);
   assert.equal(resolveConfig({ env: { ...mgr.env, NATS_URL: `nats://${mgr.natsListen},nats://127.0.0.1:1` } }).config.authDir, undefined);
