@@ -1,0 +1,178 @@
+// The wire protocol's shapes and names (docs/protocol.md), as the Go
+// package lease defines them (lease/protocol.go, lease/records.go).
+
+/** The subject prefix when none is configured (LEASE_SUBJECT_PREFIX's default). */
+export const DEFAULT_PREFIX = "lease";
+/** The node id of the cluster pools (CLUSTER_POOLS). */
+export const CLUSTER_NODE = "cluster";
+/** Most pools one acquireAll takes (Go: lease.MaxSetPools). */
+export const MAX_SET_POOLS = 8;
+
+export const MAX_REQUEST_ID_LEN = 128;
+export const MAX_HOLDER_LEN = 256;
+export const MAX_SECRET_LEN = 128;
+export const MAX_TENANT_LEN = 128;
+/** wait_ms's bound: 30 days. */
+export const MAX_WAIT_MS = 30 * 24 * 60 * 60 * 1000;
+/** poll_ms's bound: 24 hours. */
+export const MAX_POLL_MS = 24 * 60 * 60 * 1000;
+const MAX_TOKEN_LEN = 64;
+
+/** The lease record (docs/protocol.md, section 3), as granted and renewed. */
+export interface LeaseRecord {
+  id: string;
+  node: string;
+  pool: string;
+  slots: number;
+  holder: string;
+  /** The fencing token: only grows, per pool and across restarts. */
+  token: number;
+  ttl_ms: number;
+  granted_at: string;
+  /** The manager's estimate; holders must not use it (use Lease.expiresAt). */
+  expires_at: string;
+  term?: number;
+  manager?: string;
+  secret?: string;
+  tenant?: string;
+  priority?: number;
+  conn_server?: string;
+  conn_id?: number;
+  disconnect_grace_ms?: number;
+}
+
+/** One tenant's figures in a pool (stats `tenants`). */
+export interface TenantStats {
+  tenant: string;
+  weight?: number;
+  in_use: number;
+  queued: number;
+  queued_slots: number;
+}
+
+/** A pool's figures (docs/protocol.md, section 2.5). */
+export interface PoolStats {
+  name: string;
+  capacity: number;
+  in_use: number;
+  available: number;
+  queued: number;
+  queued_slots: number;
+  policy?: string;
+  max_queue?: number;
+  tenant_cap?: number;
+  tenants?: TenantStats[];
+  rate?: string;
+  burst?: number;
+  tokens?: number;
+  weights?: Record<string, number>;
+  default_weight?: number;
+}
+
+/** The one reply shape (docs/protocol.md, section 2.7). */
+export interface Reply {
+  status: string;
+  lease?: LeaseRecord;
+  position?: number;
+  node?: string;
+  pools?: PoolStats[];
+  error?: { code: string; message: string; retry_after_ms?: number };
+  existing?: boolean;
+  served_by?: string;
+  warnings?: string[];
+  server_stopping?: string;
+}
+
+/** The kinds of lease events (docs/protocol.md, section 6). */
+export type EventKind =
+  | "requested"
+  | "queued"
+  | "granted"
+  | "released"
+  | "expired"
+  | "cancelled"
+  | "rejected"
+  | "resized"
+  | "stopping";
+
+/** A lease event (docs/protocol.md, section 6); never carries a secret. */
+export interface LeaseEvent {
+  kind: EventKind;
+  time: string;
+  node: string;
+  pool: string;
+  request_id?: string;
+  lease_id?: string;
+  holder?: string;
+  slots?: number;
+  tenant?: string;
+  token?: number;
+  position?: number;
+  wait_ms?: number;
+  code?: string;
+  message?: string;
+  stats: Omit<PoolStats, "name" | "tenants">;
+}
+
+/** A runtime change of a node's pools (docs/protocol.md, section 8). */
+export interface ResizeRequest {
+  set?: Record<string, number>;
+  rates?: Record<string, { rate?: string; burst?: number }>;
+  remove?: string[];
+  reset?: boolean;
+  force?: boolean;
+}
+
+export function subject(prefix: string, node: string, pool: string, verb: "acquire" | "renew" | "release" | "cancel"): string {
+  return `${prefix}.${node}.${pool}.${verb}`;
+}
+
+export function statsSubject(prefix: string, node: string): string {
+  return `${prefix}.${node}.stats`;
+}
+
+export function resizeSubject(prefix: string, node: string): string {
+  return `${prefix}.${node}.resize`;
+}
+
+/** The subscription subject for events, "*" for any node, pool or kind left out. */
+export function eventFilter(prefix: string, node?: string, pool?: string, kind?: string): string {
+  const star = (s?: string) => (s === undefined || s === "" ? "*" : s);
+  return `${prefix}.events.${star(node)}.${star(pool)}.${star(kind)}`;
+}
+
+/** A node, pool or prefix token: 1 to 64 of [A-Za-z0-9_-]. Returns the problem, or undefined. */
+export function tokenProblem(s: string): string | undefined {
+  if (s === "") return "must not be empty";
+  if (s.length > MAX_TOKEN_LEN) return `must be at most ${MAX_TOKEN_LEN} characters, got ${s.length}`;
+  if (!/^[A-Za-z0-9_-]+$/.test(s)) return "must contain only letters, digits, '-' and '_'";
+  return undefined;
+}
+
+/** A subject prefix: dot-separated tokens. */
+export function prefixProblem(p: string): string | undefined {
+  const toks = p.split(".");
+  for (let i = 0; i < toks.length; i++) {
+    const problem = tokenProblem(toks[i]!);
+    if (problem !== undefined) return `token ${i + 1} ${JSON.stringify(toks[i])}: ${problem}`;
+  }
+  return undefined;
+}
+
+/** A request id: 1 to 128 of [A-Za-z0-9_=-] (it becomes a KV key token). */
+export function requestIdProblem(s: string): string | undefined {
+  if (s === "") return "request_id is required";
+  if (s.length > MAX_REQUEST_ID_LEN) return `request_id is longer than ${MAX_REQUEST_ID_LEN} characters`;
+  if (!/^[A-Za-z0-9_=-]+$/.test(s)) return `request_id ${JSON.stringify(s)}: must contain only letters, digits, '-', '_' and '='`;
+  return undefined;
+}
+
+/** Go's config.SanitizeNodeID: the default NODE_ID from a host name. */
+export function sanitizeNodeId(hostname: string): string {
+  let s = "";
+  for (const ch of hostname) {
+    s += ch.length === 1 && /[A-Za-z0-9_-]/.test(ch) ? ch : "-";
+  }
+  if (s.length > MAX_TOKEN_LEN) s = s.slice(0, MAX_TOKEN_LEN);
+  return s === "" ? "node" : s;
+}

@@ -1,0 +1,353 @@
+// The client against one real leasemgr: acquire and release, queue order,
+// every error code, waits, retries by request id, acquireAll, rates, stats
+// and events.
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import {
+  Client,
+  LeaseError,
+  LeaseLostError,
+  errorCodes,
+  BadRequestError,
+  UnknownPoolError,
+  InvalidSlotsError,
+  ExceedsCapacityError,
+  WaitExpiredError,
+  QueueFullError,
+  WouldWaitError,
+  CancelledError,
+  HolderDisconnectedError,
+  LeaseNotFoundError,
+  TokenMismatchError,
+  ConflictError,
+  PoolBusyError,
+  UnavailableError,
+  InternalError,
+} from "../dist/index.js";
+import { Manager, eventually, settle, fixtures } from "./harness.mjs";
+import { join } from "node:path";
+
+let mgr;
+let client;
+
+before(async () => {
+  mgr = await Manager.start({
+    node: "tsnode",
+    pools: "gpu=1,fifo=1,multi=3,qf=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1",
+    env: { POOL_MAX_QUEUE: "qf=1", POOL_RATES: "rated=1/m", CLUSTER_POOLS: "capi=1" },
+  });
+  client = await mgr.connect();
+});
+
+/** Waits until pool has no slot in use: a release is answered before its delete is stored (docs/protocol.md, 5.6). */
+function freed(pool) {
+  return eventually(`pool ${pool} to have no slot in use`, async () => (await client.stats(pool)).in_use === 0, 5000);
+}
+
+after(async () => {
+  await client?.close();
+  await mgr?.close();
+});
+
+test("acquire and release", async () => {
+  const l = await client.acquire("gpu");
+  assert.equal(l.node, "tsnode");
+  assert.equal(l.pool, "gpu");
+  assert.equal(l.slots, 1);
+  assert.ok(l.token > 0);
+  assert.ok(l.expiresAt.getTime() > Date.now() + 10_000, `deadline ${l.expiresAt.toISOString()} about 13.5s ahead`);
+  assert.equal(l.fastReleaseMs, 800, "the embedded server's leases are bound to the connection");
+  assert.equal((await client.stats("gpu")).in_use, 1);
+  await l.release();
+  assert.equal(await l.done, null, "done resolves with null once released");
+  assert.ok(l.signal.aborted);
+  await freed("gpu");
+  await l.release(); // twice: a no-op
+});
+
+test("a held lease's waits leave no listener behind", async () => {
+  const l = await client.acquire("gpu");
+  // With fast release the heartbeat wakes every grace/8 (100 ms): let it run a while.
+  const t0 = performance.now();
+  await eventually("ten heartbeat ticks", () => performance.now() - t0 > 1000, 5000);
+  // Internals, read on purpose: each wait must remove its listeners when it ends.
+  assert.ok(client.wakeN.ls.size <= 2, `wake listeners ${client.wakeN.ls.size}`);
+  assert.ok(l.stopL.ls.size <= 2, `stop listeners ${l.stopL.ls.size}`);
+  await l.release();
+  assert.equal(client.wakeN.ls.size, 0);
+});
+
+test("withLease releases on every exit path", async () => {
+  const v = await client.withLease("wl", {}, async (l) => {
+    assert.equal((await client.stats("wl")).in_use, 1);
+    return l.token;
+  });
+  assert.ok(v > 0);
+  await freed("wl");
+  const boom = new Error("boom");
+  await assert.rejects(client.withLease("wl", {}, async () => Promise.reject(boom)), (e) => e === boom);
+  await freed("wl");
+});
+
+test("strict FIFO with several waiters", async () => {
+  const holder = await client.acquire("fifo");
+  const order = [];
+  const waiters = [];
+  for (let i = 1; i <= 4; i++) {
+    let queuedAt;
+    const queued = new Promise((r) => (queuedAt = r));
+    waiters.push(
+      client.acquire("fifo", { onQueued: (p) => queuedAt(p) }).then(async (l) => {
+        order.push(i);
+        await l.release();
+      }),
+    );
+    assert.equal(await queued, i, `waiter ${i} queued at position ${i}`);
+  }
+  await holder.release();
+  await Promise.all(waiters);
+  assert.deepEqual(order, [1, 2, 3, 4]);
+});
+
+test("a multi-slot head is not jumped", async () => {
+  const two = await client.acquire("multi", { slots: 2 }); // 1 of 3 left
+  const granted = [];
+  let headQueued;
+  const head = client.acquire("multi", { slots: 2, onQueued: (p) => headQueued(p) }).then((l) => (granted.push("head"), l));
+  assert.equal(await new Promise((r) => (headQueued = r)), 1);
+  // One slot is free, but a newcomer asking for it must queue behind the head.
+  let smallQueued;
+  const small = client.acquire("multi", { slots: 1, onQueued: (p) => smallQueued(p) }).then((l) => (granted.push("small"), l));
+  assert.equal(await new Promise((r) => (smallQueued = r)), 2, "the one-slot request is queued behind the head, not granted");
+  await assert.rejects(client.acquire("multi", { slots: 1, noWait: true }), WouldWaitError);
+  await two.release();
+  // Both fit now; their grants are stored concurrently, so either answer may come first.
+  const [h, s] = await Promise.all([head, small]);
+  assert.deepEqual(granted.sort(), ["head", "small"]);
+  await Promise.all([h.release(), s.release()]);
+});
+
+test("wait expiry", async () => {
+  const holder = await client.acquire("wx");
+  const t0 = performance.now();
+  const err = await client.acquire("wx", { wait: 300 }).catch((e) => e);
+  assert.ok(err instanceof WaitExpiredError, `got ${err}`);
+  assert.equal(err.code, "wait_expired");
+  console.log(`# a 300ms wait expired after ${Math.round(performance.now() - t0)}ms`);
+  await holder.release();
+});
+
+test("idempotent retry by request id", async () => {
+  const id = `job-${Date.now()}`;
+  const first = await client.acquire("idem", { requestId: id, secret: "s3cret" });
+  // The same request from another connection (a restarted process): the same lease.
+  const other = await mgr.connect();
+  try {
+    const again = await other.acquire("idem", { requestId: id, secret: "s3cret" });
+    assert.equal(again.token, first.token);
+    assert.equal(again.id, id);
+    assert.equal((await client.stats("idem")).in_use, 1, "one lease, not two");
+    // Another secret is another holder: conflict.
+    await assert.rejects(other.acquire("idem", { requestId: id, secret: "other" }), ConflictError);
+    await again.release();
+    await assert.rejects(first.release(), LeaseLostError, "the first handle finds it gone");
+    // Once it has ended, the id is free again: a new lease, a higher token.
+    const next = await client.acquire("idem", { requestId: id, secret: "s3cret" });
+    assert.ok(next.token > first.token);
+    await next.release();
+  } finally {
+    await other.close();
+  }
+});
+
+test("every error code", async (t) => {
+  const seen = new Set();
+  const expect = async (p, cls) => {
+    const e = await p.then(
+      (v) => assert.fail(`resolved with ${JSON.stringify(v?.record ?? v)}; want ${cls.name}`),
+      (e) => e,
+    );
+    assert.ok(e instanceof cls, `got ${e?.name}: ${e?.message}; want ${cls.name}`);
+    assert.ok(e instanceof LeaseError);
+    seen.add(e.code);
+    return e;
+  };
+  const raw = (verb, body, pool = "errs") => client.request(`lease.tsnode.${pool}.${verb}`, body);
+
+  await t.test("refused by the manager", async () => {
+    await expect(client.acquire("errs", { tenant: "t".repeat(129) }), BadRequestError);
+    await expect(raw("acquire", { REQUEST_ID: "x", holder: "h", slots: 1 }), BadRequestError);
+    await expect(client.acquire("nope"), UnknownPoolError);
+    await expect(client.acquire("errs", { slots: 0 }), InvalidSlotsError);
+    await expect(client.acquire("errs", { slots: 2 }), ExceedsCapacityError);
+    const held = await client.acquire("errs", { requestId: "held-1", secret: "sec" });
+    await expect(client.acquire("errs", { noWait: true }), WouldWaitError);
+    await expect(client.acquire("errs", { wait: 50 }), WaitExpiredError);
+    await expect(client.acquire("errs", { requestId: "held-1", secret: "not-it" }), ConflictError);
+    await expect(raw("renew", { lease_id: "held-1", token: held.token + 1, secret: "sec" }), TokenMismatchError);
+    await expect(raw("release", { lease_id: "held-1", token: held.token, secret: "wrong" }), TokenMismatchError);
+    // cancelled: a cancel with the request's holder and secret, sent by someone else.
+    const queued = client.acquire("errs", { requestId: "to-cancel", secret: "cs", onQueued: () => void raw("cancel", { request_id: "to-cancel", holder: client.holder, secret: "cs" }) });
+    await expect(queued, CancelledError);
+    await held.release();
+    await expect(raw("release", { lease_id: "held-1", token: held.token, secret: "sec" }), LeaseNotFoundError);
+  });
+
+  await t.test("queue_full with its retry hint", async () => {
+    const h = await client.acquire("qf");
+    const w = client.acquire("qf");
+    await eventually("the first waiter to queue", async () => (await client.stats("qf")).queued === 1);
+    const e = await expect(client.acquire("qf"), QueueFullError);
+    assert.equal(e.retryAfterMs, 5000, "TTL/3");
+    console.log(`# queue_full retryAfterMs ${e.retryAfterMs}`);
+    await h.release();
+    await (await w).release();
+  });
+
+  await t.test("holder_disconnected: an acquire naming a connection that closed at the holder's end", async () => {
+    const gone = await mgr.connect();
+    const id = gone.live.identity();
+    assert.ok(id !== undefined);
+    await gone.close();
+    const h = await client.acquire("errs");
+    let n = 0;
+    // The manager learns of the close from the server's advisory, confirmed by the server: until then it answers would_wait.
+    await eventually("the manager to know the connection closed", async () => {
+      const r = await settle(raw("acquire", { request_id: `hd-${n++}`, holder: "h", slots: 1, no_wait: true, conn_server: id.server, conn_id: id.id }));
+      if (!r.ok && r.error instanceof WouldWaitError) return false;
+      await expect(Promise.reject(r.ok ? new Error("granted") : r.error), HolderDisconnectedError);
+      return true;
+    });
+    await h.release();
+  });
+
+  await t.test("pool_busy, and a lease lost to a removed pool", async () => {
+    const admin = await mgr.connect({ nkeySeed: join(mgr.authDir, "manager.nk"), inboxPrefix: "_SLOTLEASE_MGR" });
+    try {
+      const l = await client.acquire("gone");
+      await expect(admin.resize({ remove: ["gone"] }), PoolBusyError);
+      await admin.resize({ remove: ["gone"], force: true });
+      const reason = await l.done; // the next renewal is refused
+      assert.ok(reason instanceof LeaseLostError, `${reason}`);
+      assert.ok(reason.cause instanceof UnknownPoolError || reason.cause instanceof LeaseNotFoundError, `${reason.cause}`);
+      assert.ok(l.signal.aborted);
+      await assert.rejects(l.release(), LeaseLostError);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  await t.test("unavailable: no manager serves the node", async () => {
+    const nobody = new Client(client.nc, { node: "nobody", noManagerWaitMs: 300 });
+    try {
+      await expect(nobody.acquire("gpu"), UnavailableError);
+    } finally {
+      await nobody.close();
+    }
+  });
+
+  await t.test("internal, and the mapping of every code", () => {
+    for (const code of errorCodes) {
+      const e = LeaseError.from({ code, message: "m", retry_after_ms: 7 });
+      assert.equal(e.code, code);
+      assert.equal(e.retryAfterMs, 7);
+      assert.match(e.name, /Error$/);
+    }
+    assert.ok(LeaseError.from({ code: "internal", message: "x" }) instanceof InternalError);
+    assert.ok(LeaseError.from({ code: "no_such_code", message: "x" }) instanceof InternalError);
+    seen.add("internal"); // a handler panic: not reachable from a client
+  });
+
+  assert.deepEqual([...seen].sort(), [...errorCodes].sort(), "every protocol error code was seen");
+});
+
+test("a rated pool's would_wait says when to retry", async () => {
+  // The bucket starts empty: 1/m lets the first slot in up to a minute from the start.
+  const e = await client.acquire("rated", { noWait: true }).catch((e) => e);
+  assert.ok(e instanceof WouldWaitError, `${e}`);
+  assert.ok(e.retryAfterMs > 0 && e.retryAfterMs <= 60_000, `retryAfterMs ${e.retryAfterMs}`);
+  console.log(`# rated pool (1/m) would_wait retryAfterMs ${e.retryAfterMs}`);
+});
+
+test("acquireAll: many sets in random orders, no deadlock, Go's global order", async () => {
+  const pools = ["a", "b", "c", "d"];
+  const shuffle = (xs) => xs.map((x) => [Math.random(), x]).sort((p, q) => p[0] - q[0]).map((p) => p[1]);
+  const t0 = performance.now();
+  let done = 0;
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      for (let round = 0; round < 3; round++) {
+        const want = shuffle(pools).slice(0, 2 + Math.floor(Math.random() * 3));
+        const set = await client.acquireAll(shuffle(want).map((pool) => ({ pool })));
+        assert.deepEqual(
+          set.leases.map((l) => l.pool),
+          [...want].sort(),
+          "acquired in name order whatever the order asked",
+        );
+        await new Promise((r) => setTimeout(r, 2));
+        await set.release();
+        done++;
+      }
+    }),
+  );
+  assert.equal(done, 48);
+  console.log(`# acquireAll: 48 sets of 2-4 of 4 one-slot pools, 16 at once, done in ${Math.round(performance.now() - t0)}ms`);
+  // The node's pools before the cluster's, whatever the names.
+  const set = await client.acquireAll([{ pool: "capi" }, { pool: "gpu" }]);
+  assert.deepEqual(
+    set.leases.map((l) => `${l.node}/${l.pool}`),
+    ["tsnode/gpu", "cluster/capi"],
+  );
+  await set.release();
+  // All or none: a refusal releases what was granted.
+  await assert.rejects(client.acquireAll([{ pool: "a" }, { pool: "nope" }]), UnknownPoolError);
+  await freed("a");
+  await assert.rejects(client.acquireAll([{ pool: "a" }, { pool: "a" }]), BadRequestError);
+});
+
+test("stats and events", async () => {
+  const all = await client.stats();
+  assert.ok(all.some((p) => p.name === "ev" && p.capacity === 1));
+  await assert.rejects(client.stats("nope"), UnknownPoolError);
+  const ac = new AbortController();
+  const events = client.events({ node: "tsnode", pool: "ev", signal: ac.signal });
+  const kinds = [];
+  const seen = (async () => {
+    for await (const ev of events) {
+      kinds.push(ev.kind);
+      assert.equal(ev.pool, "ev");
+      assert.equal(ev.secret, undefined);
+      if (ev.kind === "released") break;
+    }
+  })();
+  // The subscription is in place once a round trip has passed.
+  await client.nc.flush();
+  const l = await client.acquire("ev");
+  await l.release();
+  await seen;
+  assert.deepEqual(kinds, ["requested", "granted", "released"]);
+  ac.abort();
+});
+
+test("a client that closes leaves nothing running (the holder process exits on its own)", async () => {
+  const p = mgr.nodeScript(join(fixtures, "holder.mjs"), ["gpu", "release"]);
+  const r = await p.exit(15000);
+  assert.equal(r.code, 0, p.out);
+  assert.match(p.out, /holder: released and closed/);
+});
+
+test("close releases what the client holds and withdraws what it waits for", async () => {
+  const c = await mgr.connect();
+  const l = await c.acquire("gpu");
+  const w = settle(c.acquire("gpu"));
+  await eventually("the waiter to queue", async () => (await client.stats("gpu")).queued === 1);
+  await c.close();
+  const r = await w;
+  assert.equal(r.ok, false);
+  assert.ok(l.isEnded);
+  await eventually("the closed client's lease and request to be gone", async () => {
+    const s = await client.stats("gpu");
+    return s.in_use === 0 && s.queued === 0;
+  });
+});
