@@ -23,7 +23,7 @@ const (
 // events streams the node's lease events, after a "pools" snapshot.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	h.stream(w, r, h.src.SubscribeEvents, func(w io.Writer) error {
-		np, err := h.nodePools()
+		np, err := h.src.Pools()
 		if err != nil {
 			return nil // standing by: events only
 		}

@@ -29,11 +29,12 @@ type Source interface {
 	// Ready returns nil when the node's lease state can be served, or an
 	// error wrapping ErrNotReady that says why not.
 	Ready() error
-	// Stats and Leases return the active manager's view, or an error
+	// Pools and Leases return the active manager's view, or an error
 	// wrapping ErrNotReady while there is none. Readiness is checked in
 	// the same call, not before it, because a manager can step down
-	// between two calls.
-	Stats() ([]lease.PoolStats, error)
+	// between two calls. Pools is what the manager's stats reply
+	// carries, so /v1/pools and `leasemgr pools --json` agree.
+	Pools() (lease.NodePools, error)
 	Leases() ([]lease.Record, error)
 	// SubscribeEvents streams the node's lease events until ctx ends, and
 	// is subscribed when it returns: an event published after the return
@@ -246,23 +247,13 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
-	np, err := h.nodePools()
+	np, err := h.src.Pools()
 	if err != nil {
 		h.sourceError(w, err)
 		return
 	}
 	h.withCluster(r.Context(), &np)
 	writeJSON(w, http.StatusOK, np)
-}
-
-// nodePools is the node's pools in the one shape of /v1/pools, the event
-// stream's first event and `leasemgr pools --json`.
-func (h *Handler) nodePools() (lease.NodePools, error) {
-	stats, err := h.src.Stats()
-	if stats == nil {
-		stats = []lease.PoolStats{} // "[]", not "null"
-	}
-	return lease.NodePools{Node: h.src.Node(), Pools: stats}, err
 }
 
 func (h *Handler) leases(w http.ResponseWriter, _ *http.Request) {

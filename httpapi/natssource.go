@@ -110,13 +110,13 @@ func (s *NATSSource) standingBy() error {
 	return fmt.Errorf("%w: standing by: another manager leads node %q, or the lease state is not rebuilt yet", ErrNotReady, s.node)
 }
 
-// Stats implements Source.
-func (s *NATSSource) Stats() ([]lease.PoolStats, error) {
+// Pools implements Source.
+func (s *NATSSource) Pools() (lease.NodePools, error) {
 	m := s.manager()
 	if m == nil {
-		return nil, s.standingBy()
+		return lease.NodePools{Node: s.node, Pools: []lease.PoolStats{}}, s.standingBy()
 	}
-	return m.Stats(), nil
+	return m.NodePools(), nil
 }
 
 // Leases implements Source.

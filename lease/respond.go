@@ -7,16 +7,26 @@ import (
 )
 
 func (m *Manager) handleStats(msg *nats.Msg) {
-	r := Reply{Status: StatusOK, Node: m.cfg.Node, Pools: m.Stats(), ServedBy: m.cfg.ServedBy}
+	np := m.NodePools()
+	m.respond(msg.Reply, Reply{Status: StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
+}
+
+// NodePools is what the manager's stats reply carries, in the shape of
+// NodePools: one content for its stats subject and the HTTP API's /v1/pools.
+func (m *Manager) NodePools() NodePools {
+	np := NodePools{Node: m.cfg.Node, Pools: m.Stats(), ServedBy: m.cfg.ServedBy}
+	if np.Pools == nil {
+		np.Pools = []PoolStats{} // "[]", not "null"
+	}
 	if m.cfg.Warnings != nil {
-		r.Warnings = m.cfg.Warnings()
+		np.Warnings = m.cfg.Warnings()
 	}
 	if m.cfg.ClusterPools != nil {
 		if names := m.cfg.ClusterPools(); names != nil {
-			r.ClusterPools = &names
+			np.ClusterPools = &names
 		}
 	}
-	m.respond(msg.Reply, r)
+	return np
 }
 
 func (m *Manager) emit(p *pool, ev Event) {
