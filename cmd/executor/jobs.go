@@ -84,7 +84,7 @@ func codeOf(err error) int {
 }
 
 func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	specs, err := parseSubmit(args, os.Stdin, stderr)
+	specs, err := parseSubmit(args, os.Stdin, stdout, stderr)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -132,7 +132,7 @@ const maxSpecsLines = 100000
 
 // parseSubmit builds the job specs from --spec, --specs or from flags and
 // a command; --batch applies to each.
-func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec, error) {
+func parseSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) ([]jobs.Spec, error) {
 	s := jobs.NewSpec()
 	var (
 		specFile, specsFile, priority string
@@ -164,7 +164,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	fs.Var(&writable, "writable", "an absolute path the job may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if specFile != "" || specsFile != "" {
@@ -305,7 +305,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("executor status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the record as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() != 1 {
@@ -404,7 +404,7 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
 	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded, dead or cancelled")
 	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() > 0 {

@@ -44,7 +44,7 @@ type runFlags struct {
 	noWait      bool
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error) {
+func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, []string, error) {
 	f := &runFlags{}
 	fs := flag.NewFlagSet("executor run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,7 +68,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, nil, err
 	}
 	cmd := fs.Args()
@@ -96,7 +96,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 }
 
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, err error) {
-	f, cmd, err := parseRunFlags(args, stderr)
+	f, cmd, err := parseRunFlags(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, err

@@ -52,7 +52,7 @@ type serveFlags struct {
 	maxChildren int
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, error) {
 	f := &serveFlags{}
 	fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,7 +69,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.poll, "poll", jobs.DefaultPollInterval, "how often to look for retries coming due")
 	fs.IntVar(&f.maxDepth, "max-depth", jobs.DefaultMaxDepth, fmt.Sprintf("follow-up jobs submitted from inside jobs nest at most this deep (1 to %d)", jobs.MaxDepth))
 	fs.IntVar(&f.maxChildren, "max-children", jobs.DefaultMaxChildren, "follow-up submits one job attempt may make")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if f.maxDepth < 1 || f.maxDepth > jobs.MaxDepth || f.maxChildren < 1 {
@@ -94,7 +94,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	f, err := parseServeFlags(args, stderr)
+	f, err := parseServeFlags(args, stdout, stderr)
 	if err != nil {
 		return usageErr(err)
 	}

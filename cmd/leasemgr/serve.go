@@ -25,10 +25,10 @@ import (
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
 )
 
-func runManager(ctx context.Context, args []string, stderr io.Writer) error {
+func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("leasemgr run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {
