@@ -46,6 +46,9 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	log := cfg.Logger(stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 
 	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
 	if err != nil {

@@ -91,6 +91,7 @@ func killQueued(t *testing.T, p *proc, httpAddr, who string) {
 // cgroups.
 func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 	env, httpAddr := managerEnv(t, "frozen", "gpu=1", "3s")
+	env = append(env, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, env, httpAddr)
 	for _, mode := range sandboxModes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -128,6 +129,7 @@ func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 // deadline while the serving executor is frozen.
 func TestFrozenServeJobDiesByItsDeadline(t *testing.T) {
 	env, httpAddr := managerEnv(t, "frozenserve", "gpu=1", "3s")
+	env = append(env, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, env, httpAddr)
 	m := treeMarkers()
 	if code, out := runExecutor(t, env, "submit", "--pool", "gpu", "--max-attempts", "1", "--", "sh", "-c", escapingTree(m)); code != 0 {
