@@ -92,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		code, err = cancelCommand(ctx, args[1:], stdout, stderr)
 	case "purge":
 		code, err = purgeCommand(ctx, args[1:], stdout, stderr)
+	case "version":
+		code, err = versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage())
 		return 0, nil

@@ -48,6 +48,7 @@ its slots released. Its state becomes cancelled.`},
 	{"purge", `purge --pool P --confirm`,
 		`Cancels every waiting job of pool P (running ones finish) and prints
 how many.`},
+	{"version", `version [--json]`, `Prints the version and VCS revision executor was built from.`},
 }
 
 // environment is the usage's list of the variables the executor reads.

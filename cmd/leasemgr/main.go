@@ -67,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWatch(ctx, rest, stdout, stderr)
 	case "resize":
 		return runResize(ctx, rest, stdout, stderr)
+	case "version":
+		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage())
 		return nil

@@ -27,6 +27,8 @@ node, found by NATS micro service discovery).`, config.ReadByClients},
 	{"watch", "watch [--node N|'*'] [--pool P] [--kind K] [--since 1h] [--json]", `Prints lease events live (--since replays the stored events first).`, config.ReadByClients},
 	{"resize", "resize [--rate P=60/m|P=off]... [--burst P=N]... [--remove P]... [--force] [--reset] [name=capacity]...",
 		`Changes pools at runtime; the change is stored and applied at every start.`, config.ReadByClients},
+	{"version", "version [--json]", `Prints the version and VCS revision leasemgr was built from (as its NATS
+service info and slotlease_build_info on /metrics show them).`, 0},
 }
 
 // environment is the usage's list of the variables r reads.
