@@ -163,6 +163,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		wakes: map[string]chan struct{}{},
 	}
 	s.log = cfg.Logger.With("node", s.node)
+	// The command channels of servers of this user that crashed.
+	if removed := sandbox.SweepTemp(sandbox.TempJob); len(removed) > 0 {
+		s.log.Info("removed the command channels of executors that are gone", "dirs", removed)
+	}
 	for _, p := range cfg.Pools {
 		if _, dup := s.wakes[p]; dup {
 			return nil, fmt.Errorf("jobs: pool %q given twice", p)

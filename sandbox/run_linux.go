@@ -66,9 +66,15 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 	r.outTail, r.errTail = newTailBuffer(capture), newTailBuffer(capture)
 
 	// Working directory.
+	sweepSandboxTemp() // those of executors that crashed
 	created := false
 	if spec.Dir == "" {
-		d, err := os.MkdirTemp("", "slotlease-sandbox-")
+		mkdir := MkdirTemp
+		if spec.KeepWorkdir {
+			// Kept on purpose: never swept.
+			mkdir = func(string) (string, error) { return os.MkdirTemp("", "slotlease-kept-") }
+		}
+		d, err := mkdir(TempWorkdir)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: create workdir: %w", err)
 		}
