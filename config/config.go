@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -129,14 +128,6 @@ func (c Common) NATSAddress() string {
 	return "nats://" + c.NATSListen
 }
 
-// DefaultStoreDir is NATS_STORE_DIR's default for node: per node, so that
-// several nodes on one host do not share a store. leasemgr creates it and
-// its two parents below the temp dir with mode 0700 and refuses them if
-// others can enter them (config.MakePrivateDir): the store holds secrets.
-func DefaultStoreDir(node string) string {
-	return filepath.Join(os.TempDir(), "leasemgr", node, "jetstream")
-}
-
 // Manager is the lease manager's configuration.
 type Manager struct {
 	Common
@@ -154,9 +145,12 @@ type Manager struct {
 	// "default=N" entry; read the effective value from Pools.
 	DefaultCapacity int64 `env:"EXECUTOR_MAX_CONCURRENCY" envDefault:"4"`
 	// NATSStoreDir (NATS_STORE_DIR) is where the embedded server keeps
-	// JetStream data. Default: os.TempDir()/leasemgr/<NodeID>/jetstream,
-	// per node so that several nodes on one host do not share a store.
-	NATSStoreDir string `env:"NATS_STORE_DIR"`
+	// JetStream data. Default: DefaultStoreDir, in the user's state
+	// directory, per node so that several nodes on one host do not share
+	// a store; NATSStoreDirDefault says it is the default. Empty only with
+	// NATS_URL and no home directory: nothing needs it then.
+	NATSStoreDir        string `env:"NATS_STORE_DIR"`
+	NATSStoreDirDefault bool
 	// LeaseTTL (LEASE_TTL) is how long a lease lives without renewal. Whole
 	// seconds only, at least 1s: JetStream per-message TTLs have one-second
 	// resolution, and silently rounding would change lease lifetimes.
@@ -330,7 +324,13 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		}
 	}
 	if c.NATSStoreDir == "" {
-		c.NATSStoreDir = DefaultStoreDir(c.NodeID)
+		d, err := DefaultStoreDir(c.NodeID)
+		switch {
+		case err == nil:
+			c.NATSStoreDir, c.NATSStoreDirDefault = d, true
+		case c.NATSURL == "": // the embedded server needs one
+			errs = append(errs, varErr(EnvNATSStoreDir, "", reason("no default: "+err.Error()+"; set "+EnvNATSStoreDir)))
+		}
 	}
 	if v, ok := m[EnvHTTPAddr]; ok {
 		c.HTTPAddr = v

@@ -222,7 +222,7 @@ func TestLoadManagerDefaults(t *testing.T) {
 			if c.HTTPAddr != DefaultHTTPAddr { // the envDefault tag and the constant must agree
 				t.Errorf("HTTPAddr = %q, want DefaultHTTPAddr %q", c.HTTPAddr, DefaultHTTPAddr)
 			}
-			if want := filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream"); c.NATSStoreDir != want {
+			if want, _ := DefaultStoreDir(c.NodeID); c.NATSStoreDir != want || !c.NATSStoreDirDefault {
 				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
 			}
 			if want := []Pool{{Name: "default", Capacity: 4}}; !reflect.DeepEqual(c.Pools, want) {
@@ -308,7 +308,7 @@ func TestLoadManagerFrom(t *testing.T) {
 			}
 		}},
 		{"store dir default uses node id", map[string]string{EnvNodeID: "n-2"}, func(t *testing.T, c *Manager) {
-			if want := filepath.Join(os.TempDir(), "leasemgr", "n-2", "jetstream"); c.NATSStoreDir != want {
+			if want, _ := DefaultStoreDir("n-2"); c.NATSStoreDir != want {
 				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
 			}
 		}},

@@ -61,7 +61,7 @@
 //	                          default one second's worth, at least 1
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
-//	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream
+//	                          <StateHome>/slotlease/<NODE_ID>/jetstream
 //	NATS_REPLICAS             replicas of the buckets and the event stream; default 1
 //	LEASE_TTL                 lease time-to-live, whole seconds, 1s to 24h; default 15s
 //	LEADER_TTL                leadership key TTL, whole seconds, 1s to 24h; default 5s

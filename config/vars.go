@@ -42,7 +42,7 @@ var Vars = []Var{
 	{EnvExecutorMaxConcurrency, "4", "capacity of the default pool", ReadByManager},
 	{EnvNATSURL, "empty: leasemgr runs an embedded server", "NATS server URL(s) to join", ReadByAll},
 	{EnvNATSListen, DefaultNATSListen, "the embedded server's address (executors find it there)", ReadByAll},
-	{EnvNATSStoreDir, "$TMPDIR/leasemgr/<NODE_ID>/jetstream", "the embedded server's JetStream store: leases and queue", ReadByManager},
+	{EnvNATSStoreDir, "$XDG_STATE_HOME/slotlease/<NODE_ID>/jetstream (~/.local/state/...)", "the embedded server's JetStream store: leases and queue", ReadByManager},
 	{EnvNATSAuthDir, "<os.UserConfigDir>/slotlease/embedded-<host>-<port>", "the embedded server's credentials (nkey seeds per role)", ReadByAll},
 	{EnvReplicas, "1", "replicas of the lease buckets and event stream (3 on a cluster)", ReadByManager},
 	{EnvLeaseTTL, "15s", "lease TTL, whole seconds up to 24h, longer than LEADER_TTL", ReadByManager},
