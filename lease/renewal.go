@@ -22,6 +22,9 @@ func (m *Manager) poolLocked(name string) (*pool, *Error) {
 	if p := m.pools[name]; p != nil {
 		return p, nil
 	}
+	if m.removed[name] {
+		return nil, errorf(CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", name, m.cfg.Node)
+	}
 	return nil, errorf(CodeUnknownPool, "node %s has no pool %q", m.cfg.Node, name)
 }
 

@@ -136,12 +136,19 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	defer client.Close()
 
+	// The client reports the position at every poll: say it when it
+	// changed, not every few seconds while nothing did.
+	var lastWaiting string
 	opts := []lease.AcquireOption{lease.OnQueuedIn(func(q lease.Queued) {
 		holding := ""
 		if len(q.Holding) > 0 {
 			holding = " (holding " + strings.Join(q.Holding, ", ") + ")"
 		}
-		fmt.Fprintf(stderr, "executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue%s\n", q.Slots, q.Pool, q.Node, q.Position, holding)
+		line := fmt.Sprintf("executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue%s\n", q.Slots, q.Pool, q.Node, q.Position, holding)
+		if line != lastWaiting {
+			lastWaiting = line
+			fmt.Fprint(stderr, line)
+		}
 	})}
 	if f.wait > 0 {
 		opts = append(opts, lease.WithWait(f.wait))
