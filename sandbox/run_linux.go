@@ -789,6 +789,12 @@ loop:
 	if err := statusError(status, r.path); err != nil {
 		return err
 	}
+	if reason == "" && slices.Contains(status, "deadline:") {
+		// The supervisor stopped the tree at the lease deadline while
+		// Run heard nothing of the loss (its caller was frozen, say):
+		// lost all the same.
+		reason = StoppedLeaseLost
+	}
 	r.collect(res, reason, status)
 	return nil
 }

@@ -178,7 +178,10 @@ type Result struct {
 
 // Values of Result.StoppedBy.
 const (
-	StoppedTimeout   = "timeout"
+	StoppedTimeout = "timeout"
+	// StoppedLeaseLost: lost closed, or the supervisor killed the tree at
+	// the last Spec.Deadline it was told (the caller could not say the
+	// lease was lost: it was frozen, say).
 	StoppedLeaseLost = "lease_lost"
 	StoppedCancelled = "cancelled"
 	StoppedMemory    = "memory"

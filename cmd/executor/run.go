@@ -197,7 +197,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	switch res.StoppedBy {
 	case sandbox.StoppedLeaseLost:
-		return ExitLeaseLost, fail(ExitLeaseLost, "%v; the command was stopped", set.Err())
+		why := set.Err()
+		if why == nil {
+			// The supervisor stopped it at the lease deadline before this
+			// executor knew (it was frozen: SIGSTOP, a stall).
+			why = errors.New("the lease deadline passed while this executor could not renew (it was stopped or stalled)")
+		}
+		return ExitLeaseLost, fail(ExitLeaseLost, "%v; the command was stopped", why)
 	case sandbox.StoppedTimeout:
 		return ExitTimeout, fail(ExitTimeout, "the command ran past --timeout %v and was stopped", f.timeout)
 	case sandbox.StoppedMemory, sandbox.StoppedCPU:
