@@ -29,6 +29,9 @@ const ExitUnavailable = 69
 // connectQueue loads the configuration and binds the job queue; with
 // create false nothing is created (ErrNoQueue if there is no queue yet).
 func connectQueue(ctx context.Context, name string, create bool) (*config.Common, *nats.Conn, *jobs.Queue, error) {
+	if err := needsNATSInJob(strings.TrimPrefix(name, "executor ")); err != nil {
+		return nil, nil, nil, err
+	}
 	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}

@@ -103,6 +103,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		}
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
+	if err := needsNATSInJob("run"); err != nil {
+		return codeOf(err), err
+	}
 	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
 		return ExitUsage, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
