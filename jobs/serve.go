@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/sandbox"
@@ -359,6 +360,11 @@ type task struct {
 	delivered uint64
 	attempt   int    // this delivery's attempt number
 	stopClaim func() // stops the claim heartbeat; set once it runs
+	// span is the attempt's job.run span, from before its lease is
+	// acquired, so that the lease's acquire and release spans are its
+	// children; spanCtx carries it (and no cancellation).
+	span    trace.Span
+	spanCtx context.Context
 }
 
 // take decides what to do with a fetched job and, when it is to run,
@@ -418,8 +424,11 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		return idle
 	}
 	t.stopClaim = s.keepClaim(msg)
-	set, err := s.acquire(ctx, pool, job, meta.NumDelivered)
+	t.spanCtx, t.span = telemetry.StartJobRun(job.Trace, telemetry.JobID(job.ID), telemetry.Pool(pool), telemetry.Node(s.node),
+		telemetry.JobAttempt(t.attempt))
+	set, err := s.acquire(trace.ContextWithSpan(ctx, t.span), pool, job, meta.NumDelivered)
 	if err != nil {
+		telemetry.End(t.span, fmt.Errorf("no lease: %w", err))
 		switch {
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
 			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
@@ -517,8 +526,8 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.checkCancel(cctx, t, stopRun)
 	ccancel()
-	spanCtx, span := telemetry.StartJobRun(t.job.Trace, telemetry.JobID(rec.ID), telemetry.Pool(t.pool), telemetry.Node(s.node),
-		telemetry.JobAttempt(t.attempt), telemetry.LeaseID(l.ID()))
+	spanCtx, span := t.spanCtx, t.span // started before the lease was acquired (take)
+	telemetry.SetAttributes(span, telemetry.LeaseID(l.ID()))
 	defer span.End()
 
 	jobEnv := maps.Clone(spec.Env)
@@ -553,8 +562,9 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		telemetry.SetAttributes(span, telemetry.ExitCode(res.ExitCode))
 	}
 
-	// Slots back first: the result write does not need them.
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Slots back first: the result write does not need them. In the run's
+	// trace: the release span is the run span's child.
+	rctx, cancel := context.WithTimeout(spanCtx, 5*time.Second)
 	if rerr := set.Release(rctx); rerr != nil {
 		s.log.Warn("releasing a job's leases (they expire on their own)", "job", rec.ID, "err", rerr)
 	}
