@@ -128,6 +128,8 @@ func commandUsage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(w, "\nflags:")
 	fs.PrintDefaults()
-	fmt.Fprintln(w)
-	fmt.Fprint(w, environment())
+	if name != "version" { // it reads no variable
+		fmt.Fprintln(w)
+		fmt.Fprint(w, environment())
+	}
 }
