@@ -19,7 +19,7 @@ type Spec struct {
 	Env map[string]string
 	// Dir is the working directory; empty means a fresh temporary directory
 	// created for this run and removed afterwards unless KeepWorkdir is set
-	// (slotlease-sandbox-<pidns>-<pid>-*, which the next Run of the user
+	// (slotlease-sandbox-<pidns>-<pid>-* in base 36, which the next Run of the user
 	// removes if its executor crashed, see SweepTemp; a kept one is
 	// slotlease-kept-* and never removed).
 	Dir         string

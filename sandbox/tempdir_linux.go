@@ -22,16 +22,26 @@ const (
 
 // MkdirTemp makes a fresh directory in os.TempDir() named
 // <prefix><pidns>-<pid>-<random>: the PID namespace and pid of the process
-// that owns it, so that SweepTemp can tell, after a crash, that its owner
-// is gone. A directory is removed by its owner when done; one left by an
+// that owns it (in base 36, to keep a unix socket's path in it below the
+// kernel's 108 bytes), so that SweepTemp can tell, after a crash, that its
+// owner is gone. A directory is removed by its owner when done; one left by an
 // owner that died (SIGKILL, an OOM kill, a power loss of a process but not
 // of the disk) is removed by the next process of the same user that sweeps.
 func MkdirTemp(prefix string) (string, error) {
-	ns := pidNamespaceID()
+	ns := ownerNS()
 	if ns == "" {
-		ns = "0" // unknown: SweepTemp never takes it for stale
+		ns = "x" // unknown: SweepTemp never takes it for stale
 	}
-	return os.MkdirTemp("", fmt.Sprintf("%s%s-%d-", prefix, ns, os.Getpid()))
+	return os.MkdirTemp("", fmt.Sprintf("%s%s-%s-", prefix, ns, strconv.FormatInt(int64(os.Getpid()), 36)))
+}
+
+// ownerNS is this process's PID namespace id in base 36, "" if unknown.
+func ownerNS() string {
+	n, err := strconv.ParseUint(pidNamespaceID(), 10, 64)
+	if err != nil {
+		return ""
+	}
+	return strconv.FormatUint(n, 36)
 }
 
 // SweepTemp removes the directories MkdirTemp made with prefix in
@@ -43,7 +53,7 @@ func MkdirTemp(prefix string) (string, error) {
 // cannot remove (files a worker made and kept, after its supervisor died
 // too) stays as it was. It returns what it removed.
 func SweepTemp(prefix string) []string {
-	ns := pidNamespaceID()
+	ns := ownerNS()
 	if ns == "" {
 		return nil
 	}
@@ -59,7 +69,8 @@ func SweepTemp(prefix string) []string {
 			continue
 		}
 		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
+		pid64, err := strconv.ParseInt(pidStr, 36, 32)
+		pid := int(pid64)
 		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || alive(pid) {
 			continue
 		}

@@ -7,15 +7,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
+
+func b36(pid int) string { return strconv.FormatInt(int64(pid), 36) }
 
 // SweepTemp removes what a dead process of this user made with MkdirTemp,
 // and nothing else: not a live process's, not another PID namespace's,
 // not another user's, not through a symbolic link.
 func TestSweepTempRemovesOnlyTheDeads(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
-	ns := pidNamespaceID()
+	ns := ownerNS()
 	if ns == "" {
 		t.Skip("no PID namespace id here")
 	}
@@ -35,22 +38,22 @@ func TestSweepTempRemovesOnlyTheDeads(t *testing.T) {
 		}
 		return p
 	}
-	stale := mk(fmt.Sprintf("%s%s-%d-123", TempWorkdir, ns, deadPID))
+	stale := mk(fmt.Sprintf("%s%s-%s-123", TempWorkdir, ns, b36(deadPID)))
 	mine, err := MkdirTemp(TempWorkdir) // this process lives
 	if err != nil {
 		t.Fatal(err)
 	}
-	parents := mk(fmt.Sprintf("%s%s-%d-123", TempWorkdir, ns, os.Getppid()))
-	otherNS := mk(fmt.Sprintf("%s%s1-%d-123", TempWorkdir, ns, deadPID))
-	otherKind := mk(fmt.Sprintf("%s%s-%d-123", TempJob, ns, deadPID))
+	parents := mk(fmt.Sprintf("%s%s-%s-123", TempWorkdir, ns, b36(os.Getppid())))
+	otherNS := mk(fmt.Sprintf("%s%s1-%s-123", TempWorkdir, ns, b36(deadPID)))
+	otherKind := mk(fmt.Sprintf("%s%s-%s-123", TempJob, ns, b36(deadPID)))
 	target := mk("somewhere-else")
-	link := filepath.Join(os.TempDir(), fmt.Sprintf("%s%s-%d-456", TempWorkdir, ns, deadPID))
+	link := filepath.Join(os.TempDir(), fmt.Sprintf("%s%s-%s-456", TempWorkdir, ns, b36(deadPID)))
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
 	var othersUser string
 	if os.Getuid() == 0 {
-		othersUser = mk(fmt.Sprintf("%s%s-%d-789", TempWorkdir, ns, deadPID))
+		othersUser = mk(fmt.Sprintf("%s%s-%s-789", TempWorkdir, ns, b36(deadPID)))
 		if err := os.Chown(othersUser, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}

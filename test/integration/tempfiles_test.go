@@ -30,7 +30,7 @@ func tempEntries(t *testing.T, dir, prefix string) []string {
 // A crashed executor leaves its temporary directories (the worker's
 // working directory; a served job's command channel, with its socket)
 // behind, and the next run of the user removes them (issue 31).
-func TestCrashesLeaveNoTempFilesOnceTheNextRunStarted(t *testing.T) {
+func TestCrashLeavesNoTempFiles(t *testing.T) {
 	env, httpAddr := managerEnv(t, "tmpfiles", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	tmp := openTempDir(t) // the worker, with ids of its own, enters its working directory in it
