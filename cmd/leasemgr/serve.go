@@ -130,7 +130,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if ns.jobs != nil {
 		jobsConn = ns.jobs
 	}
-	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, &active)
+	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, cfg.NodeID, &active)
 	if err != nil {
 		return err
 	}
