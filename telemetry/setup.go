@@ -176,7 +176,7 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	buildInfo(mp.Meter(ScopeName))
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(zeroFill{reg}, promhttp.HandlerOpts{})
 	promHandler.Store(&h)
 
 	return func(ctx context.Context) error {
