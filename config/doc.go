@@ -86,6 +86,8 @@
 //
 //	EXECUTOR_UNCONFINED       1: run workers unconfined on a machine that
 //	                          cannot confine them
+//	EXECUTOR_METRICS_ADDR     host:port of executor serve's /metrics; default
+//	                          none (ExecutorMetricsAddr)
 //
 // For every variable except HTTP_ADDR, a variable set to the empty string is
 // treated as unset and gets its default.

@@ -61,6 +61,7 @@ var Vars = []Var{
 	{EnvTenantCaps, "none", "fair pools: most slots one tenant holds at once, e.g. gpu=2", ReadByManager},
 	{EnvPriorityAging, "10s", "priority pools: waiting this long is worth one level", ReadByManager},
 	{EnvExecutorUnconfined, "0", "1: run workers unconfined where this machine cannot confine them", ReadByExecutor},
+	{EnvExecutorMetricsAddr, "empty: none", "executor serve: host:port of its /metrics (or --metrics-addr)", ReadByExecutor},
 	{EnvNATSCreds, "empty", ".creds file (user JWT and nkey seed)", ReadByAll},
 	{EnvNATSNKey, "empty", "user nkey seed file (SU...); not with NATS_CREDS", ReadByAll},
 	{EnvNATSUser, "empty", "NATS user name; not with NATS_CREDS or NATS_NKEY", ReadByAll},

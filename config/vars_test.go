@@ -13,7 +13,7 @@ import (
 // the readers the loaders imply, and nothing else is, but the few read
 // outside this package's loaders.
 func TestVarsIsTheOneList(t *testing.T) {
-	outside := []string{EnvExecutorUnconfined, EnvOTELTracesExporter, EnvOTELMetricsExporter}
+	outside := []string{EnvExecutorUnconfined, EnvExecutorMetricsAddr, EnvOTELTracesExporter, EnvOTELMetricsExporter}
 	seen := map[string]bool{}
 	for _, v := range Vars {
 		if seen[v.Name] {
@@ -135,7 +135,7 @@ func checkSameNames(t *testing.T, where string, listed []string) {
 
 func TestUsage(t *testing.T) {
 	u := Usage(ReadByClients | ReadByExecutor)
-	for _, n := range []string{EnvNodeID, EnvExecutorUnconfined, EnvLogFormat} {
+	for _, n := range []string{EnvNodeID, EnvExecutorUnconfined, EnvExecutorMetricsAddr, EnvLogFormat} {
 		if !strings.Contains(u, "  "+n+" ") {
 			t.Errorf("the executor's usage lacks %s:\n%s", n, u)
 		}

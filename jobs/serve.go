@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/lease"
@@ -92,6 +93,9 @@ type ServerConfig struct {
 	Env func(leases []*lease.Lease, jobEnv map[string]string) map[string]string
 	// Logger; slog.Default() if nil.
 	Logger *slog.Logger
+	// Meter, if set, gets the server's instruments (metrics.go): attempts
+	// by outcome and attempts running, per pool.
+	Meter metric.Meter
 }
 
 // Server takes jobs of its pools from the queue and runs each under a lease
@@ -125,7 +129,8 @@ type Server struct {
 	stopRuns context.CancelFunc
 	runs     sync.WaitGroup // one per running job
 	running  atomic.Int64
-	stops    runStops // the running jobs' stops, for cancels (cancelwatch.go)
+	metrics  *serveMetrics // nil without ServerConfig.Meter
+	stops    runStops      // the running jobs' stops, for cancels (cancelwatch.go)
 	started  atomic.Bool
 }
 
@@ -177,6 +182,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Concurrency > 0 {
 		s.sem = make(chan struct{}, cfg.Concurrency)
+	}
+	var err error
+	if s.metrics, err = newServeMetrics(cfg.Meter, s.node, cfg.Pools); err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
 	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	return s, nil
@@ -498,6 +507,8 @@ func (s *Server) keepClaim(msg jetstream.Msg) (stop func()) {
 func (s *Server) run(t *task, set *lease.LeaseSet) {
 	defer s.runs.Done()
 	defer s.running.Add(-1)
+	s.metrics.runs(t.pool, 1)
+	defer s.metrics.runs(t.pool, -1)
 	defer s.poke(t.pool)
 	if s.sem != nil {
 		defer func() { <-s.sem }()
@@ -641,6 +652,7 @@ func (s *Server) succeed(t *task) {
 		return
 	}
 	s.log.Info("job succeeded", "job", t.rec.ID, "attempt", t.attempt, "duration", t.rec.Duration())
+	s.metrics.ended(t.pool, OutcomeSucceeded, 1)
 	s.ack(t)
 }
 
@@ -659,6 +671,7 @@ func (s *Server) fail(t *task, why string) {
 		s.log.Warn("storing a failed attempt", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job attempt failed; retrying", "job", t.rec.ID, "attempt", t.attempt, "of", t.job.Spec.MaxAttempts, "retry_in", delay, "error", why)
+	s.metrics.ended(t.pool, OutcomeFailed, 1)
 	_ = t.msg.NakWithDelay(delay)
 	// Nothing announces the end of a backoff: look then, rather than at the
 	// next poll. (Other servers find the retry by polling.)
@@ -682,6 +695,7 @@ func (s *Server) bury(t *task) {
 		return
 	}
 	s.log.Warn("job is dead: no attempts left", "job", t.rec.ID, "attempts", t.rec.Attempts, "error", t.rec.Error)
+	s.metrics.ended(t.pool, OutcomeDead, 1)
 	s.ack(t)
 }
 
@@ -733,6 +747,7 @@ func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
 		return
 	}
 	s.log.Info("job cancelled", "job", rec.ID, "reason", reason)
+	s.metrics.ended(t.pool, OutcomeCancelled, 1)
 	s.q.emit(Event{Kind: EventCancelled, Job: rec.ID, Pool: rec.Spec.Pool, Batch: rec.Spec.Batch, Reason: reason})
 	s.ack(t)
 }
@@ -746,6 +761,7 @@ func (s *Server) giveBack(t *task, delay time.Duration, why string) {
 		s.log.Warn("storing a returned job", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job given back", "job", t.rec.ID, "why", why)
+	s.metrics.ended(t.pool, OutcomeGivenBack, 1)
 	if delay > 0 {
 		_ = t.msg.NakWithDelay(delay)
 	} else {

@@ -32,7 +32,7 @@ submit [--batch NAME] --spec FILE|-  |  --specs FILE|-   (JSON Lines: many jobs)
 NAME puts them in a batch. Inside a job, submit goes through the job's
 executor into its batch, with no NATS address or credential; it is the
 only command that works there.`},
-	{"serve", `serve [--pools P1,P2] [--concurrency N] [--grace D] ...`,
+	{"serve", `serve [--pools P1,P2] [--concurrency N] [--grace D] [--metrics-addr HOST:PORT] ...`,
 		`Takes jobs of this node's pools, each under a lease of this node, until
 SIGTERM; running jobs get --grace to finish, then are given back.
 Exits 71 if this machine cannot confine workers.`},
