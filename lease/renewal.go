@@ -123,7 +123,11 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 		switch {
 		case err == nil:
 			m.mu.Lock()
-			if newRev > h.rev {
+			// >=: the store's watch (rebuild.go) usually reports this very
+			// write before its acknowledgement gets here, and has already
+			// taken its revision. Renewals of a lease run one at a time, so
+			// nothing newer of this renewal's kind can be in h.rev.
+			if newRev >= h.rev {
 				h.rev = newRev
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
