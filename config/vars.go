@@ -43,7 +43,7 @@ var Vars = []Var{
 	{EnvNATSURL, "empty: leasemgr runs an embedded server", "NATS server URL(s) to join", ReadByAll},
 	{EnvNATSListen, DefaultNATSListen, "the embedded server's address (executors find it there)", ReadByAll},
 	{EnvNATSStoreDir, "$XDG_STATE_HOME/slotlease/<NODE_ID>/jetstream (~/.local/state/...)", "the embedded server's JetStream store: leases and queue", ReadByManager},
-	{EnvNATSAuthDir, "<os.UserConfigDir>/slotlease/embedded-<host>-<port>", "the embedded server's credentials (nkey seeds per role)", ReadByAll},
+	{EnvNATSAuthDir, "$XDG_CONFIG_HOME/slotlease/embedded-<host>-<port> (~/.config/...)", "the embedded server's credentials (nkey seeds per role)", ReadByAll},
 	{EnvReplicas, "1", "replicas of the lease buckets and event stream (3 on a cluster)", ReadByManager},
 	{EnvLeaseTTL, "15s", "lease TTL, whole seconds up to 24h, longer than LEADER_TTL", ReadByManager},
 	{EnvLeaderTTL, "5s", "TTL of a node's leadership key, whole seconds, 1s to 24h", ReadByManager},

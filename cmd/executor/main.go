@@ -13,8 +13,8 @@
 // waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
 // LEASE_SLOTS and LEASE_NODE in its environment, keeps the lease alive,
 // releases it, and exits with CMD's exit code. Configuration comes from the
-// environment (NODE_ID, NATS_URL, NATS_CREDS, NATS_LISTEN,
-// LEASE_SUBJECT_PREFIX); see README.md.
+// environment: `executor help` lists every variable (config.Vars), and
+// README.md says more.
 package main
 
 import (

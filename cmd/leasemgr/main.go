@@ -4,8 +4,10 @@
 //	leasemgr pools [--json] print this node's pools
 //	leasemgr watch          print lease events live
 //	leasemgr resize gpu=2   change pools at runtime
+//	leasemgr version        print what this binary was built from
 //
-// Configuration comes from the environment; see README.md.
+// Configuration comes from the environment: `leasemgr help` lists every
+// variable (config.Vars), and README.md says more.
 package main
 
 import (
