@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -85,17 +86,18 @@ const (
 )
 
 // Usage is the environment part of a program's usage text: every variable
-// r reads, with its default and meaning, one per line.
-func Usage(r Reader) string {
+// r reads, and those named in also, with its default and meaning.
+func Usage(r Reader, also ...string) string {
 	var b strings.Builder
+	in := func(v Var) bool { return v.Readers&r != 0 || slices.Contains(also, v.Name) }
 	width := 0
 	for _, v := range Vars {
-		if v.Readers&r != 0 {
+		if in(v) {
 			width = max(width, len(v.Name))
 		}
 	}
 	for _, v := range Vars {
-		if v.Readers&r == 0 {
+		if !in(v) {
 			continue
 		}
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, v.Name, v.Meaning)
