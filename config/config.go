@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -129,14 +128,6 @@ func (c Common) NATSAddress() string {
 	return "nats://" + c.NATSListen
 }
 
-// DefaultStoreDir is NATS_STORE_DIR's default for node: per node, so that
-// several nodes on one host do not share a store. leasemgr creates it and
-// its two parents below the temp dir with mode 0700 and refuses them if
-// others can enter them (config.MakePrivateDir): the store holds secrets.
-func DefaultStoreDir(node string) string {
-	return filepath.Join(os.TempDir(), "leasemgr", node, "jetstream")
-}
-
 // Manager is the lease manager's configuration.
 type Manager struct {
 	Common
@@ -154,9 +145,12 @@ type Manager struct {
 	// "default=N" entry; read the effective value from Pools.
 	DefaultCapacity int64 `env:"EXECUTOR_MAX_CONCURRENCY" envDefault:"4"`
 	// NATSStoreDir (NATS_STORE_DIR) is where the embedded server keeps
-	// JetStream data. Default: os.TempDir()/leasemgr/<NodeID>/jetstream,
-	// per node so that several nodes on one host do not share a store.
-	NATSStoreDir string `env:"NATS_STORE_DIR"`
+	// JetStream data. Default: DefaultStoreDir, in the user's state
+	// directory, per node so that several nodes on one host do not share
+	// a store; NATSStoreDirDefault says it is the default. Empty only with
+	// NATS_URL and no home directory: nothing needs it then.
+	NATSStoreDir        string `env:"NATS_STORE_DIR"`
+	NATSStoreDirDefault bool
 	// LeaseTTL (LEASE_TTL) is how long a lease lives without renewal. Whole
 	// seconds only, at least 1s: JetStream per-message TTLs have one-second
 	// resolution, and silently rounding would change lease lifetimes.
@@ -318,8 +312,25 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 			errs = append(errs, varErr(EnvLeaderTTL, m[EnvLeaderTTL], err))
 		}
 	}
+	if !bad[EnvLeaseTTL] && !bad[EnvLeaderTTL] && checkTTL(c.LeaseTTL) == nil && checkTTL(c.LeaderTTL) == nil {
+		if err := checkTTLRule(c.LeaseTTL, c.LeaderTTL); err != nil {
+			// Blamed on the variable that was set: LEASE_TTL, or
+			// LEADER_TTL over the default LEASE_TTL.
+			name := EnvLeaseTTL
+			if _, set := m[EnvLeaseTTL]; !set {
+				name = EnvLeaderTTL
+			}
+			errs = append(errs, varErr(name, m[name], err))
+		}
+	}
 	if c.NATSStoreDir == "" {
-		c.NATSStoreDir = DefaultStoreDir(c.NodeID)
+		d, err := DefaultStoreDir(c.NodeID)
+		switch {
+		case err == nil:
+			c.NATSStoreDir, c.NATSStoreDirDefault = d, true
+		case c.NATSURL == "": // the embedded server needs one
+			errs = append(errs, varErr(EnvNATSStoreDir, "", reason("no default: "+err.Error()+"; set "+EnvNATSStoreDir)))
+		}
 	}
 	if v, ok := m[EnvHTTPAddr]; ok {
 		c.HTTPAddr = v
@@ -443,6 +454,39 @@ func checkSubjectPrefix(p string) error {
 		if err := ValidToken(tok); err != nil {
 			return fmt.Errorf("token %d %q: %w", i+1, tok, err)
 		}
+	}
+	return nil
+}
+
+// TTLRuleMargin is the 4 s of the rule LEASE_TTL >= 2 x LEADER_TTL + 4 s
+// (docs/guarantees.md, section 1): what running work needs to outlive a
+// takeover or a restart after a crash.
+const TTLRuleMargin = 4 * time.Second
+
+// checkTTLRule refuses a LEASE_TTL that no lease can outlive a takeover
+// with: a takeover, and a restart after a crash, takes about LEADER_TTL
+// (the old key's remaining life) and more, while a holder gives its lease
+// up 0.9 x LEASE_TTL after its last renewal. Such a node stops every
+// running command at every takeover, which is no configuration that
+// works. Between that and the rule (TTLWarnings) only some takeovers
+// cost running work: a choice (fast expiry in tests, say), warned of.
+func checkTTLRule(leaseTTL, leaderTTL time.Duration) error {
+	if leaseTTL > leaderTTL {
+		return nil
+	}
+	return reason(fmt.Sprintf("%s (%v) must be longer than %s (%v): a takeover, or a restart after a crash, takes about %s, "+
+		"and a holder gives its lease up 0.9 x %s after its last renewal, so no running work would outlive one; "+
+		"keep %s >= 2 x %s + 4s (%s=%v, say, or a shorter %s)",
+		EnvLeaseTTL, leaseTTL, EnvLeaderTTL, leaderTTL, EnvLeaderTTL, EnvLeaseTTL, EnvLeaseTTL, EnvLeaderTTL, EnvLeaseTTL, 2*leaderTTL+TTLRuleMargin, EnvLeaderTTL))
+}
+
+// Warnings are what leasemgr run logs at start about a configuration that
+// works but not as the docs promise: a LEASE_TTL below 2 x LEADER_TTL + 4s,
+// with which a takeover or a restart after a crash may stop running work.
+func (c *Manager) Warnings() []string {
+	if min := 2*c.LeaderTTL + TTLRuleMargin; c.LeaseTTL < min {
+		return []string{fmt.Sprintf("%s=%v is below 2 x %s + 4s = %v: a takeover, or a restart after a crash, "+
+			"may stop running work (docs/guarantees.md, section 1)", EnvLeaseTTL, c.LeaseTTL, EnvLeaderTTL, min)}
 	}
 	return nil
 }

@@ -222,7 +222,7 @@ func TestLoadManagerDefaults(t *testing.T) {
 			if c.HTTPAddr != DefaultHTTPAddr { // the envDefault tag and the constant must agree
 				t.Errorf("HTTPAddr = %q, want DefaultHTTPAddr %q", c.HTTPAddr, DefaultHTTPAddr)
 			}
-			if want := filepath.Join(os.TempDir(), "leasemgr", c.NodeID, "jetstream"); c.NATSStoreDir != want {
+			if want, _ := DefaultStoreDir(c.NodeID); c.NATSStoreDir != want || !c.NATSStoreDirDefault {
 				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
 			}
 			if want := []Pool{{Name: "default", Capacity: 4}}; !reflect.DeepEqual(c.Pools, want) {
@@ -263,9 +263,9 @@ func TestLoadManagerFrom(t *testing.T) {
 		{"max concurrency alone", map[string]string{EnvExecutorMaxConcurrency: "6"}, func(t *testing.T, c *Manager) {
 			wantPools(t, c, []Pool{{Name: "default", Capacity: 6}})
 		}},
-		{"largest values", map[string]string{EnvPoolCapacities: "gpu=1099511627776", EnvLeaseTTL: "24h", EnvLeaderTTL: "24h", EnvEventRetention: "8760h", EnvPriorityAging: "24h", EnvPoolMaxQueue: "gpu=4194304"}, func(t *testing.T, c *Manager) {
+		{"largest values", map[string]string{EnvPoolCapacities: "gpu=1099511627776", EnvLeaseTTL: "24h", EnvLeaderTTL: "23h", EnvEventRetention: "8760h", EnvPriorityAging: "24h", EnvPoolMaxQueue: "gpu=4194304"}, func(t *testing.T, c *Manager) {
 			wantPools(t, c, []Pool{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: MaxCapacity, MaxQueue: MaxQueueLimit}})
-			if c.LeaseTTL != MaxTTL || c.LeaderTTL != MaxTTL || c.EventRetention != MaxEventRetention || c.PriorityAging != MaxPriorityAging {
+			if c.LeaseTTL != MaxTTL || c.LeaderTTL != MaxTTL-time.Hour || c.EventRetention != MaxEventRetention || c.PriorityAging != MaxPriorityAging {
 				t.Errorf("TTLs %v %v, retention %v, aging %v: want the maxima", c.LeaseTTL, c.LeaderTTL, c.EventRetention, c.PriorityAging)
 			}
 		}},
@@ -274,9 +274,12 @@ func TestLoadManagerFrom(t *testing.T) {
 				t.Errorf("NATSPassword = %q, want it byte for byte", c.NATSPassword)
 			}
 		}},
-		{"ttl 1s", map[string]string{EnvLeaseTTL: "1s"}, func(t *testing.T, c *Manager) {
-			if c.LeaseTTL != time.Second {
-				t.Errorf("LeaseTTL = %v, want 1s", c.LeaseTTL)
+		{"ttl 2s, leader 1s", map[string]string{EnvLeaseTTL: "2s", EnvLeaderTTL: "1s"}, func(t *testing.T, c *Manager) {
+			if c.LeaseTTL != 2*time.Second || c.LeaderTTL != time.Second {
+				t.Errorf("LeaseTTL = %v, LeaderTTL %v, want 2s and 1s", c.LeaseTTL, c.LeaderTTL)
+			}
+			if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "LEASE_TTL=2s is below 2 x LEADER_TTL + 4s = 6s") {
+				t.Errorf("Warnings() = %q, want the TTL rule's", w)
 			}
 		}},
 		{"ttl 2m", map[string]string{EnvLeaseTTL: "2m"}, func(t *testing.T, c *Manager) {
@@ -284,7 +287,7 @@ func TestLoadManagerFrom(t *testing.T) {
 				t.Errorf("LeaseTTL = %v, want 2m", c.LeaseTTL)
 			}
 		}},
-		{"ttl 2000ms", map[string]string{EnvLeaseTTL: "2000ms"}, func(t *testing.T, c *Manager) {
+		{"ttl 2000ms", map[string]string{EnvLeaseTTL: "2000ms", EnvLeaderTTL: "1s"}, func(t *testing.T, c *Manager) {
 			if c.LeaseTTL != 2*time.Second {
 				t.Errorf("LeaseTTL = %v, want 2s", c.LeaseTTL)
 			}
@@ -305,7 +308,7 @@ func TestLoadManagerFrom(t *testing.T) {
 			}
 		}},
 		{"store dir default uses node id", map[string]string{EnvNodeID: "n-2"}, func(t *testing.T, c *Manager) {
-			if want := filepath.Join(os.TempDir(), "leasemgr", "n-2", "jetstream"); c.NATSStoreDir != want {
+			if want, _ := DefaultStoreDir("n-2"); c.NATSStoreDir != want {
 				t.Errorf("NATSStoreDir = %q, want %q", c.NATSStoreDir, want)
 			}
 		}},
@@ -356,6 +359,9 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		want    string // substring of the message, besides the variable and value
 	}{
 		{"node id dot", map[string]string{EnvNodeID: "a.b"}, EnvNodeID, "must contain only"},
+		{"lease ttl not above the leader ttl", map[string]string{EnvLeaseTTL: "4s", EnvLeaderTTL: "5s"}, EnvLeaseTTL, "LEASE_TTL (4s) must be longer than LEADER_TTL (5s)"},
+		{"lease ttl 1s", map[string]string{EnvLeaseTTL: "1s", EnvLeaderTTL: "1s"}, EnvLeaseTTL, "keep LEASE_TTL >= 2 x LEADER_TTL + 4s (LEASE_TTL=6s, say"},
+		{"leader ttl over the default lease ttl", map[string]string{EnvLeaderTTL: "15s"}, EnvLeaderTTL, "LEASE_TTL (15s) must be longer than LEADER_TTL (15s)"},
 		{"disconnect grace too short", map[string]string{EnvDisconnectGrace: "100ms"}, EnvDisconnectGrace, "between 200ms and 10s"},
 		{"disconnect grace over half the ttl", map[string]string{EnvDisconnectGrace: "8s"}, EnvDisconnectGrace, "at most half of LEASE_TTL"},
 		{"disconnect grace not a duration", map[string]string{EnvDisconnectGrace: "soon"}, EnvDisconnectGrace, ""},
@@ -748,12 +754,15 @@ func TestFastReleaseSettings(t *testing.T) {
 	if c.DisconnectEvents != "" || c.DisconnectEventsOff || c.DisconnectGrace != DefaultDisconnectGrace {
 		t.Fatalf("defaults: events %q off %v grace %v", c.DisconnectEvents, c.DisconnectEventsOff, c.DisconnectGrace)
 	}
-	c, err = LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvLeaseTTL: "1s"})
+	c, err = LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvLeaseTTL: "2s", EnvLeaderTTL: "1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DisconnectGrace != 500*time.Millisecond {
-		t.Fatalf("LEASE_TTL=1s: default grace %v, want half the TTL", c.DisconnectGrace)
+	if c.DisconnectGrace != DefaultDisconnectGrace {
+		t.Fatalf("LEASE_TTL=2s: default grace %v, want %v (below half of the shortest TTL allowed)", c.DisconnectGrace, DefaultDisconnectGrace)
+	}
+	if _, err := LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvLeaseTTL: "2s", EnvLeaderTTL: "1s", EnvDisconnectGrace: "1500ms"}); err == nil || !strings.Contains(err.Error(), "at most half of LEASE_TTL") {
+		t.Fatalf("LEASE_TTL=2s DISCONNECT_GRACE=1500ms: %v, want refused, at most half of LEASE_TTL", err)
 	}
 	c, err = LoadManagerFrom(map[string]string{EnvNodeID: "n", EnvDisconnectEvents: "off", EnvDisconnectGrace: "300ms"})
 	if err != nil {

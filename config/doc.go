@@ -13,7 +13,13 @@
 //
 // # Variables
 //
-// Read by both the lease manager and executors ([Common]):
+// [Vars] is the one list of them, with defaults and meanings; the usage
+// texts of leasemgr and executor are printed from it ([Usage]), and
+// README's configuration tables, in full, and this list name the same
+// variables (vars_test.go checks both).
+//
+// Read by both the lease manager and its clients (executor, leasemgr
+// pools, watch and resize) ([Common]):
 //
 //	NODE_ID               node identity; default: the host name with every
 //	                      character outside [A-Za-z0-9_-] replaced by '-'
@@ -28,10 +34,15 @@
 //	NATS_TLS_CERT         optional PEM client certificate; with NATS_TLS_KEY
 //	NATS_TLS_KEY          the client certificate's PEM key; with NATS_TLS_CERT
 //	NATS_INBOX_PREFIX     prefix of reply subjects; default "_INBOX"
+//	NATS_AUTH_DIR         the embedded server's credentials; default
+//	                      <os.UserConfigDir>/slotlease/embedded-<host>-<port>
 //	NATS_LISTEN           host:port of the embedded server; default 127.0.0.1:4222
 //	LEASE_SUBJECT_PREFIX  dot-separated subject tokens; default "lease"
 //	LOG_LEVEL             debug, info, warn or error; default info
 //	LOG_FORMAT            text or json; default text
+//	OTEL_TRACES_EXPORTER  none, otlp or console (package telemetry reads it,
+//	                      and the other OTEL_* variables)
+//	OTEL_METRICS_EXPORTER none, otlp or console: push metrics besides /metrics
 //
 // Every file named by a NATS_* variable is opened and parsed at load time
 // (seed, PEM certificates, key pair), so a wrong path or file stops the
@@ -50,10 +61,33 @@
 //	                          default one second's worth, at least 1
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
-//	                          $TMPDIR/leasemgr/<NODE_ID>/jetstream
+//	                          <StateHome>/slotlease/<NODE_ID>/jetstream
+//	NATS_REPLICAS             replicas of the buckets and the event stream; default 1
 //	LEASE_TTL                 lease time-to-live, whole seconds, 1s to 24h; default 15s
+//	LEADER_TTL                leadership key TTL, whole seconds, 1s to 24h; default 5s
 //	HTTP_ADDR                 host:port of the HTTP endpoint; default
 //	                          127.0.0.1:8080; set but empty disables it
+//	DISCONNECT_EVENTS         fast release's advisory subject, or "off"
+//	                          (fastrelease.go)
+//	DISCONNECT_GRACE          fast release's delay; default 800ms
+//	NATS_REPLY_PREFIXES       inbox prefixes answered besides _INBOX and _R_
+//	                          (replyprefixes.go)
+//	EVENT_RETENTION           how long events are kept; default 24h, 0 none
+//	POOL_POLICIES             per pool fifo, priority or fair (policies.go)
+//	POOL_MAX_QUEUE            per pool, most queued requests; default 10000
+//	MAX_QUEUED_PER_CONNECTION most requests one connection may have waiting;
+//	                          default 1000
+//	TENANT_WEIGHTS            fair pools: tenant:weight pairs
+//	TENANT_DEFAULT_WEIGHT     fair pools: weight of other tenants; default 1
+//	TENANT_CAPS               fair pools: most slots per tenant, per pool
+//	PRIORITY_AGING            priority pools: the wait worth one level; default 10s
+//
+// Read by the executor only (cmd/executor):
+//
+//	EXECUTOR_UNCONFINED       1: run workers unconfined on a machine that
+//	                          cannot confine them
+//	EXECUTOR_METRICS_ADDR     host:port of executor serve's /metrics; default
+//	                          none (ExecutorMetricsAddr)
 //
 // For every variable except HTTP_ADDR, a variable set to the empty string is
 // treated as unset and gets its default.

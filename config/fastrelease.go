@@ -40,9 +40,9 @@ func (c *Manager) resolveFastRelease(m map[string]string, bad map[string]bool) [
 	ttlOK := !bad[EnvLeaseTTL] && checkTTL(c.LeaseTTL) == nil
 	g := c.DisconnectGrace
 	if _, set := m[EnvDisconnectGrace]; !set {
-		if ttlOK {
-			c.DisconnectGrace = min(g, c.LeaseTTL/2) // LEASE_TTL=1s: 500ms
-		}
+		// The default, 800ms, is below half of every LEASE_TTL allowed:
+		// LEASE_TTL must be longer than LEADER_TTL (checkTTLRule), so 2s
+		// at least.
 		return errs
 	}
 	switch {

@@ -104,6 +104,11 @@ func parsePools(variable, s string) ([]Pool, []error) {
 	return pools, errs
 }
 
+// ParsePoolEntry parses one name=capacity entry, as POOL_CAPACITIES has
+// them, for a command-line argument (leasemgr resize gpu=2). Its errors
+// say what is wrong only, so that the caller names the argument.
+func ParsePoolEntry(entry string) (Pool, error) { return parsePoolEntry(entry) }
+
 // parsePoolEntry parses one name=capacity entry. Its errors are
 // reasons only; the caller adds the variable and entry.
 func parsePoolEntry(entry string) (Pool, error) {

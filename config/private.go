@@ -60,6 +60,12 @@ func MakePrivateDir(base, path string) error {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return err
 	}
+	return CheckPrivateTree(base, path)
+}
+
+// CheckPrivateTree checks with CheckPrivateDir every directory from
+// base's child down to path (only path with base empty), creating none.
+func CheckPrivateTree(base, path string) error {
 	if base == "" {
 		return CheckPrivateDir(path)
 	}

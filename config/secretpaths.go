@@ -11,14 +11,15 @@ import (
 // (<UserConfigDir>/slotlease, where the embedded server's credentials are
 // kept), NATS_AUTH_DIR, the NATS_CREDS, NATS_NKEY and NATS_TLS_KEY files,
 // and the lease manager's JetStream store (NATS_STORE_DIR, or the parent of
-// every node's default store, <TempDir>/leasemgr), which holds the acquire
+// every node's default store, <StateHome>/slotlease, and of the stores of
+// versions before that, <TempDir>/leasemgr), which holds the acquire
 // secrets of every lease. Relative paths are made absolute; paths that do
 // not exist are included all the same (the sandbox skips them).
 func (c *Common) SecretPaths() []string {
-	return c.secretPaths(os.Getenv, os.UserConfigDir, os.TempDir())
+	return c.secretPaths(os.Getenv, os.UserConfigDir, StateHome, os.TempDir())
 }
 
-func (c *Common) secretPaths(getenv func(string) string, userConfigDir func() (string, error), tempDir string) []string {
+func (c *Common) secretPaths(getenv func(string) string, userConfigDir, stateHome func() (string, error), tempDir string) []string {
 	var out []string
 	add := func(p string) {
 		if p == "" {
@@ -44,6 +45,9 @@ func (c *Common) secretPaths(getenv func(string) string, userConfigDir func() (s
 	if d := getenv(EnvNATSStoreDir); d != "" {
 		add(d)
 	} else {
+		if dir, err := stateHome(); err == nil {
+			add(filepath.Join(dir, "slotlease"))
+		}
 		add(filepath.Join(tempDir, "leasemgr"))
 	}
 	return out

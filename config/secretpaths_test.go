@@ -18,17 +18,24 @@ func TestSecretPaths(t *testing.T) {
 		NATSAuthDir: "/var/lib/slotlease-auth"}
 	env := map[string]string{EnvNATSStoreDir: "/var/lib/leasemgr/js"}
 	cfgDir := func() (string, error) { return "/home/u/.config", nil }
-	got := c.secretPaths(func(k string) string { return env[k] }, cfgDir, "/tmp")
+	stateDir := func() (string, error) { return "/home/u/.local/state", nil }
+	got := c.secretPaths(func(k string) string { return env[k] }, cfgDir, stateDir, "/tmp")
 	want := []string{"/home/u/.config/slotlease", "/var/lib/slotlease-auth", "/etc/slotlease/exec.creds",
 		filepath.Join(wd, "exec.nk"), "/etc/slotlease/key.pem", "/var/lib/leasemgr/js"}
 	if !slices.Equal(got, want) {
 		t.Errorf("SecretPaths = %q,\nwant %q", got, want)
 	}
 
-	// Defaults: no files, no overrides, no config dir ($HOME unset): the
-	// default store of every node is still hidden.
+	// Defaults: no files, no overrides: the default store of every node,
+	// and the old default, are hidden.
+	got = (&Common{}).secretPaths(func(string) string { return "" }, cfgDir, stateDir, "/tmp")
+	if want := []string{"/home/u/.config/slotlease", "/home/u/.local/state/slotlease", "/tmp/leasemgr"}; !slices.Equal(got, want) {
+		t.Errorf("SecretPaths = %q, want %q", got, want)
+	}
+	// No config or state dir ($HOME unset, no account): the old default
+	// store of every node is still hidden.
 	noDir := func() (string, error) { return "", errors.New("no home") }
-	got = (&Common{}).secretPaths(func(string) string { return "" }, noDir, "/tmp")
+	got = (&Common{}).secretPaths(func(string) string { return "" }, noDir, noDir, "/tmp")
 	if want := []string{"/tmp/leasemgr"}; !slices.Equal(got, want) {
 		t.Errorf("SecretPaths = %q, want %q", got, want)
 	}
@@ -41,7 +48,11 @@ func TestSecretPathsCoverDefaultStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths := m.SecretPaths()
-	store := filepath.Join(os.TempDir(), "leasemgr")
+	state, err := StateHome()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(state, "slotlease")
 	if !slices.Contains(paths, store) {
 		t.Fatalf("SecretPaths %q lacks %s", paths, store)
 	}

@@ -98,7 +98,7 @@ type channel struct {
 // serving it; close stops it and removes its directory. ctx must not be
 // cancelled before close (it carries the attempt's span).
 func (s *Server) openChannel(ctx context.Context, job Job) (*channel, error) {
-	dir, err := os.MkdirTemp("", "slotlease-job-")
+	dir, err := sandbox.MkdirTemp(sandbox.TempJob)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: command channel: %w", err)
 	}

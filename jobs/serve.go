@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/sandbox"
@@ -91,6 +93,9 @@ type ServerConfig struct {
 	Env func(leases []*lease.Lease, jobEnv map[string]string) map[string]string
 	// Logger; slog.Default() if nil.
 	Logger *slog.Logger
+	// Meter, if set, gets the server's instruments (metrics.go): attempts
+	// by outcome and attempts running, per pool.
+	Meter metric.Meter
 }
 
 // Server takes jobs of its pools from the queue and runs each under a lease
@@ -124,7 +129,8 @@ type Server struct {
 	stopRuns context.CancelFunc
 	runs     sync.WaitGroup // one per running job
 	running  atomic.Int64
-	stops    runStops // the running jobs' stops, for cancels (cancelwatch.go)
+	metrics  *serveMetrics // nil without ServerConfig.Meter
+	stops    runStops      // the running jobs' stops, for cancels (cancelwatch.go)
 	started  atomic.Bool
 }
 
@@ -163,6 +169,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		wakes: map[string]chan struct{}{},
 	}
 	s.log = cfg.Logger.With("node", s.node)
+	// The command channels of servers of this user that crashed.
+	if removed := sandbox.SweepTemp(sandbox.TempJob); len(removed) > 0 {
+		s.log.Info("removed the command channels of executors that are gone", "dirs", removed)
+	}
 	for _, p := range cfg.Pools {
 		if _, dup := s.wakes[p]; dup {
 			return nil, fmt.Errorf("jobs: pool %q given twice", p)
@@ -172,6 +182,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Concurrency > 0 {
 		s.sem = make(chan struct{}, cfg.Concurrency)
+	}
+	var err error
+	if s.metrics, err = newServeMetrics(cfg.Meter, s.node, cfg.Pools); err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
 	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	return s, nil
@@ -355,6 +369,11 @@ type task struct {
 	delivered uint64
 	attempt   int    // this delivery's attempt number
 	stopClaim func() // stops the claim heartbeat; set once it runs
+	// span is the attempt's job.run span, from before its lease is
+	// acquired, so that the lease's acquire and release spans are its
+	// children; spanCtx carries it (and no cancellation).
+	span    trace.Span
+	spanCtx context.Context
 }
 
 // take decides what to do with a fetched job and, when it is to run,
@@ -414,8 +433,11 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		return idle
 	}
 	t.stopClaim = s.keepClaim(msg)
-	set, err := s.acquire(ctx, pool, job, meta.NumDelivered)
+	t.spanCtx, t.span = telemetry.StartJobRun(job.Trace, telemetry.JobID(job.ID), telemetry.Pool(pool), telemetry.Node(s.node),
+		telemetry.JobAttempt(t.attempt))
+	set, err := s.acquire(trace.ContextWithSpan(ctx, t.span), pool, job, meta.NumDelivered)
 	if err != nil {
+		telemetry.End(t.span, fmt.Errorf("no lease: %w", err))
 		switch {
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
 			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
@@ -485,6 +507,8 @@ func (s *Server) keepClaim(msg jetstream.Msg) (stop func()) {
 func (s *Server) run(t *task, set *lease.LeaseSet) {
 	defer s.runs.Done()
 	defer s.running.Add(-1)
+	s.metrics.runs(t.pool, 1)
+	defer s.metrics.runs(t.pool, -1)
 	defer s.poke(t.pool)
 	if s.sem != nil {
 		defer func() { <-s.sem }()
@@ -513,8 +537,8 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.checkCancel(cctx, t, stopRun)
 	ccancel()
-	spanCtx, span := telemetry.StartJobRun(t.job.Trace, telemetry.JobID(rec.ID), telemetry.Pool(t.pool), telemetry.Node(s.node),
-		telemetry.JobAttempt(t.attempt), telemetry.LeaseID(l.ID()))
+	spanCtx, span := t.spanCtx, t.span // started before the lease was acquired (take)
+	telemetry.SetAttributes(span, telemetry.LeaseID(l.ID()))
 	defer span.End()
 
 	jobEnv := maps.Clone(spec.Env)
@@ -549,8 +573,9 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		telemetry.SetAttributes(span, telemetry.ExitCode(res.ExitCode))
 	}
 
-	// Slots back first: the result write does not need them.
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Slots back first: the result write does not need them. In the run's
+	// trace: the release span is the run span's child.
+	rctx, cancel := context.WithTimeout(spanCtx, 5*time.Second)
 	if rerr := set.Release(rctx); rerr != nil {
 		s.log.Warn("releasing a job's leases (they expire on their own)", "job", rec.ID, "err", rerr)
 	}
@@ -627,6 +652,7 @@ func (s *Server) succeed(t *task) {
 		return
 	}
 	s.log.Info("job succeeded", "job", t.rec.ID, "attempt", t.attempt, "duration", t.rec.Duration())
+	s.metrics.ended(t.pool, OutcomeSucceeded, 1)
 	s.ack(t)
 }
 
@@ -645,6 +671,7 @@ func (s *Server) fail(t *task, why string) {
 		s.log.Warn("storing a failed attempt", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job attempt failed; retrying", "job", t.rec.ID, "attempt", t.attempt, "of", t.job.Spec.MaxAttempts, "retry_in", delay, "error", why)
+	s.metrics.ended(t.pool, OutcomeFailed, 1)
 	_ = t.msg.NakWithDelay(delay)
 	// Nothing announces the end of a backoff: look then, rather than at the
 	// next poll. (Other servers find the retry by polling.)
@@ -668,6 +695,7 @@ func (s *Server) bury(t *task) {
 		return
 	}
 	s.log.Warn("job is dead: no attempts left", "job", t.rec.ID, "attempts", t.rec.Attempts, "error", t.rec.Error)
+	s.metrics.ended(t.pool, OutcomeDead, 1)
 	s.ack(t)
 }
 
@@ -719,6 +747,7 @@ func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
 		return
 	}
 	s.log.Info("job cancelled", "job", rec.ID, "reason", reason)
+	s.metrics.ended(t.pool, OutcomeCancelled, 1)
 	s.q.emit(Event{Kind: EventCancelled, Job: rec.ID, Pool: rec.Spec.Pool, Batch: rec.Spec.Batch, Reason: reason})
 	s.ack(t)
 }
@@ -732,6 +761,7 @@ func (s *Server) giveBack(t *task, delay time.Duration, why string) {
 		s.log.Warn("storing a returned job", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job given back", "job", t.rec.ID, "why", why)
+	s.metrics.ended(t.pool, OutcomeGivenBack, 1)
 	if delay > 0 {
 		_ = t.msg.NakWithDelay(delay)
 	} else {

@@ -8,6 +8,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
@@ -73,5 +74,34 @@ func TestJobSpansLinkedAcrossTheQueue(t *testing.T) {
 	parentRun, childSubmit := spanOf(rec, telemetry.SpanJobRun, parent), spanOf(rec, telemetry.SpanJobSubmit, r.ID)
 	if childSubmit.Parent().SpanID() != parentRun.SpanContext().SpanID() {
 		t.Fatalf("the follow-up's submit span has parent %v, want the parent's run span %v", childSubmit.Parent(), parentRun.SpanContext())
+	}
+}
+
+// A job's lease wait is in its trace: the client's lease.acquire and
+// lease.release spans of an attempt are children of its job.run span
+// (issue 31), not roots of traces of their own.
+func TestJobRunSpanHoldsItsLeaseSpans(t *testing.T) {
+	rec := harness.RecordSpans(t)
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	q := openQueue(t, srv.URL)
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	spec := jobs.NewSpec()
+	spec.Pool, spec.Command = "p", []string{"true"}
+	id := submit(t, q, spec)
+	waitState(t, q, id, jobs.StateSucceeded, 20*time.Second)
+
+	var run sdktrace.ReadOnlySpan
+	harness.Eventually(t, 10*time.Second, "the run's span to end", func() bool { run = spanOf(rec, telemetry.SpanJobRun, id); return run != nil })
+	for _, name := range []string{telemetry.SpanAcquire, telemetry.SpanRelease} {
+		var found bool
+		for _, s := range rec.Ended() {
+			if s.Name() == name && s.SpanKind() == trace.SpanKindClient && s.Parent().SpanID() == run.SpanContext().SpanID() {
+				found = s.SpanContext().TraceID() == run.SpanContext().TraceID()
+			}
+		}
+		if !found {
+			t.Errorf("no client %s span under the job.run span %v", name, run.SpanContext().SpanID())
+		}
 	}
 }

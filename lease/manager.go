@@ -118,10 +118,14 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	pools  map[string]*pool
-	leases map[string]*held // by record key; every live record of this node
-	closed bool
+	mu    sync.Mutex
+	pools map[string]*pool
+	// removed holds the pools a resize removed (and not added back), so
+	// that their holders and latecomers are told so, not that the node
+	// never had them.
+	removed map[string]bool
+	leases  map[string]*held // by record key; every live record of this node
+	closed  bool
 	// ownMark is how this instance's name appears in the values it
 	// writes, for telling its own writes from others' without decoding.
 	ownMark []byte

@@ -294,6 +294,14 @@ const (
 	EventStopping EventKind = "stopping"
 )
 
+// EventKinds lists every kind of event, in the order of a lease's life
+// (leasemgr watch --kind offers them; a test checks that no kind declared
+// in this package is missing).
+var EventKinds = []EventKind{
+	EventRequested, EventQueued, EventGranted, EventReleased, EventExpired, EventCancelled, EventRejected,
+	EventResized, EventStopping,
+}
+
 // Event is published for every transition, carrying the pool's stats after it.
 type Event struct {
 	Kind      EventKind   `json:"kind"`

@@ -24,6 +24,9 @@ func (m *Manager) poolLocked(name string) (*pool, *Error) {
 	if p := m.pools[name]; p != nil {
 		return p, nil
 	}
+	if m.removed[name] {
+		return nil, errorf(CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", clip(name), m.cfg.Node)
+	}
 	names := slices.Sorted(maps.Keys(m.pools))
 	if m.cfg.ClusterPools != nil && m.cfg.Node != ClusterNode {
 		if cluster := m.cfg.ClusterPools(); cluster != nil {
@@ -128,7 +131,11 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 		switch {
 		case err == nil:
 			m.mu.Lock()
-			if newRev > h.rev {
+			// >=: the store's watch (rebuild.go) usually reports this very
+			// write before its acknowledgement gets here, and has already
+			// taken its revision. Renewals of a lease run one at a time, so
+			// nothing newer of this renewal's kind can be in h.rev.
+			if newRev >= h.rev {
 				h.rev = newRev
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}

@@ -360,6 +360,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 				continue
 			}
 			m.pools[name] = p
+			delete(m.removed, name)
 			if !quiet {
 				m.emit(p, Event{Kind: EventResized, Message: fmt.Sprintf("added with %v", want)})
 			}
@@ -385,6 +386,10 @@ func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why str
 // revoked (their holders' renewals fail, so they stop).
 func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 	delete(m.pools, p.name)
+	if m.removed == nil {
+		m.removed = map[string]bool{}
+	}
+	m.removed[p.name] = true
 	p.stopRate()
 	for _, r := range p.waiting {
 		if r.state != queued {
@@ -395,7 +400,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		m.dropWaitingLocked(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
-		m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s", p.name, m.cfg.Node)))
+		m.respond(r.reply, errReply(errorf(CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
 	}
 	for _, h := range m.leases {
 		if h.pool == p && !h.releasing {

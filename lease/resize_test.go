@@ -103,8 +103,8 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 	if _, err := resize(t, c, lease.ResizeRequest{Remove: []string{"q"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(ctx, "q", 1); !errors.Is(err, lease.ErrUnknownPool) {
-		t.Fatalf("acquire on a removed pool: %v", err)
+	if _, err := c.Acquire(ctx, "q", 1); !errors.Is(err, lease.ErrUnknownPool) || !strings.Contains(err.Error(), `pool "q" was removed from node`) {
+		t.Fatalf("acquire on a removed pool: %v, want unknown_pool saying it was removed", err)
 	}
 	for _, want := range []string{"added with capacity 2", "removed"} {
 		msg, err := events.NextMsg(5 * time.Second)
@@ -119,6 +119,9 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 	if s := n2.Manager.Stats(); len(s) != 2 || s[0].Name != "gpu" || s[0].Capacity != 2 || s[0].InUse != 2 || s[1].Name != "p" {
 		t.Fatalf("pools after restart: %+v", s)
 	}
+	if _, err := c.Acquire(ctx, "q", 1); !errors.Is(err, lease.ErrUnknownPool) || !strings.Contains(err.Error(), `pool "q" was removed from node`) {
+		t.Fatalf("acquire on a pool removed before a restart: %v, want unknown_pool saying it was removed", err)
+	}
 
 	// Forced removal revokes the lease: its holder learns it lost it.
 	if _, err := resize(t, c, lease.ResizeRequest{Remove: []string{"gpu"}, Force: true}); err != nil {
@@ -126,8 +129,8 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 	}
 	select {
 	case <-held.Done():
-		if !errors.Is(held.Err(), lease.ErrLeaseLost) {
-			t.Fatalf("Err = %v", held.Err())
+		if !errors.Is(held.Err(), lease.ErrLeaseLost) || !strings.Contains(held.Err().Error(), `pool "gpu" was removed from node`) {
+			t.Fatalf("Err = %v, want the lease lost because its pool was removed", held.Err())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("holder of a force-removed pool not told")

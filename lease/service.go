@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/slotlease/slotlease/buildinfo"
 )
 
 // ServiceName is the NATS service name every lease manager answers
@@ -15,8 +17,12 @@ import (
 // $SRV.STATS (and `nats micro ls`) find every node's active manager.
 const ServiceName = "leasemgr"
 
-// Version is the protocol and service version.
-const Version = "0.1.0"
+// Version is the version the managers' service info shows (`nats micro
+// info leasemgr`): this binary's, from its build information, in the
+// semantic-versioning form the NATS service API wants
+// (buildinfo.Info.SemVer), the same as `leasemgr version` prints and
+// slotlease_build_info carries.
+var Version = buildinfo.Get().SemVer()
 
 // DiscoverNodes returns the nodes whose active managers answer a micro
 // service ping for prefix, sorted. It waits until ctx ends (give it a short

@@ -101,3 +101,36 @@ func TestSnapshotTooLargeLeavesHistoryOut(t *testing.T) {
 		t.Fatalf("the filled history has %d points", len(one.Pools[0].History))
 	}
 }
+
+// A holder's expires_at moves with each renewal (issue 31: it stayed at
+// grant + TTL, so the page showed live holders expiring at 0s, then
+// blank): once the holder has seen a renewal, the manager's record lasts
+// past the holder's new deadline. The store's watch usually reports a
+// renewal's write before its acknowledgement arrives, which hid it.
+func TestSnapshotExpiryFollowsRenewals(t *testing.T) {
+	srv, _ := startNode(t, 3*time.Second, lease.PoolConfig{Name: "gpu", Capacity: 1})
+	c := harness.Client(t, srv.URL, node)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "gpu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	nc := harness.Connect(t, srv.URL)
+	// The client renews every TTL/3 (1s); each renewal moves its deadline.
+	// The manager updates the record before it answers, so the snapshot
+	// taken after the holder saw the renewal must show it.
+	deadline := l.Deadline()
+	for i := range 4 {
+		harness.Eventually(t, 5*time.Second, fmt.Sprintf("renewal %d", i+1), func() bool { return l.Deadline().After(deadline) })
+		deadline = l.Deadline()
+		snap, err := lease.RequestSnapshot(ctx, nc, lease.DefaultPrefix, node, false)
+		if err != nil || len(snap.Pools) != 1 || len(snap.Pools[0].Holders) != 1 {
+			t.Fatalf("snapshot %+v: %v", snap, err)
+		}
+		if e := snap.Pools[0].Holders[0].ExpiresAt; e.Before(deadline) {
+			t.Fatalf("after renewal %d the holder's deadline is %v, but the manager says it expires at %v", i+1, deadline, e)
+		}
+	}
+}

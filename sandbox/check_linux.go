@@ -32,7 +32,8 @@ func CheckConfine() (Confinement, error) {
 	if !initHookCalled.Load() {
 		return Confinement{}, ErrInitNotCalled
 	}
-	dir, err := os.MkdirTemp("", "slotlease-probe-")
+	sweepSandboxTemp() // those of executors that crashed
+	dir, err := MkdirTemp(TempProbe)
 	if err != nil {
 		return Confinement{}, fmt.Errorf("%w: a directory for the check: %v", ErrNotIsolated, err)
 	}

@@ -45,6 +45,12 @@ func TestDeadlineKillsTreeWithoutTheExecutor(t *testing.T) {
 			if res.Signal != "killed" || !strings.Contains(strings.Join(res.Notes, "\n"), "lease deadline passed") {
 				t.Fatalf("result %+v: want the worker killed at the deadline, and a note saying so", res)
 			}
+			// Lost, though Run's lost channel never closed: a thawed
+			// executor says so (exit 76), not that its command died of
+			// SIGKILL (137).
+			if res.StoppedBy != StoppedLeaseLost {
+				t.Errorf("StoppedBy = %q, want %q", res.StoppedBy, StoppedLeaseLost)
+			}
 			t.Logf("tree dead %v after the deadline", late.Round(time.Millisecond))
 		})
 	}

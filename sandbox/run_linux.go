@@ -66,9 +66,15 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 	r.outTail, r.errTail = newTailBuffer(capture), newTailBuffer(capture)
 
 	// Working directory.
+	sweepSandboxTemp() // those of executors that crashed
 	created := false
 	if spec.Dir == "" {
-		d, err := os.MkdirTemp("", "slotlease-sandbox-")
+		mkdir := MkdirTemp
+		if spec.KeepWorkdir {
+			// Kept on purpose: never swept.
+			mkdir = func(string) (string, error) { return os.MkdirTemp("", "slotlease-kept-") }
+		}
+		d, err := mkdir(TempWorkdir)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: create workdir: %w", err)
 		}
@@ -782,6 +788,12 @@ loop:
 	}
 	if err := statusError(status, r.path); err != nil {
 		return err
+	}
+	if reason == "" && slices.Contains(status, "deadline:") {
+		// The supervisor stopped the tree at the lease deadline while
+		// Run heard nothing of the loss (its caller was frozen, say):
+		// lost all the same.
+		reason = StoppedLeaseLost
 	}
 	r.collect(res, reason, status)
 	return nil

@@ -2,7 +2,10 @@
 
 package sandbox
 
-import "context"
+import (
+	"context"
+	"os"
+)
 
 // Init is a no-op outside Linux.
 func Init() {}
@@ -14,6 +17,20 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 
 // CheckConfine is always ErrUnsupported outside Linux.
 func CheckConfine() (Confinement, error) { return Confinement{}, ErrUnsupported }
+
+// Prefixes of the temporary directories slotlease makes (tempdir_linux.go).
+const (
+	TempWorkdir = "slotlease-sandbox-"
+	TempProbe   = "slotlease-probe-"
+	TempJob     = "slotlease-job-"
+)
+
+// MkdirTemp makes a fresh directory in os.TempDir() outside Linux, with
+// no owner in its name.
+func MkdirTemp(prefix string) (string, error) { return os.MkdirTemp("", prefix) }
+
+// SweepTemp does nothing outside Linux.
+func SweepTemp(prefix string) []string { return nil }
 
 // DisableDumping does nothing outside Linux.
 func DisableDumping() error { return nil }

@@ -18,7 +18,10 @@ type Spec struct {
 	// absent.
 	Env map[string]string
 	// Dir is the working directory; empty means a fresh temporary directory
-	// created for this run and removed afterwards unless KeepWorkdir is set.
+	// created for this run and removed afterwards unless KeepWorkdir is set
+	// (slotlease-sandbox-<pidns>-<pid>-* in base 36, which the next Run of the user
+	// removes if its executor crashed, see SweepTemp; a kept one is
+	// slotlease-kept-* and never removed).
 	Dir         string
 	KeepWorkdir bool
 	// Timeout is a wall-clock limit; 0 means none.
@@ -175,7 +178,10 @@ type Result struct {
 
 // Values of Result.StoppedBy.
 const (
-	StoppedTimeout   = "timeout"
+	StoppedTimeout = "timeout"
+	// StoppedLeaseLost: lost closed, or the supervisor killed the tree at
+	// the last Spec.Deadline it was told (the caller could not say the
+	// lease was lost: it was frozen, say).
 	StoppedLeaseLost = "lease_lost"
 	StoppedCancelled = "cancelled"
 	StoppedMemory    = "memory"

@@ -112,6 +112,7 @@ func runSupervisor() {
 				expired.set(d) // a later word had come, behind the one that passed
 				continue
 			}
+			helperStatus("deadline", "") // Run: StoppedLeaseLost
 			helperStatus("note", "the lease deadline passed with no newer one from the executor: the worker tree was killed")
 			killTree(reap, &status, worker)
 			finishSupervisor(status)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
@@ -25,6 +26,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/slotlease/slotlease/buildinfo"
 )
 
 // ScopeName is the instrumentation scope of every span and instrument this
@@ -81,7 +84,7 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	}
 
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(serviceName)),
+		resource.WithAttributes(semconv.ServiceName(serviceName), semconv.ServiceVersion(buildinfo.Get().SemVer())),
 		resource.WithTelemetrySDK(),
 		resource.WithHost(),
 		resource.WithFromEnv(), // last: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
@@ -170,9 +173,10 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	}
 	mp := sdkmetric.NewMeterProvider(mopts...)
 	shutdowns = append(shutdowns, mp.Shutdown)
+	buildInfo(mp.Meter(ScopeName))
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(zeroFill{reg}, promhttp.HandlerOpts{})
 	promHandler.Store(&h)
 
 	return func(ctx context.Context) error {
@@ -182,6 +186,22 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 		}
 		return errors.Join(errs...)
 	}, nil
+}
+
+// buildInfo makes slotlease_build_info{version,revision,goversion}, always
+// 1, the Prometheus convention for what a binary was built from: there
+// from the first scrape, the same version as `version` prints.
+func buildInfo(meter metric.Meter) {
+	bi := buildinfo.Get()
+	attrs := metric.WithAttributes(attribute.String("version", bi.Version), attribute.String("revision", bi.Revision),
+		attribute.String("goversion", bi.GoVersion))
+	// Its only error is an invalid name or option, which this one is not.
+	_, _ = meter.Int64ObservableGauge("slotlease.build_info",
+		metric.WithDescription("Always 1: the version and VCS revision this binary was built from (labels)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, attrs)
+			return nil
+		}))
 }
 
 // exporterNames parses an OTEL_*_EXPORTER list. Unset or "none" selects

@@ -16,7 +16,7 @@ func cancelCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	batch := fs.String("batch", "", "cancel every job of this batch that has not ended")
 	reason := fs.String("reason", "executor cancel", "why, kept in each job's record and event")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if (*batch == "") == (fs.NArg() == 0) {
@@ -74,7 +74,7 @@ func purgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	pool := fs.String("pool", "", "the pool whose waiting jobs to remove")
 	confirm := fs.Bool("confirm", false, "really remove them (required)")
 	reason := fs.String("reason", "executor purge", "why, kept in each job's record and event")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if *pool == "" || fs.NArg() > 0 {

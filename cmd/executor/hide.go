@@ -16,7 +16,7 @@ import (
 // namespaces): the explicit opt-out. Where confinement works it changes
 // nothing: workers are confined all the same, and an attempt that cannot
 // get its namespaces is never run unconfined.
-const EnvUnconfined = "EXECUTOR_UNCONFINED"
+const EnvUnconfined = config.EnvExecutorUnconfined
 
 // ExitNotIsolated: the worker could not be confined (this machine cannot,
 // or an attempt could not get its namespaces), so nothing was run.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 )
 
@@ -51,4 +52,24 @@ func executable(stderr io.Writer) string {
 		return ""
 	}
 	return exe
+}
+
+// needsNATSInJob refuses, inside a job, a command that needs a NATS
+// connection of its own: a job has none (its executor keeps the
+// credentials from it), only the command channel, over which only submit
+// goes. Without this the command dials the default address and fails
+// with "is leasemgr running?", which says nothing of why. A job given a
+// NATS address or credential of its own (--env) may try.
+func needsNATSInJob(command string) error {
+	if os.Getenv(jobs.SocketEnv) == "" {
+		return nil
+	}
+	for _, v := range []string{config.EnvNATSURL, config.EnvNATSCreds, config.EnvNATSNKey, config.EnvNATSUser} {
+		if os.Getenv(v) != "" {
+			return nil
+		}
+	}
+	return fail(ExitUsage, "inside a job only `executor submit` works (through the job's executor, %s); `executor %s` needs a NATS connection "+
+		"and credential of its own, which a job does not have (run it outside the job, or give the job %s and a credential with --env)",
+		jobs.SocketEnv, command, config.EnvNATSURL)
 }

@@ -29,6 +29,9 @@ const ExitUnavailable = 69
 // connectQueue loads the configuration and binds the job queue; with
 // create false nothing is created (ErrNoQueue if there is no queue yet).
 func connectQueue(ctx context.Context, name string, create bool) (*config.Common, *nats.Conn, *jobs.Queue, error) {
+	if err := needsNATSInJob(strings.TrimPrefix(name, "executor ")); err != nil {
+		return nil, nil, nil, err
+	}
 	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
 		return nil, nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("configuration:\n%w", err)}
@@ -84,7 +87,7 @@ func codeOf(err error) int {
 }
 
 func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	specs, noPoolCheck, err := parseSubmit(args, os.Stdin, stderr)
+	specs, noPoolCheck, err := parseSubmit(args, os.Stdin, stdout, stderr)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -143,7 +146,7 @@ const maxSpecsLines = 100000
 
 // parseSubmit builds the job specs from --spec, --specs or from flags and
 // a command; --batch applies to each.
-func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec, bool, error) {
+func parseSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) ([]jobs.Spec, bool, error) {
 	s := jobs.NewSpec()
 	var (
 		specFile, specsFile, priority string
@@ -177,7 +180,7 @@ func parseSubmit(args []string, stdin io.Reader, stderr io.Writer) ([]jobs.Spec,
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, false, err
 	}
 	if specFile != "" || specsFile != "" {
@@ -319,7 +322,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("executor status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the record as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() != 1 {
@@ -418,7 +421,7 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
 	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded, dead or cancelled")
 	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() > 0 {

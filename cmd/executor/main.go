@@ -13,8 +13,8 @@
 // waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
 // LEASE_SLOTS and LEASE_NODE in its environment, keeps the lease alive,
 // releases it, and exits with CMD's exit code. Configuration comes from the
-// environment (NODE_ID, NATS_URL, NATS_CREDS, NATS_LISTEN,
-// LEASE_SUBJECT_PREFIX); see README.md.
+// environment: `executor help` lists every variable (config.Vars), and
+// README.md says more.
 package main
 
 import (
@@ -55,49 +55,6 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: executor COMMAND [flags]
-
-  run --pool P[=K]... [--slots K] [--wait D] [limits] -- CMD ARGS...
-      Acquires K slots of pool P on this node's lease manager (of every pool
-      given, node or cluster pools, all or none), runs CMD while the leases
-      are held, releases them, and exits with CMD's exit code.
-  submit --pool P [--slots K] [--priority high|normal|low] [--max-attempts N]
-         [--timeout D] [--env K=V]... [--id ID] -- CMD ARGS...
-  submit --spec FILE|-  or  submit --specs FILE|- (JSON Lines: many jobs)
-      Stores job(s) in the durable job queue and prints their ids. --batch
-      NAME puts them in a batch; inside a job, submit goes through the job's
-      executor into its batch.
-  serve [--pools P1,P2] [--concurrency N] [--grace D]
-      Takes jobs of this node's pools, each under a lease of this node, until
-      SIGTERM; running jobs get --grace to finish, then are given back.
-  status [--json] JOB_ID
-      Shows a job's state and latest result.
-  jobs [--limit N] [--state S] [--json]
-      Lists queue depth per pool and priority, and recent jobs.
-  wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]
-      Waits until every job of the batch (or these jobs), follow-ups
-      included, has ended; prints a summary; exits 0 only if all succeeded,
-      1 if some did not, 124 on --timeout.
-  cancel [--reason R] JOB_ID... | --batch NAME
-      Cancels jobs: a waiting one never runs; a running one is stopped and
-      its slots released. Its state becomes cancelled.
-  purge --pool P --confirm
-      Cancels every waiting job of pool P (running ones finish) and prints
-      how many.
-
-Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
-exit codes of run: CMD's own; 2 usage; 71 the worker could not be confined;
-75 no lease; 76 lease lost; 124 timeout.
-exit codes of the others: 0 ok; 1 error (e.g. unknown job); 2 usage or
-invalid job; 69 NATS or the lease manager unreachable; 71 (serve) this
-machine cannot confine workers.
-
-Configuration is read from the environment: NODE_ID, NATS_URL, NATS_LISTEN,
-LEASE_SUBJECT_PREFIX, NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD,
-NATS_TLS_CA, NATS_TLS_CERT, NATS_TLS_KEY, NATS_INBOX_PREFIX, NATS_AUTH_DIR, LOG_LEVEL,
-LOG_FORMAT, OTEL_* and EXECUTOR_UNCONFINED. See README.md.
-`
-
 // exitError carries executor's own exit code with its message.
 type exitError struct {
 	code int
@@ -113,7 +70,7 @@ func fail(code int, format string, args ...any) error {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return ExitUsage, errors.New("no command given")
 	}
 	var err error
@@ -135,12 +92,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		code, err = cancelCommand(ctx, args[1:], stdout, stderr)
 	case "purge":
 		code, err = purgeCommand(ctx, args[1:], stdout, stderr)
+	case "version":
+		code, err = versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0, nil
 	default:
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return ExitUsage, fmt.Errorf("unknown command %q", args[0])
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0, nil // the command's -h: its usage is printed
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

@@ -44,7 +44,7 @@ type runFlags struct {
 	noWait      bool
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error) {
+func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, []string, error) {
 	f := &runFlags{}
 	fs := flag.NewFlagSet("executor run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,7 +68,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, nil, err
 	}
 	cmd := fs.Args()
@@ -96,12 +96,15 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, []string, error)
 }
 
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, err error) {
-	f, cmd, err := parseRunFlags(args, stderr)
+	f, cmd, err := parseRunFlags(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, err
 		}
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
+	}
+	if err := needsNATSInJob("run"); err != nil {
+		return codeOf(err), err
 	}
 	cfg, err := config.LoadCommonAs(config.RoleExecutor)
 	if err != nil {
@@ -136,12 +139,19 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	defer client.Close()
 
+	// The client reports the position at every poll: say it when it
+	// changed, not every few seconds while nothing did.
+	var lastWaiting string
 	opts := []lease.AcquireOption{lease.OnQueuedIn(func(q lease.Queued) {
 		holding := ""
 		if len(q.Holding) > 0 {
 			holding = " (holding " + strings.Join(q.Holding, ", ") + ")"
 		}
-		fmt.Fprintf(stderr, "executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue%s\n", q.Slots, q.Pool, q.Node, q.Position, holding)
+		line := fmt.Sprintf("executor: waiting for %d slot(s) of pool %s on node %s: position %d in queue%s\n", q.Slots, q.Pool, q.Node, q.Position, holding)
+		if line != lastWaiting {
+			lastWaiting = line
+			fmt.Fprint(stderr, line)
+		}
 	})}
 	if f.wait > 0 {
 		opts = append(opts, lease.WithWait(f.wait))
@@ -190,7 +200,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	switch res.StoppedBy {
 	case sandbox.StoppedLeaseLost:
-		return ExitLeaseLost, fail(ExitLeaseLost, "%v; the command was stopped", set.Err())
+		why := set.Err()
+		if why == nil {
+			// The supervisor stopped it at the lease deadline before this
+			// executor knew (it was frozen: SIGSTOP, a stall).
+			why = errors.New("the lease deadline passed while this executor could not renew (it was stopped or stalled)")
+		}
+		return ExitLeaseLost, fail(ExitLeaseLost, "%v; the command was stopped", why)
 	case sandbox.StoppedTimeout:
 		return ExitTimeout, fail(ExitTimeout, "the command ran past --timeout %v and was stopped", f.timeout)
 	case sandbox.StoppedMemory, sandbox.StoppedCPU:

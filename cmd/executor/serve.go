@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -17,6 +20,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // workerEnv is the whole environment of a worker under lease l: the few
@@ -50,9 +54,10 @@ type serveFlags struct {
 	poll        time.Duration
 	maxDepth    int
 	maxChildren int
+	metricsAddr string // --metrics-addr, else EXECUTOR_METRICS_ADDR; "" for none
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, error) {
 	f := &serveFlags{}
 	fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,7 +74,14 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.poll, "poll", jobs.DefaultPollInterval, "how often to look for retries coming due")
 	fs.IntVar(&f.maxDepth, "max-depth", jobs.DefaultMaxDepth, fmt.Sprintf("follow-up jobs submitted from inside jobs nest at most this deep (1 to %d)", jobs.MaxDepth))
 	fs.IntVar(&f.maxChildren, "max-children", jobs.DefaultMaxChildren, "follow-up submits one job attempt may make")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port to serve Prometheus /metrics on (default "+config.EnvExecutorMetricsAddr+"; none if empty)")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return nil, err
+	}
+	metricsSet := false
+	fs.Visit(func(fl *flag.Flag) { metricsSet = metricsSet || fl.Name == "metrics-addr" })
+	var err error
+	if f.metricsAddr, err = config.ExecutorMetricsAddr(f.metricsAddr, metricsSet); err != nil {
 		return nil, err
 	}
 	if f.maxDepth < 1 || f.maxDepth > jobs.MaxDepth || f.maxChildren < 1 {
@@ -94,7 +106,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	f, err := parseServeFlags(args, stderr)
+	f, err := parseServeFlags(args, stdout, stderr)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -149,12 +161,20 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return codeOf(err), err
 	}
 	log := cfg.Logger(stderr)
+	if f.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(f.metricsAddr, log)
+		if err != nil {
+			return ExitUsage, fail(ExitUsage, "--metrics-addr/%s %s: %v", config.EnvExecutorMetricsAddr, f.metricsAddr, err)
+		}
+		defer stopMetrics()
+	}
 	srv, err := jobs.NewServer(jobs.ServerConfig{
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
 		AcquireWait: f.acquireWait, PollInterval: f.poll, KillGrace: f.killGrace,
 		Env: workerEnv, Logger: log, Hide: hide,
 		Executable: executable(stderr), MaxDepth: f.maxDepth, MaxChildren: f.maxChildren,
+		Meter: telemetry.Meter(),
 	})
 	if err != nil {
 		return usageErr(err)
@@ -183,4 +203,31 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 1, err
 	}
 	return 0, nil
+}
+
+// serveMetrics serves /metrics (telemetry.MetricsHandler: this process's
+// instruments, the Go runtime's and the process's) on addr until stop,
+// which shuts the server down and waits for it.
+func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", telemetry.MetricsHandler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+		<-done
+	}, nil
 }

@@ -22,7 +22,7 @@ func waitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
 	failFast := fs.Bool("fail-fast", false, "at the first dead job, cancel every job of the set that has not ended")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageErr(err)
 	}
 	if (*batch == "") == (fs.NArg() == 0) {

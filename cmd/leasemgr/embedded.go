@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/nats-io/nats.go"
@@ -29,8 +31,16 @@ type embeddedServer interface {
 // the executors' account, where the job queue lives (NewJobsAdmin).
 func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, jobs nats.Option, err error) {
 	base := "" // an explicit NATS_STORE_DIR: only it is checked
-	if cfg.NATSStoreDir == config.DefaultStoreDir(cfg.NodeID) {
-		base = os.TempDir() // the default: also leasemgr/ and leasemgr/<node>/ in the shared temp dir
+	if cfg.NATSStoreDirDefault {
+		// The default: also slotlease/ and slotlease/<node>/ in the
+		// state directory.
+		var err error
+		if base, err = config.StateHome(); err != nil {
+			return nil, nil, usageError{fmt.Errorf("%s: no default: %w", config.EnvNATSStoreDir, err)}
+		}
+		if err := carryOldStore(cfg, base, log); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := config.MakePrivateDir(base, cfg.NATSStoreDir); err != nil {
 		return nil, nil, usageError{fmt.Errorf("%s: %w", config.EnvNATSStoreDir, err)}
@@ -65,6 +75,49 @@ func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, j
 	cfg.NATSNKey = config.AuthFile(dir, config.RoleManager)
 	cfg.NATSInboxPrefix = config.RoleManager.InboxPrefix()
 	return s, jobs, nil
+}
+
+// carryOldStore moves the default store of a version before the state
+// directory, <TempDir>/leasemgr/<node>/jetstream, to the default now,
+// <StateHome>/slotlease/<node>/jetstream (README, "Configuration"): a
+// leasemgr upgraded in place keeps its leases, queue and job queue. It
+// moves only a store of this user's, private as leasemgr made it, and only
+// into a place with no store yet; the old place is left alone when a store
+// is in the new one (it says so), or when NATS_LISTEN is taken (an old
+// leasemgr may be serving from it: the server's start then fails on the
+// address, as it would have).
+func carryOldStore(cfg *config.Manager, stateHome string, log *slog.Logger) error {
+	old, store := config.OldDefaultStoreDir(cfg.NodeID), cfg.NATSStoreDir
+	if _, err := os.Lstat(old); err != nil {
+		return nil // none (or none to see): nothing to carry
+	}
+	if err := config.CheckPrivateTree(os.TempDir(), old); err != nil {
+		log.Warn("an old default store is left where it is: it is not this user's private directory", "old_store", old, "err", err)
+		return nil
+	}
+	if ents, err := os.ReadDir(store); err == nil && len(ents) > 0 {
+		log.Warn("an old default store is left where it is, unused: a store exists in the new place; remove the old one once you need nothing from it",
+			"old_store", old, "store", store)
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.NATSListen)
+	if err != nil {
+		return nil // taken: the server's start reports it
+	}
+	ln.Close()
+	if err := config.MakePrivateDir(stateHome, filepath.Dir(store)); err != nil {
+		return usageError{fmt.Errorf("%s: %w", config.EnvNATSStoreDir, err)}
+	}
+	if err := jetstream.MoveStore(old, store); err != nil {
+		return fmt.Errorf("the default store moved from %s to %s, and carrying it over failed: %w; "+
+			"move it yourself while leasemgr is stopped (mv %s %s), or keep it where it is with %s=%s",
+			old, store, err, old, store, config.EnvNATSStoreDir, old)
+	}
+	// Its parents, leasemgr/<node>/ and leasemgr/, if nothing else is in them.
+	_ = os.Remove(filepath.Dir(old))
+	_ = os.Remove(filepath.Dir(filepath.Dir(old)))
+	log.Info("moved the store out of the temp directory into the state directory", "old_store", old, "store", store)
+	return nil
 }
 
 // replyPrefixes are the inbox prefixes the manager answers besides

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -43,7 +44,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print JSON")
 	node := fs.String("node", "", "node to ask (default NODE_ID)")
 	all := fs.Bool("all", false, "every node whose manager answers (NATS micro service discovery)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageError{err}
 	}
 	nc, cfg, err := connect("leasemgr pools", config.RoleReader)
@@ -173,14 +174,17 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", `node to watch (default NODE_ID; "*" for every node)`)
 	pool := fs.String("pool", "*", "pool to watch")
-	kind := fs.String("kind", "*", "event kind to watch (requested, queued, granted, released, expired, cancelled, rejected)")
+	kind := fs.String("kind", "*", "event kind to watch: "+kindList())
 	asJSON := fs.Bool("json", false, "print each event as JSON")
 	since := fs.Duration("since", 0, "first replay the events of this long ago (e.g. 1h), then follow")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageError{err}
 	}
 	if *since < 0 {
 		return usageError{fmt.Errorf("--since %v: must not be negative", *since)}
+	}
+	if *kind != "*" && !slices.Contains(lease.EventKinds, lease.EventKind(*kind)) {
+		return usageError{fmt.Errorf("--kind %q: want one of %s, or *", *kind, kindList())}
 	}
 	nc, cfg, err := connect("leasemgr watch", config.RoleReader)
 	if err != nil {
@@ -232,6 +236,15 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			show(msg.Subject, msg.Data)
 		}
 	}
+}
+
+// kindList names every event kind, for watch's --kind.
+func kindList() string {
+	names := make([]string, len(lease.EventKinds))
+	for i, k := range lease.EventKinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 func formatEvent(ev lease.Event) string {
@@ -337,18 +350,23 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	force := fs.Bool("force", false, "remove pools even with holders (revoked) or waiters (refused)")
 	reset := fs.Bool("reset", false, "drop every runtime change first: back to POOL_CAPACITIES")
 	node := fs.String("node", "", "node to change (default NODE_ID)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageError{err}
 	}
 	req := lease.ResizeRequest{Remove: remove, Force: *force, Reset: *reset}
 	var err error
-	if fs.NArg() > 0 {
-		set, err := config.ParsePoolCapacities(strings.Join(fs.Args(), ","))
-		if err != nil {
-			return usageError{fmt.Errorf("arguments: %w", err)}
-		}
-		req.Set = map[string]int64{}
-		for _, p := range set {
+	for _, arg := range fs.Args() {
+		for entry := range strings.SplitSeq(arg, ",") {
+			p, err := config.ParsePoolEntry(entry)
+			if err != nil {
+				return usageError{fmt.Errorf("argument %q: %w", entry, err)}
+			}
+			if _, dup := req.Set[p.Name]; dup {
+				return usageError{fmt.Errorf("argument %q: pool %q given twice", entry, p.Name)}
+			}
+			if req.Set == nil {
+				req.Set = map[string]int64{}
+			}
 			req.Set[p.Name] = p.Capacity
 		}
 	}

@@ -23,7 +23,7 @@ import (
 // The queue is bound at the first collection that finds it (on a NATS of
 // its own it exists once something was submitted or served); until then
 // the series are at 0.
-func startJobMetrics(nc *nats.Conn, prefix string, active *atomic.Pointer[lease.Manager]) (*jobmetrics.Metrics, error) {
+func startJobMetrics(nc *nats.Conn, prefix, node string, active *atomic.Pointer[lease.Manager]) (*jobmetrics.Metrics, error) {
 	var q *jobs.Queue // only touched by collections, which jobmetrics serialises
 	pools := func() []string {
 		m := active.Load()
@@ -36,7 +36,7 @@ func startJobMetrics(nc *nats.Conn, prefix string, active *atomic.Pointer[lease.
 		}
 		return names
 	}
-	return jobmetrics.New(telemetry.Meter(), pools, func(ctx context.Context) ([]jobs.PoolLoad, error) {
+	return jobmetrics.New(telemetry.Meter(), node, pools, func(ctx context.Context) ([]jobs.PoolLoad, error) {
 		if active.Load() == nil {
 			return nil, nil // standing by: no figures
 		}

@@ -26,10 +26,10 @@ import (
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
 )
 
-func runManager(ctx context.Context, args []string, stderr io.Writer) error {
+func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("leasemgr run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {
@@ -47,6 +47,9 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	log := cfg.Logger(stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 
 	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
 	if err != nil {
@@ -129,7 +132,7 @@ func runManager(ctx context.Context, args []string, stderr io.Writer) error {
 	if ns.jobs != nil {
 		jobsConn = ns.jobs
 	}
-	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, &active)
+	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, cfg.NodeID, &active)
 	if err != nil {
 		return err
 	}

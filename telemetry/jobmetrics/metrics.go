@@ -2,10 +2,14 @@
 // On /metrics (the Prometheus exporter's names; OTLP carries the names in
 // the first column):
 //
-//	jobs.queued        jobs_queued{pool,priority,tenant}   gauge, jobs waiting for a run (queued, or failed
-//	                                                       and waiting for their retry)
-//	jobs.running       jobs_running{pool,tenant}           gauge, jobs running
-//	jobs.oldest_ready  jobs_oldest_ready_seconds{pool}     gauge, how long the job ready longest has waited
+//	jobs.queued        jobs_queued{node,pool,priority,tenant}  gauge, jobs waiting for a run (queued, or
+//	                                                           failed and waiting for their retry)
+//	jobs.running       jobs_running{node,pool,tenant}          gauge, jobs running
+//	jobs.oldest_ready  jobs_oldest_ready_seconds{node,pool}    gauge, how long the job ready longest has waited
+//
+// node is the reporting manager's node, as on the lease_* series. The job
+// queue is the whole cluster's: every node reports the same figures for
+// the pools it has, so aggregate across nodes with max by (pool), not sum.
 //
 // The figures are jobs.Loads over every job record, read at collection
 // time at most once per MinRefresh (a collection in between shows the
@@ -52,9 +56,9 @@ type Metrics struct {
 	read  time.Time
 }
 
-// New registers the gauges on meter. pools lists the pools whose series
-// exist from the start; source is read at collection time.
-func New(meter metric.Meter, pools func() []string, source Source) (*Metrics, error) {
+// New registers the gauges of node on meter. pools lists the pools whose
+// series exist from the start; source is read at collection time.
+func New(meter metric.Meter, node string, pools func() []string, source Source) (*Metrics, error) {
 	m := &Metrics{pools: pools, source: source}
 	queued, err := meter.Int64ObservableGauge("jobs.queued", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs waiting for a run (queued, or failed and waiting for their retry), by priority and tenant."))
@@ -71,15 +75,16 @@ func New(meter metric.Meter, pools func() []string, source Source) (*Metrics, er
 		return nil, err
 	}
 	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		nodeAttr := attribute.String("node", node)
 		for _, l := range m.current(ctx) {
 			pool := attribute.String("pool", l.Pool)
 			for _, c := range l.Queued {
-				o.ObserveInt64(queued, int64(c.Jobs), metric.WithAttributes(pool, attribute.String("priority", string(c.Priority)), attribute.String("tenant", c.Tenant)))
+				o.ObserveInt64(queued, int64(c.Jobs), metric.WithAttributes(nodeAttr, pool, attribute.String("priority", string(c.Priority)), attribute.String("tenant", c.Tenant)))
 			}
 			for _, c := range l.Running {
-				o.ObserveInt64(running, int64(c.Jobs), metric.WithAttributes(pool, attribute.String("tenant", c.Tenant)))
+				o.ObserveInt64(running, int64(c.Jobs), metric.WithAttributes(nodeAttr, pool, attribute.String("tenant", c.Tenant)))
 			}
-			o.ObserveFloat64(oldest, l.OldestReadySeconds, metric.WithAttributes(pool))
+			o.ObserveFloat64(oldest, l.OldestReadySeconds, metric.WithAttributes(nodeAttr, pool))
 		}
 		return nil
 	}, queued, running, oldest)

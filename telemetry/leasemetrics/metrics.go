@@ -33,8 +33,11 @@
 // counter series (lease_rejections_total once per code in AcquireCodes) is
 // created at 0 when the pool first appears, from its first event or from
 // the first collection that finds it in the pool source (at start, after a
-// resize added it), so rate() and dashboards see no gaps. The histograms are
-// in seconds, Prometheus' base unit (they were _milliseconds before).
+// resize added it), so rate() and dashboards see no gaps; so are both
+// histograms' series on /metrics, at zero, from the same moment
+// (telemetry.DeclareHistograms: an OpenTelemetry histogram has no data
+// point before its first observation). The histograms are in seconds,
+// Prometheus' base unit (they were _milliseconds before).
 package leasemetrics
 
 import (
@@ -48,6 +51,7 @@ import (
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // Attribute keys of every series.
@@ -79,6 +83,8 @@ type Metrics struct {
 	repliesRefused                                                               metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
+
+	undeclare func() // removes zeroHistograms from /metrics
 
 	mu      sync.Mutex
 	pools   map[poolKey]*poolState              // every pool seen
@@ -150,8 +156,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 		h, err = meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(Buckets...))
 		return h
 	}
-	m.queueWait = histogram("lease.queue_wait", "Time from an acquire's arrival until it was granted, per grant.")
-	m.grantLatency = histogram("lease.grant_latency", "Time from an acquire's arrival until its grant was stored.")
+	m.queueWait = histogram("lease.queue_wait", queueWaitHelp)
+	m.grantLatency = histogram("lease.grant_latency", grantLatencyHelp)
 	if err != nil {
 		return nil, err
 	}
@@ -205,11 +211,37 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.undeclare = telemetry.DeclareHistograms(m.zeroHistograms)
 	return m, nil
 }
 
-// Close unregisters the gauges' callback.
-func (m *Metrics) Close() error { return m.reg.Unregister() }
+// Close unregisters the gauges' callback and the histograms' zero series.
+func (m *Metrics) Close() error {
+	m.undeclare()
+	return m.reg.Unregister()
+}
+
+// Descriptions of the histograms, which are also their HELP on /metrics.
+const (
+	queueWaitHelp    = "Time from an acquire's arrival until it was granted, per grant."
+	grantLatencyHelp = "Time from an acquire's arrival until its grant was stored."
+)
+
+// zeroHistograms are both histograms' series of every pool seen, for
+// /metrics to show at zero before their first observation
+// (telemetry.DeclareHistograms).
+func (m *Metrics) zeroHistograms() []telemetry.HistogramSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]telemetry.HistogramSeries, 0, 2*len(m.pools))
+	for k := range m.pools {
+		labels := map[string]string{string(KeyNode): k.node, string(KeyPool): k.pool}
+		out = append(out,
+			telemetry.HistogramSeries{Name: "lease_queue_wait_seconds", Help: queueWaitHelp, Buckets: Buckets, Labels: labels},
+			telemetry.HistogramSeries{Name: "lease_grant_latency_seconds", Help: grantLatencyHelp, Buckets: Buckets, Labels: labels})
+	}
+	return out
+}
 
 // pool returns the pool's state, creating it and its counter series at 0
 // on first sight. It takes m.mu, which must not be held.

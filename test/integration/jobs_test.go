@@ -192,9 +192,10 @@ func TestJobsCLI(t *testing.T) {
 // lease TTL plus 2s.
 func TestServeKilledMidJob(t *testing.T) {
 	envA, httpA := managerEnv(t, "a", "p=1", "2s")
+	envA = append(envA, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, envA, httpA)
 	envB, httpB := managerEnv(t, "b", "p=1", "2s")
-	envB = append(envB, "NATS_URL="+natsURL(envA))
+	envB = append(envB, "LEADER_TTL=1s", "NATS_URL="+natsURL(envA))
 	startManager(t, envB, httpB)
 
 	dir := sharedDir(t)

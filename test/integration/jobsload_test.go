@@ -39,14 +39,14 @@ func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 	// On /metrics, every pool's series exist at 0 before any job.
 	for _, pool := range []string{"p", "q"} {
 		for _, pr := range jobs.Priorities {
-			if v := metricValue(t, httpAddr, "jobs_queued", "pool", pool, "priority", string(pr), "tenant", ""); v != 0 {
+			if v := metricValue(t, httpAddr, "jobs_queued", "node", "load", "pool", pool, "priority", string(pr), "tenant", ""); v != 0 {
 				t.Fatalf("jobs_queued{pool=%q,priority=%q,tenant=\"\"} = %v before any job, want 0", pool, pr, v)
 			}
 		}
-		if v := metricValue(t, httpAddr, "jobs_running", "pool", pool, "tenant", ""); v != 0 {
+		if v := metricValue(t, httpAddr, "jobs_running", "node", "load", "pool", pool, "tenant", ""); v != 0 {
 			t.Fatalf("jobs_running{pool=%q} = %v before any job, want 0", pool, v)
 		}
-		if v := metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "pool", pool); v != 0 {
+		if v := metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "node", "load", "pool", pool); v != 0 {
 			t.Fatalf("jobs_oldest_ready_seconds{pool=%q} = %v before any job, want 0", pool, v)
 		}
 	}
@@ -106,13 +106,13 @@ func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"jobs_queued", []string{"pool", "p", "priority", "high", "tenant", ""}, 1},
-		{"jobs_queued", []string{"pool", "p", "priority", "high", "tenant", "a"}, 2},
-		{"jobs_queued", []string{"pool", "p", "priority", "low", "tenant", "b"}, 2},
-		{"jobs_queued", []string{"pool", "p", "priority", "normal", "tenant", ""}, 0},
-		{"jobs_running", []string{"pool", "p", "tenant", "r"}, 1},
-		{"jobs_running", []string{"pool", "p", "tenant", ""}, 0},
-		{"jobs_queued", []string{"pool", "q", "priority", "normal", "tenant", "a"}, 1},
+		{"jobs_queued", []string{"node", "load", "pool", "p", "priority", "high", "tenant", ""}, 1},
+		{"jobs_queued", []string{"node", "load", "pool", "p", "priority", "high", "tenant", "a"}, 2},
+		{"jobs_queued", []string{"node", "load", "pool", "p", "priority", "low", "tenant", "b"}, 2},
+		{"jobs_queued", []string{"node", "load", "pool", "p", "priority", "normal", "tenant", ""}, 0},
+		{"jobs_running", []string{"node", "load", "pool", "p", "tenant", "r"}, 1},
+		{"jobs_running", []string{"node", "load", "pool", "p", "tenant", ""}, 0},
+		{"jobs_queued", []string{"node", "load", "pool", "q", "priority", "normal", "tenant", "a"}, 1},
 	}
 	eventually(t, 15*time.Second, "/metrics to show the queue", func() bool {
 		for _, s := range series {
@@ -120,7 +120,7 @@ func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
 				return false
 			}
 		}
-		return metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "pool", "p") > 0
+		return metricValue(t, httpAddr, "jobs_oldest_ready_seconds", "node", "load", "pool", "p") > 0
 	})
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,23 @@ func TestMetricsPassPromtool(t *testing.T) {
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3", "15s")
 	startManager(t, env, httpAddr)
 
+	// The first scrape, before any traffic: the histograms of every pool
+	// are there at zero (issue 31: they were absent until their first
+	// observation), and so is the build information.
+	first := scrapeMetrics(t, httpAddr)
+	for _, want := range []string{
+		`lease_queue_wait_seconds_count{node="prom",pool="gpu"} 0`,
+		`lease_queue_wait_seconds_bucket{node="prom",pool="idle",le="+Inf"} 0`,
+		`lease_grant_latency_seconds_count{node="prom",pool="idle"} 0`,
+		`lease_grant_latency_seconds_sum{node="prom",pool="default"} 0`,
+		`slotlease_build_info{`,
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first scrape of /metrics has no line %q", want)
+		}
+	}
+	promtoolCheck(t, tool, first)
+
 	holder := start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", "2")
 	eventually(t, 15*time.Second, "the first run to hold the gpu slot", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 1 })
 	if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--wait", "25s", "--", "true"); code != 0 {
@@ -42,6 +59,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 		`lease_rejections_total{code="exceeds_capacity",node="prom",pool="gpu"} 1`,
 		`lease_rejections_total{code="queue_full",node="prom",pool="idle"} 0`, // a pool without traffic has its counters
 		`lease_grants_total{node="prom",pool="idle"} 0`,
+		`lease_queue_wait_seconds_count{node="prom",pool="idle"} 0`, // still at zero beside the observed
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no line %q", want)
@@ -51,6 +69,12 @@ func TestMetricsPassPromtool(t *testing.T) {
 		t.Error("/metrics still has a series in milliseconds")
 	}
 
+	promtoolCheck(t, tool, body)
+}
+
+// promtoolCheck runs promtool check metrics on body.
+func promtoolCheck(t *testing.T, tool, body string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "check", "metrics")

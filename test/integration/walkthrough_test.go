@@ -144,7 +144,10 @@ func TestWalkthrough(t *testing.T) {
 }
 
 func TestExecutorExitCodes(t *testing.T) {
-	env, httpAddr := managerEnv(t, "codes", "gpu=1", "1s")
+	// A short lease TTL, so that "lease lost" comes soon; LEASE_TTL must be
+	// longer than LEADER_TTL (config refuses it otherwise).
+	env, httpAddr := managerEnv(t, "codes", "gpu=1", "2s")
+	env = append(env, "LEADER_TTL=1s")
 	m := startManager(t, env, httpAddr)
 
 	cases := []struct {
@@ -210,6 +213,23 @@ func TestBadConfigurationStopsBeforeStarting(t *testing.T) {
 	p2 := start(t, env2, "leasemgr")
 	if code := p2.Wait(t, 10*time.Second); code != 2 || !strings.Contains(p2.Output(), "LEASE_TTL") {
 		t.Fatalf("exit %d, want 2 naming LEASE_TTL:\n%s", code, p2.Output())
+	}
+	// A lease TTL no running work can outlive a takeover with (README:
+	// keep LEASE_TTL >= 2 x LEADER_TTL + 4s) is refused, naming both.
+	env3, _ := managerEnv(t, "bad", "gpu=1", "4s")
+	p3 := start(t, append(env3, "LEADER_TTL=5s"), "leasemgr")
+	if code := p3.Wait(t, 10*time.Second); code != 2 || !strings.Contains(p3.Output(), `LEASE_TTL: "4s": LEASE_TTL (4s) must be longer than LEADER_TTL (5s)`) {
+		t.Fatalf("exit %d, want 2 naming LEASE_TTL and LEADER_TTL:\n%s", code, p3.Output())
+	}
+}
+
+// A lease TTL between LEADER_TTL and the rule's 2 x LEADER_TTL + 4s works,
+// as tests with fast expiry want, with a warning at start.
+func TestShortLeaseTTLWarns(t *testing.T) {
+	env, httpAddr := managerEnv(t, "short", "gpu=1", "3s")
+	m := startManager(t, append(env, "LEADER_TTL=1s"), httpAddr)
+	if out := m.Output(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "LEASE_TTL=3s is below 2 x LEADER_TTL + 4s = 6s") {
+		t.Fatalf("no warning of the TTL rule at start:\n%s", out)
 	}
 }
 

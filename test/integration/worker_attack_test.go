@@ -20,7 +20,8 @@ import (
 
 // attackSetup is a host with secrets where a worker could look for them:
 // fake credential files (holding marker) in the slotlease config dir of
-// HOME, in NATS_AUTH_DIR and in the default store dir of TMPDIR, and
+// HOME, in NATS_AUTH_DIR, in the default store dir of HOME's state dir and
+// in the old one of TMPDIR, and
 // marker in the environment of leasemgr and the executor; and files and
 // directories the worker must not change: a file of root's (when the test
 // is root), a file of the stack's user that anyone may write, and the
@@ -62,13 +63,15 @@ func newAttackSetup(t *testing.T, u *asuser.User) *attackSetup {
 			t.Fatal(err)
 		}
 	}
-	s.hidden = []string{filepath.Join(s.home, ".config", "slotlease"), s.authDir, filepath.Join(s.tmp, "leasemgr")}
+	s.hidden = []string{filepath.Join(s.home, ".config", "slotlease"), s.authDir, filepath.Join(s.tmp, "leasemgr"),
+		filepath.Join(s.home, ".local", "state", "slotlease")}
 	for _, f := range []string{
 		// Names the real credential files will not have: leasemgr and
 		// the executor must not take these for theirs.
 		filepath.Join(s.hidden[0], "planted", "planted-secret"),
 		filepath.Join(s.authDir, "planted-secret"),
 		filepath.Join(s.hidden[2], "planted-secret"),
+		filepath.Join(s.hidden[3], "planted-secret"),
 	} {
 		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 			t.Fatal(err)
@@ -108,7 +111,7 @@ func newAttackSetup(t *testing.T, u *asuser.User) *attackSetup {
 
 // env is what both leasemgr and the executor get: defaults everywhere but
 // the test's own directories and ports. No NATS_STORE_DIR: the store is
-// the default one under TMPDIR.
+// the default one in HOME's state directory.
 func (s *attackSetup) env(natsPort int, httpAddr string) []string {
 	return []string{
 		"HOME=" + s.home, "TMPDIR=" + s.tmp, "NATS_AUTH_DIR=" + s.authDir,

@@ -52,6 +52,7 @@
     el.dataset.pool = name;
     el.id = 'pool-' + name;
     field(el, 'name').textContent = name;
+    el.querySelector('.bar').setAttribute('aria-label', name + ': slots in use');
     p = { el: el, stats: null, samples: [] };
     pools.set(name, p);
     // Keep cards sorted by name, as /v1/pools is.
@@ -75,6 +76,7 @@
     field(el, 'policy').textContent = slotleaseFormat.policy(s);
     el.querySelector('.fill').style.width = Math.min(100, r * 100) + '%';
     el.querySelector('.bar').setAttribute('aria-valuenow', String(Math.round(r * 100)));
+    el.querySelector('.bar').setAttribute('aria-valuetext', s.in_use + ' of ' + slotleaseFormat.capacity(s.capacity) + ' slots (' + Math.round(r * 100) + '%)');
     el.dataset.level = r >= 1 ? 'full' : r >= 0.75 ? 'warn' : 'ok';
     // Events can arrive out of order with polls; keep samples sorted.
     const samples = p.samples;

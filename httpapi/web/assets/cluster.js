@@ -27,6 +27,9 @@
   const series = new Map();
   const seenEvents = new Set(); // event keys, so a replayed one is not listed twice
   let selected = null; // "node/pool"
+  // skew is the serving node's clock minus this browser's, from the last
+  // /v1/cluster answer: holders' expiry and waits are the managers' times.
+  let skew = 0;
   let mode = 'starting';
   let renderQueued = false;
   const refreshing = new Map(); // node -> timer of a pending one-node refresh
@@ -72,6 +75,7 @@
   function apply(c, full) {
     $('prefix').textContent = c.prefix;
     const t = Date.parse(c.time) || Date.now();
+    if (Date.parse(c.time)) skew = t - Date.now();
     const names = new Set();
     for (const n of c.nodes) {
       names.add(n.node);
@@ -168,7 +172,14 @@
       if (group !== 'none') frag.appendChild(groupRow(g, group, groups.get(g)));
       for (const x of groups.get(g)) frag.appendChild(poolRow(x.n, x.p, now));
     }
+    // The rows are made anew: the pool whose button had the focus gets it
+    // back, so a keyboard user is not thrown out every poll.
+    const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest('tr.pool-row') : null;
     poolsBody.replaceChildren(frag);
+    if (focused) {
+      const again = poolsBody.querySelector('tr.pool-row[data-key="' + CSS.escape(focused.dataset.key) + '"] button.open');
+      if (again) again.focus({ preventScroll: true });
+    }
     $('no-pools').hidden = nodes.size > 0;
     const all = [...nodes.values()];
     const stale = all.filter((n) => n.stale).length;
@@ -228,13 +239,26 @@
     tr.dataset.level = r >= 1 ? 'full' : r >= 0.75 ? 'warn' : 'ok';
     if (k === selected) tr.classList.add('selected');
     cell(tr, 'node', n.node === 'cluster' ? 'cluster (shared)' : n.node);
-    cell(tr, 'name', p.name);
+    // The pool's name is the button that opens its holders and queue:
+    // reached with Tab, pressed with Enter or Space (a click anywhere on
+    // the row does the same).
+    const open = document.createElement('button');
+    open.type = 'button';
+    open.className = 'open';
+    open.textContent = p.name;
+    open.setAttribute('aria-label', p.name + ' on ' + (n.node === 'cluster' ? 'the cluster' : 'node ' + n.node) + ': holders and queue');
+    open.setAttribute('aria-controls', 'detail');
+    open.setAttribute('aria-expanded', k === selected ? 'true' : 'false');
+    cell(tr, 'name').appendChild(open);
     cell(tr, 'policy', slotleaseFormat.policy(p));
     cell(tr, 'in_use', String(p.in_use), 'num');
     const bar = cell(tr, '', undefined, 'col-bar');
     bar.innerHTML = '<div class="barcell"><div class="minibar" role="meter" aria-valuemin="0" aria-valuemax="100"><div></div></div>' +
       '<span>of <span data-field="capacity"></span></span></div>';
-    bar.querySelector('.minibar').setAttribute('aria-valuenow', String(Math.round(r * 100)));
+    const meter = bar.querySelector('.minibar');
+    meter.setAttribute('aria-valuenow', String(Math.round(r * 100)));
+    meter.setAttribute('aria-label', k + ': slots in use');
+    meter.setAttribute('aria-valuetext', p.in_use + ' of ' + slotleaseFormat.capacity(p.capacity) + ' slots (' + Math.round(r * 100) + '%)');
     bar.querySelector('.minibar div').style.width = (r * 100) + '%';
     bar.querySelector('[data-field="capacity"]').textContent = slotleaseFormat.capacity(p.capacity);
     cell(tr, 'queued', String(p.queued), 'num');
@@ -320,6 +344,7 @@
   }
 
   function renderDetail(now) {
+    now += skew; // the managers' clock
     const x = findPool(selected);
     $('detail').hidden = !x;
     if (!x) return;

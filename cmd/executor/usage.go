@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/slotlease/slotlease/config"
+)
+
+// commandHelp is each command's synopsis and what it does, in the order
+// the usage lists them: the top-level usage and each command's -h are
+// made from it.
+var commandHelp = []struct {
+	name, synopsis, about string
+	reads                 []string // the executor's own variables it reads (config.ReadByExecutor)
+}{
+	{"run", `run --pool P[=K]... [--slots K] [--wait D] [--priority high|normal|low|N] [--tenant T]
+    [--no-wait] [--timeout D] [--memory SIZE] [--cpu D] [--max-procs N] [--max-files N]
+    [--keep-workdir] [--dir D] [--writable PATH]... [--isolate] [--no-network]
+    [--kill-grace D] [--env K=V]... [--node N] -- CMD ARGS...`,
+		`Acquires K slots of pool P on this node's lease manager (of every pool
+given, node or cluster pools, all or none), runs CMD confined while the
+leases are held, releases them, and exits with CMD's exit code.
+Exit codes of its own: 2 usage or configuration; 71 the worker could not
+be confined (nothing was run); 75 no lease; 76 the lease was lost while
+CMD ran (it was stopped); 124 --timeout passed (it was stopped).`, []string{config.EnvExecutorUnconfined}},
+	{"submit", `submit --pool P [--slots K] [--also-pool P[=K]]... [--priority high|normal|low]
+    [--max-attempts N] [--timeout D] [--env K=V]... [--id ID] [--batch NAME] -- CMD ARGS...
+submit [--batch NAME] --spec FILE|-  |  --specs FILE|-   (JSON Lines: many jobs)`,
+		`Stores job(s) in the durable job queue and prints their ids. --batch
+NAME puts them in a batch. Inside a job, submit goes through the job's
+executor into its batch, with no NATS address or credential; it is the
+only command that works there.`, nil},
+	{"serve", `serve [--pools P1,P2] [--concurrency N] [--grace D] [--metrics-addr HOST:PORT] ...`,
+		`Takes jobs of this node's pools, each under a lease of this node, until
+SIGTERM; running jobs get --grace to finish, then are given back.
+Exits 71 if this machine cannot confine workers.`, []string{config.EnvExecutorUnconfined, config.EnvExecutorMetricsAddr}},
+	{"status", `status [--json] JOB_ID`, `Shows a job's state and latest result.`, nil},
+	{"jobs", `jobs [--limit N] [--state S] [--json]`, `Lists queue depth per pool and priority, and recent jobs.`, nil},
+	{"wait", `wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]`,
+		`Waits until every job of the batch (or these jobs), follow-ups
+included, has ended; prints a summary; exits 0 only if all succeeded,
+1 if some did not, 124 on --timeout.`, nil},
+	{"cancel", `cancel [--reason R] (JOB_ID... | --batch NAME)`,
+		`Cancels jobs: a waiting one never runs; a running one is stopped and
+its slots released. Its state becomes cancelled.`, nil},
+	{"purge", `purge --pool P --confirm`,
+		`Cancels every waiting job of pool P (running ones finish) and prints
+how many.`, nil},
+	{"version", `version [--json]`, `Prints the version and VCS revision executor was built from.`, nil},
+}
+
+// environment is the usage's list of the variables a command reads: every
+// client's, and the executor's own of also.
+func environment(also ...string) string {
+	return "Configuration is read from the environment (README.md, \"Configuration\"):\n" +
+		config.Usage(config.ReadByClients, also...)
+}
+
+// usage is the top-level usage text.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: executor COMMAND [flags]\n\n")
+	for _, c := range commandHelp {
+		for line := range strings.SplitSeq(c.synopsis, "\n") {
+			if strings.HasPrefix(line, " ") {
+				line = "    " + line // a continuation
+			}
+			fmt.Fprintf(&b, "  %s\n", line)
+		}
+		fmt.Fprintf(&b, "%s\n", indent(c.about, "      "))
+	}
+	b.WriteString(`
+Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
+Exit codes of commands but run: 0 ok; 1 error (e.g. unknown job); 2 usage
+or invalid job; 69 NATS or the lease manager unreachable; 71 (serve) this
+machine cannot confine workers.
+
+`)
+	b.WriteString(environment(config.VarNames(config.ReadByExecutor)...))
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// parseFlags parses args with fs, whose name is "executor COMMAND". Asked
+// for help (-h, --help) it prints the command's usage, flags and
+// environment on stdout and returns flag.ErrHelp (exit 0); a bad flag
+// gets the synopsis and where to find more on fs's output (stderr), and
+// its error is returned to be printed.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	errOut := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	fs.Usage = func() { commandUsage(&buf, fs) }
+	err := fs.Parse(args)
+	fs.SetOutput(errOut)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = buf.WriteTo(stdout)
+	case err != nil:
+		fmt.Fprintf(errOut, "%s\nRun \"%s -h\" for every flag.\n", synopsis(fs), fs.Name())
+	}
+	return err
+}
+
+// synopsis is the usage line(s) of fs's command.
+func synopsis(fs *flag.FlagSet) string {
+	name := strings.TrimPrefix(fs.Name(), "executor ")
+	for _, c := range commandHelp {
+		if c.name == name {
+			return "usage: executor " + strings.ReplaceAll(c.synopsis, "\n"+name, "\n       executor "+name)
+		}
+	}
+	return "usage: " + fs.Name()
+}
+
+// commandUsage writes fs's command's usage to w.
+func commandUsage(w io.Writer, fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "executor ")
+	fmt.Fprintln(w, synopsis(fs))
+	var reads []string
+	for _, c := range commandHelp {
+		if c.name == name {
+			fmt.Fprintf(w, "\n%s\n", c.about)
+			reads = c.reads
+		}
+	}
+	fmt.Fprintln(w, "\nflags:")
+	fs.PrintDefaults()
+	if name != "version" { // it reads no variable
+		fmt.Fprintln(w)
+		fmt.Fprint(w, environment(reads...))
+	}
+}
