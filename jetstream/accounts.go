@@ -143,20 +143,24 @@ const multiResponseThreshold = "30s"
 // managerServices are what ManagerAccount exports, and to whom.
 func managerServices(p string) []service {
 	exe, both := []string{ExecutorAccount}, []string{ExecutorAccount, ReaderAccount}
-	return []service{
+	services := []service{
 		{subject: lease.Subject(p, "*", "*", lease.VerbAcquire), multi: true, to: exe, share: true},
 		{subject: lease.Subject(p, "*", "*", lease.VerbRenew), multi: true, to: exe},
 		{subject: lease.Subject(p, "*", "*", lease.VerbRelease), to: exe},
 		{subject: lease.Subject(p, "*", "*", lease.VerbCancel), to: exe},
 		{subject: lease.StatsSubject(p, "*"), to: both},
 		{subject: lease.SnapshotSubject(p, "*"), to: []string{ReaderAccount}},
-		{subject: "$SRV.PING." + lease.ServiceName, multi: true, to: both},
 		// leasemgr watch --since: a direct get answers only on its
 		// (mapped) reply, so it cannot be made to publish into this
 		// account; a consumer could (its deliver subject), so readers get
 		// none.
 		{subject: "$JS.API.DIRECT.GET." + NamesFor(p).Events, multi: true, to: []string{ReaderAccount}},
 	}
+	// Discovery (`nats micro ls leasemgr`): every manager answers.
+	for _, subj := range lease.DiscoverySubjects() {
+		services = append(services, service{subject: subj, multi: true, to: both})
+	}
+	return services
 }
 
 // authConfig is the accounts section of a server configuration admitting

@@ -66,8 +66,8 @@ func executorPublish(p string) []string {
 	pub := []string{
 		p + ".*.*.acquire", p + ".*.*.renew", p + ".*.*.release", p + ".*.*.cancel",
 		p + ".*.stats",
-		"$SRV.PING." + lease.ServiceName,
 	}
+	pub = append(pub, lease.DiscoverySubjects()...)
 	n := jobs.NamesFor(p)
 	pub = append(pub, n.AllSubjects(), n.EventSubjects()) // submit; job events
 	// The job stream: bind, read a waiting job's time, durable pull
@@ -101,12 +101,11 @@ func kvRights(b string) []string {
 }
 
 func readerPublish(p string) []string {
-	return []string{
+	return append([]string{
 		p + ".*.stats",
 		p + ".*.snapshot", // the operator's page: holders, waiters, history
-		"$SRV.PING." + lease.ServiceName,
 		// leasemgr watch --since: direct gets on the event stream, the
 		// one JetStream request readers have (accounts.go).
 		"$JS.API.DIRECT.GET." + NamesFor(p).Events,
-	}
+	}, lease.DiscoverySubjects()...)
 }

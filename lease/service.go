@@ -17,6 +17,19 @@ import (
 // $SRV.STATS (and `nats micro ls`) find every node's active manager.
 const ServiceName = "leasemgr"
 
+// DiscoverySubjects are the service discovery subjects for the managers
+// by name, as patterns: $SRV.PING, $SRV.INFO and $SRV.STATS with
+// ServiceName, and with ServiceName and an instance id. What an account of
+// clients imports from the managers' (`nats micro ls leasemgr`, `nats
+// micro info leasemgr`); the bare $SRV.PING is answered too, but asks
+// every service of an account, so it is not exported.
+func DiscoverySubjects() []string {
+	return []string{"$SRV.*." + ServiceName, "$SRV.*." + ServiceName + ".*"}
+}
+
+// DiscoveryVerbs are the $SRV verbs the managers answer (discovery.go).
+var DiscoveryVerbs = []string{"PING", "INFO", "STATS"}
+
 // Version is the version the managers' service info shows (`nats micro
 // info leasemgr`): this binary's, from its build information, in the
 // semantic-versioning form the NATS service API wants

@@ -4,6 +4,7 @@
 //	leasemgr pools [--json] print this node's pools
 //	leasemgr watch          print lease events live
 //	leasemgr resize gpu=2   change pools at runtime
+//	leasemgr nats-context   write nats CLI contexts, one per role
 //	leasemgr version        print what this binary was built from
 //
 // Configuration comes from the environment: `leasemgr help` lists every
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWatch(ctx, rest, stdout, stderr)
 	case "resize":
 		return runResize(ctx, rest, stdout, stderr)
+	case "nats-context":
+		return runNATSContext(rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -27,6 +27,11 @@ node, found by NATS micro service discovery).`, config.ReadByClients},
 	{"watch", "watch [--node N|'*'] [--pool P] [--kind K] [--since 1h] [--json]", `Prints lease events live (--since replays the stored events first).`, config.ReadByClients},
 	{"resize", "resize [--rate P=60/m|P=off]... [--burst P=N]... [--remove P]... [--force] [--reset] [name=capacity]...",
 		`Changes pools at runtime; the change is stored and applied at every start.`, config.ReadByClients},
+	{"nats-context", "nats-context [--role R]... [--name slotlease] [--dir D]", `Writes contexts for the nats CLI that reach this node's NATS as slotlease's
+clients do: one per role of the embedded server (slotlease-manager,
+slotlease-executor, slotlease-reader), each with the role's credential and
+inbox prefix; with NATS_CREDS, NATS_NKEY or NATS_USER set, one context
+(slotlease) with those. Then: nats --context slotlease-reader micro ls leasemgr`, config.ReadByClients},
 	{"version", "version [--json]", `Prints the version and VCS revision leasemgr was built from (as its NATS
 service info and slotlease_build_info on /metrics show them).`, 0},
 }

@@ -100,9 +100,9 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reader.Close()
-	harness.BounceWithRequests(t, reader, []string{
-		lease.StatsSubject(st.Prefix, node), lease.SnapshotSubject(st.Prefix, node), "$SRV.PING." + lease.ServiceName,
-	}, nonce, targets)
+	harness.BounceWithRequests(t, reader, append([]string{
+		lease.StatsSubject(st.Prefix, node), lease.SnapshotSubject(st.Prefix, node),
+	}, harness.DiscoveryRequests()...), nonce, targets)
 	if _, err := reader.Request(lease.StatsSubject(st.Prefix, node), nil, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -210,3 +210,13 @@ func (s *ManagersSpy) Check(t testing.TB, who string) (noReply int) {
 	s.crossed, s.withReply, s.noReply = nil, nil, 0
 	return n
 }
+
+// DiscoveryRequests are the discovery subjects clients may request by
+// name ($SRV.<verb>.leasemgr).
+func DiscoveryRequests() []string {
+	var out []string
+	for _, verb := range lease.DiscoveryVerbs {
+		out = append(out, "$SRV."+verb+"."+lease.ServiceName)
+	}
+	return out
+}

@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,77 +13,60 @@ import (
 	"time"
 )
 
-// axeVersion is the axe-core release the accessibility checks run: pinned,
-// so a new release's rules do not change a test's verdict unasked.
-const axeVersion = "4.14.1"
+// axeLock is the directory whose package.json and committed
+// package-lock.json pin the axe-core the accessibility checks run, so a new
+// release's rules do not change a test's verdict unasked, and npm checks
+// what it fetches against the lock's integrity hash.
+const axeLock = "testdata/axe"
 
-// npmTool is Debian's npm, which fetches axe-core from the npm registry.
+// npmTool is Debian's npm, which installs axe-core from the npm registry.
 var npmTool = debianTool{path: "/usr/bin/npm", pkg: "npm", skipEnv: "SLOTLEASE_SKIP_BROWSER", test: "the accessibility check"}
 
-// axeSource returns axe-core's axe.min.js: from the user's cache, else
-// fetched once with `npm pack axe-core@<axeVersion>` (npm checks the
-// package's integrity against the registry) and kept in the cache.
+// axeSource returns axe-core's axe.min.js, installed once with `npm ci`
+// from axeLock into the user's cache (keyed by the lock's hash) and read
+// from there after.
 func axeSource(t *testing.T) string {
 	t.Helper()
+	pkg, err := os.ReadFile(filepath.Join(axeLock, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.ReadFile(filepath.Join(axeLock, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
-	path := filepath.Join(cache, "slotlease-test", "axe-core-"+axeVersion+".min.js")
-	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+	sum := sha256.Sum256(append(pkg, lock...))
+	dir := filepath.Join(cache, "slotlease-test", "axe-"+hex.EncodeToString(sum[:8]))
+	js := filepath.Join(dir, "node_modules", "axe-core", "axe.min.js")
+	if b, err := os.ReadFile(js); err == nil && len(b) > 0 {
 		return string(b)
 	}
 	npm := npmTool.ensure(t)
-	dir := t.TempDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "pack", "axe-core@"+axeVersion, "--pack-destination", dir)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "npm_config_update_notifier=false", "npm_config_fund=false")
+	cmd := exec.CommandContext(ctx, npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund")
+	cmd.Env = append(os.Environ(), "npm_config_update_notifier=false")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm pack axe-core@%s: %v\n%s\nSet SLOTLEASE_SKIP_BROWSER=1 to skip the browser tests.", axeVersion, err, tail(out, 2000))
+		t.Fatalf("npm ci in %s (axe-core from %s): %v\n%s\nSet SLOTLEASE_SKIP_BROWSER=1 to skip the browser tests.", dir, axeLock, err, tail(out, 2000))
 	}
-	src, err := untarFile(filepath.Join(dir, "axe-core-"+axeVersion+".tgz"), "package/axe.min.js")
-	if err != nil {
-		t.Fatal(err)
+	b, err := os.ReadFile(js)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("npm ci installed no axe-core: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	return string(src)
-}
-
-// untarFile returns the file name of the gzipped tar archive at path.
-func untarFile(path, name string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New(path + " has no " + name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if h.Name == name {
-			return io.ReadAll(io.LimitReader(tr, 16<<20))
-		}
-	}
+	return string(b)
 }
 
 // axeViolation is one rule axe-core found broken, with where.

@@ -72,10 +72,10 @@ func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
 	exeNoReply := spy.Check(t, "executor")
 
 	reader := mustConnectAs(t, home, url, config.RoleReader)
-	harness.BounceWithRequests(t, reader, []string{
+	harness.BounceWithRequests(t, reader, append([]string{
 		"$JS.API.DIRECT.GET." + jetstream.NamesFor(lease.DefaultPrefix).Events,
-		lease.StatsSubject(lease.DefaultPrefix, node), lease.SnapshotSubject(lease.DefaultPrefix, node), "$SRV.PING." + lease.ServiceName,
-	}, nonce, targets)
+		lease.StatsSubject(lease.DefaultPrefix, node), lease.SnapshotSubject(lease.DefaultPrefix, node),
+	}, harness.DiscoveryRequests()...), nonce, targets)
 	// Barrier: the reader's own requests are answered after the others.
 	if _, err := reader.Request(lease.StatsSubject(lease.DefaultPrefix, node), nil, 10*time.Second); err != nil {
 		t.Fatal(err)

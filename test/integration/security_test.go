@@ -529,16 +529,16 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	nonce := nuid.Next()
 	spy := harness.SpyOnManagers(t, mgrNC, nonce)
 	attacker := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-a"))
-	subjs := append(verbSubjects("node1", "gpu"), lease.StatsSubject(lease.DefaultPrefix, "node1"), "$SRV.PING."+lease.ServiceName)
+	subjs := append(append(verbSubjects("node1", "gpu"), lease.StatsSubject(lease.DefaultPrefix, "node1")), harness.DiscoveryRequests()...)
 	replyToLeadershipKey(t, attacker, "node1", subjs)
 	targets := harness.BounceTargets("node1", "gpu", "none")
 	harness.BounceWithDirectGets(t, attacker, jobs.NamesFor(lease.DefaultPrefix).Results, nonce, harness.ForgedMsgs("node1", "gpu"), targets)
 	spy.Check(t, "executor a")
 	reader := harness.ConnectAuth(t, ss.url, ss.userAuth("reader"))
-	harness.BounceWithRequests(t, reader, []string{
+	harness.BounceWithRequests(t, reader, append([]string{
 		"$JS.API.DIRECT.GET." + jetstream.NamesFor(lease.DefaultPrefix).Events,
-		lease.StatsSubject(lease.DefaultPrefix, "node1"), lease.SnapshotSubject(lease.DefaultPrefix, "node1"), "$SRV.PING." + lease.ServiceName,
-	}, nonce, targets)
+		lease.StatsSubject(lease.DefaultPrefix, "node1"), lease.SnapshotSubject(lease.DefaultPrefix, "node1"),
+	}, harness.DiscoveryRequests()...), nonce, targets)
 	if _, err := reader.Request(lease.StatsSubject(lease.DefaultPrefix, "node1"), nil, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
