@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -162,52 +160,13 @@ type Manager struct {
 
 // NewManager validates cfg and builds a Manager. Call Start to serve.
 func NewManager(cfg ManagerConfig) (*Manager, error) {
-	if cfg.Conn == nil || cfg.Store == nil {
-		return nil, errors.New("lease: manager needs a NATS connection and a store")
-	}
-	if cfg.Node == "" {
-		return nil, errors.New("lease: manager needs a node id")
-	}
-	if strings.EqualFold(cfg.Node, ReservedNode) {
-		return nil, fmt.Errorf("lease: node id %q is reserved: its request subjects would fall inside the event subjects", ReservedNode)
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Second
-	}
-	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
-		return nil, fmt.Errorf("lease: TTL %v: must be whole seconds, at least 1s", cfg.TTL)
-	}
-	if cfg.StoreTimeout == 0 {
-		cfg.StoreTimeout = 5 * time.Second
-	}
-	if cfg.Events == nil {
-		cfg.Events = NopEvents{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Instance == "" {
-		cfg.Instance = nuid.Next()
-	}
-	if cfg.RebuildStall == 0 {
-		cfg.RebuildStall = 3 * time.Second
-	}
-	if len(cfg.Pools) == 0 {
-		return nil, errors.New("lease: manager needs at least one pool")
-	}
-	if cfg.DisconnectGrace == 0 {
-		cfg.DisconnectGrace = min(DefaultDisconnectGrace, cfg.TTL/2)
-	}
-	if cfg.DisconnectEvents != "" && (cfg.DisconnectGrace < MinDisconnectGrace || cfg.DisconnectGrace > MaxDisconnectGrace || cfg.DisconnectGrace > cfg.TTL/2) {
-		return nil, fmt.Errorf("lease: disconnect grace %v: must be between %v and %v, and at most half the TTL", cfg.DisconnectGrace, MinDisconnectGrace, MaxDisconnectGrace)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.Node),
-		pools:     make(map[string]*pool, len(cfg.Pools)),
 		leases:    make(map[string]*held),
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
@@ -224,26 +183,12 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
 		}
 	}
-	for _, pc := range cfg.Pools {
-		if pc.Capacity < 0 || pc.Capacity > pools.MaxCapacity {
-			return nil, fmt.Errorf("lease: pool %q: capacity %d is not between 0 and %d", pc.Name, pc.Capacity, int64(pools.MaxCapacity))
-		}
-		if _, dup := m.pools[pc.Name]; dup {
-			return nil, fmt.Errorf("lease: pool %q configured twice", pc.Name)
-		}
-		p, err := newPool(pc.Name, pc.Capacity, pc.Options)
-		if err != nil {
-			return nil, err
-		}
-		m.pools[pc.Name] = p
-	}
-	own := cfg.Conn.NewRespInbox()
-	own = own[:strings.LastIndexByte(own, '.')]
-	replies, err := newReplyRule(cfg.ReplyPrefixes, cfg.Prefix, own, cfg.ReplyRefused)
-	if err != nil {
+	if m.pools, err = cfg.newPools(); err != nil {
 		return nil, err
 	}
-	m.replies = replies
+	if m.replies, err = cfg.replyRule(); err != nil {
+		return nil, err
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, timeout: cfg.StoreTimeout, log: m.log, ctx: m.ctx, mu: &m.mu, value: m.entryLocked}
 	return m, nil

@@ -241,23 +241,38 @@ func TestReplyPrefixes(t *testing.T) {
 	}
 }
 
-// NewManager refuses the reserved node id in any case and capacities past
-// pools.MaxCapacity, as config does.
+// NewManager refuses the reserved node id in any case, capacities past
+// pools.MaxCapacity (as config does), a pool named twice and bad reply
+// prefixes; ManagerConfig.Validate gives the same verdict without making a
+// manager.
 func TestNewManagerRefusesReservedNodeAndHugeCapacity(t *testing.T) {
 	srv := harness.StartServer(t)
 	nc := harness.Connect(t, srv.URL)
-	for _, c := range []struct {
-		node     string
-		capacity int64
-	}{{"events", 1}, {"EVENTS", 1}, {"Events", 1}, {node, pools.MaxCapacity + 1}, {node, 1<<63 - 1}} {
-		_, err := lease.NewManager(lease.ManagerConfig{Node: c.node, Conn: nc, Store: harness.StartManagerStore(t, srv.URL), TTL: 5 * time.Second,
-			Pools: []lease.PoolConfig{{Name: "default", Capacity: c.capacity}}})
-		if err == nil {
-			t.Errorf("NewManager accepted node %q with capacity %d", c.node, c.capacity)
+	st := harness.StartManagerStore(t, srv.URL)
+	cfg := func(node string, replies []string, pcs ...lease.PoolConfig) lease.ManagerConfig {
+		return lease.ManagerConfig{Node: node, Conn: nc, Store: st, TTL: 5 * time.Second, Pools: pcs, ReplyPrefixes: replies}
+	}
+	for _, c := range []lease.ManagerConfig{
+		cfg("events", nil, lease.PoolConfig{Name: "default", Capacity: 1}),
+		cfg("EVENTS", nil, lease.PoolConfig{Name: "default", Capacity: 1}),
+		cfg("Events", nil, lease.PoolConfig{Name: "default", Capacity: 1}),
+		cfg(node, nil, lease.PoolConfig{Name: "default", Capacity: pools.MaxCapacity + 1}),
+		cfg(node, nil, lease.PoolConfig{Name: "default", Capacity: 1<<63 - 1}),
+		cfg(node, nil, lease.PoolConfig{Name: "a", Capacity: 1}, lease.PoolConfig{Name: "a", Capacity: 2}),
+		cfg(node, []string{"$KV"}, lease.PoolConfig{Name: "default", Capacity: 1}),
+		cfg(node, nil),
+	} {
+		_, err := lease.NewManager(c)
+		verr := c.Validate()
+		if err == nil || verr == nil || err.Error() != verr.Error() {
+			t.Errorf("node %q, pools %+v, replies %q: NewManager says %v, Validate says %v; want the same refusal", c.Node, c.Pools, c.ReplyPrefixes, err, verr)
 		}
 	}
-	if _, err := lease.NewManager(lease.ManagerConfig{Node: node, Conn: nc, Store: harness.StartManagerStore(t, srv.URL), TTL: 5 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "default", Capacity: pools.MaxCapacity}}}); err != nil {
+	good := cfg(node, nil, lease.PoolConfig{Name: "default", Capacity: pools.MaxCapacity})
+	if err := good.Validate(); err != nil {
+		t.Errorf("Validate refused the largest capacity: %v", err)
+	}
+	if _, err := lease.NewManager(good); err != nil {
 		t.Errorf("NewManager refused the largest capacity: %v", err)
 	}
 }

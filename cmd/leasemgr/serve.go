@@ -109,14 +109,14 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		EmbeddedServer:   cfg.NATSURL == "",
 		MaxQueuedPerConn: cfg.MaxQueuedPerConnection,
 	}
-	if _, err := lease.NewManager(mcfg); err != nil { // validate before standing by
+	if err := mcfg.Validate(); err != nil { // before standing by
 		return err
 	}
 	var cluster clusterState
 	mcfg.ClusterPools = cluster.Pools
 	clusterCfg := clusterConfig(cfg, mcfg, metrics, &cluster)
 	if len(cfg.ClusterPools) > 0 {
-		if _, err := lease.NewManager(clusterCfg); err != nil {
+		if err := clusterCfg.Validate(); err != nil {
 			return err
 		}
 	}

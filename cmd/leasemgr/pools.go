@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+)
+
+func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("leasemgr pools", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	node := fs.String("node", "", "node to ask (default NODE_ID)")
+	all := fs.Bool("all", false, "every node whose manager answers (NATS micro service discovery)")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return usageError{err}
+	}
+	nc, cfg, err := connect("leasemgr pools", config.RoleReader)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nodes := []string{*node}
+	switch {
+	case *all:
+		if nodes, err = lease.DiscoverNodes(ctx, nc, cfg.SubjectPrefix); err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return fmt.Errorf("no lease manager answered on $SRV.PING.%s", lease.ServiceName)
+		}
+	case *node == "":
+		nodes = []string{cfg.NodeID}
+	}
+	var out []lease.NodePools
+	for _, n := range nodes {
+		np, err := nodePools(ctx, nc, cfg.SubjectPrefix, n)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n, err)
+		}
+		out = append(out, np)
+	}
+	if !*all && nodes[0] != lease.ClusterNode {
+		// The cluster pools, if a manager serves any: beside the node's.
+		// A failure to ask leaves them out, said on stderr: the node's own
+		// pools are what was asked for.
+		if cp, err := nodePools(ctx, nc, cfg.SubjectPrefix, lease.ClusterNode); err == nil {
+			out[0].Cluster = &cp
+		} else if !errors.Is(err, lease.ErrUnavailable) {
+			fmt.Fprintf(stderr, "leasemgr pools: the cluster pools left out: %v\n", err)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if !*all {
+			return enc.Encode(out[0])
+		}
+		return enc.Encode(out)
+	}
+	return printPools(stdout, out...)
+}
+
+// nodePools asks node's manager for its pools.
+func nodePools(ctx context.Context, nc *nats.Conn, prefix, node string) (lease.NodePools, error) {
+	c, err := lease.NewClient(nc, node, lease.WithPrefix(prefix))
+	if err != nil {
+		return lease.NodePools{}, err
+	}
+	defer c.Close()
+	return c.NodePools(ctx)
+}
+
+// printPools prints the pools of nodes in one table, the cluster pools
+// (node "cluster") among them, and then what their managers warned of.
+func printPools(w io.Writer, nodes ...lease.NodePools) error {
+	for i := range nodes {
+		if c := nodes[i].Cluster; c != nil {
+			nodes = append(nodes, *c)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPOOL\tCAPACITY\tIN USE\tAVAILABLE\tQUEUED\tQUEUED SLOTS\tPOLICY")
+	var notes []string
+	for _, n := range nodes {
+		if n.Node == lease.ClusterNode {
+			notes = append(notes, fmt.Sprintf("node %s: the cluster pools, shared by every node; served by the manager of node %s", lease.ClusterNode, n.ServedBy))
+		}
+		for _, warning := range n.Warnings {
+			notes = append(notes, "warning: "+warning)
+		}
+		for _, s := range n.Pools {
+			policy := string(s.Policy)
+			if policy == "" {
+				policy = "fifo"
+			}
+			if s.MaxQueue > 0 && s.MaxQueue != config.DefaultMaxQueue { // the default goes without saying
+				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
+			}
+			if s.TenantCap > 0 {
+				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
+			}
+			if s.Rate != "" {
+				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
+			}
+			capacity, available := strconv.FormatInt(s.Capacity, 10), strconv.FormatInt(s.Available, 10)
+			if s.Capacity == pools.MaxCapacity {
+				capacity, available = "unlimited", "-" // a pool with only a rate
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", n.Node, s.Name, capacity, s.InUse, available, s.QueuedRequests, s.QueuedSlots, policy)
+			// Per-tenant figures for pools that share by tenant or have
+			// tenants other than the unnamed one.
+			for _, t := range s.Tenants {
+				if t.Tenant == "" && s.Policy != "fair" {
+					continue
+				}
+				name := t.Tenant
+				if name == "" {
+					name = `""`
+				}
+				weight := ""
+				if t.Weight > 0 {
+					weight = fmt.Sprintf(" weight=%d", t.Weight)
+				}
+				fmt.Fprintf(tw, "\t  tenant %s\t\t%d\t\t%d\t%d\t%s\n", name, t.InUse, t.QueuedRequests, t.QueuedSlots, strings.TrimSpace(weight))
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
