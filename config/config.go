@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v10"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // ReservedNodeID cannot name a node: its request subjects would fall inside
@@ -19,13 +20,13 @@ import (
 // subjects are case-sensitive, but "EVENTS" beside "events" in subjects,
 // logs and (on case-insensitive file systems) the store directory would
 // only mislead.
-const ReservedNodeID = "events"
+const ReservedNodeID = rules.ReservedNodeID
 
 // ClusterNodeID is the node id under which cluster pools (CLUSTER_POOLS)
 // are served: <prefix>.cluster.<pool>.<verb>, leases keyed by it, one
 // active manager for it among every leasemgr listing cluster pools. No
 // node may be named so, in any case.
-const ClusterNodeID = "cluster"
+const ClusterNodeID = rules.ClusterNodeID
 
 // Environment variable names.
 const (
@@ -60,7 +61,7 @@ const (
 const (
 	DefaultNodeID                 = "node" // only when the host name yields nothing usable
 	DefaultNATSListen             = "127.0.0.1:4222"
-	DefaultSubjectPrefix          = "lease"
+	DefaultSubjectPrefix          = rules.DefaultSubjectPrefix
 	DefaultExecutorMaxConcurrency = 4
 	DefaultLeaseTTL               = 15 * time.Second
 	DefaultLeaderTTL              = 5 * time.Second

@@ -3,12 +3,14 @@ package config
 import (
 	"errors"
 	"fmt"
+
+	"github.com/slotlease/slotlease/rules"
 )
 
 // ErrInvalid is matched (errors.Is) by every error this package returns for
 // a bad setting, so callers can tell configuration mistakes from other
 // failures without parsing messages.
-var ErrInvalid = errors.New("invalid configuration")
+var ErrInvalid = rules.ErrInvalid
 
 // VarError reports one bad environment variable, or one bad entry of a list
 // variable such as POOL_CAPACITIES. Its message names the variable and the
@@ -43,10 +45,7 @@ func (e *VarError) Unwrap() []error {
 // reason is a context-free validation failure ("must not be empty") that
 // matches ErrInvalid. ValidToken returns one so callers can prefix it with
 // the variable and value without repeating them.
-type reason string
-
-func (r reason) Error() string { return string(r) }
-func (r reason) Unwrap() error { return ErrInvalid }
+type reason = rules.Reason
 
 // joinErrs returns nil, the only error, or all of them joined; a single
 // error is returned as is so its message has no extra structure.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Queue policy variables. Each is a comma-separated list like
@@ -30,10 +31,10 @@ const (
 const (
 	// DefaultMaxQueue is a pool's queue bound when POOL_MAX_QUEUE does not
 	// name it.
-	DefaultMaxQueue = 10000
+	DefaultMaxQueue = rules.DefaultMaxQueue
 	// DefaultMaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION's
 	// default.
-	DefaultMaxQueuedPerConnection = 1000
+	DefaultMaxQueuedPerConnection = rules.DefaultMaxQueuedPerConnection
 )
 
 // Policies, as POOL_POLICIES accepts them.

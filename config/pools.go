@@ -5,11 +5,12 @@ import (
 	"strings"
 
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // MaxTokenLen is the longest token ValidToken accepts. It keeps subjects
 // and KV keys built from several tokens well short of NATS limits.
-const MaxTokenLen = 64
+const MaxTokenLen = rules.MaxTokenLen
 
 // DefaultPool is the name of the pool that always exists; see the package
 // documentation for how its capacity is chosen.
@@ -39,24 +40,9 @@ type Pool struct {
 //
 // The error says only what is wrong, not what s was, so that callers can
 // prefix the variable and value; it matches ErrInvalid.
-func ValidToken(s string) error {
-	if s == "" {
-		return reason("must not be empty")
-	}
-	if len(s) > MaxTokenLen {
-		return reason(fmt.Sprintf("must be at most %d characters, got %d", MaxTokenLen, len(s)))
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenByte(s[i]) {
-			return reason("must contain only letters, digits, '-' and '_'")
-		}
-	}
-	return nil
-}
+func ValidToken(s string) error { return rules.ValidToken(s) }
 
-func tokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
-}
+func tokenByte(c byte) bool { return rules.TokenByte(c) }
 
 // ParsePoolCapacities parses POOL_CAPACITIES: comma-separated name=capacity
 // entries, e.g. "gpu=1,io=16", with no spaces (LoadManager refuses a value

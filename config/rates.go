@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Start rate variables: a pool may have a capacity (how many at once), a
@@ -16,26 +16,9 @@ const (
 	EnvPoolRateBurst = "POOL_RATE_BURST" // api=5: most slots started at once (default one second's worth, at least 1)
 )
 
-// rateUnits are the periods a rate may be given per.
-var rateUnits = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
-
 // ParseRate parses a start rate: N/s, N/m or N/h, N from 1 to MaxCapacity,
 // e.g. "60/m". Its errors are reasons only (see ValidToken).
-func ParseRate(s string) (pools.Rate, error) {
-	num, unit, ok := strings.Cut(s, "/")
-	if !ok {
-		return pools.Rate{}, reason(fmt.Sprintf("rate %q: want N/s, N/m or N/h, e.g. 60/m", s))
-	}
-	per, ok := rateUnits[unit]
-	if !ok {
-		return pools.Rate{}, reason(fmt.Sprintf("rate %q: unit %q is not s, m or h", s, unit))
-	}
-	n, err := parseBounded(num, "rate", 1, MaxCapacity)
-	if err != nil {
-		return pools.Rate{}, err
-	}
-	return pools.Rate{Slots: n, Per: per}, nil
-}
+func ParseRate(s string) (pools.Rate, error) { return rules.ParseRate(s) }
 
 // ParseRateBurst parses a burst: a plain decimal from 1 to MaxCapacity that
 // r can hold (pools.CheckRate).

@@ -1,15 +1,14 @@
 package config
 
 import (
-	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // How every variable is written, decided once here and checked before any
@@ -117,16 +116,7 @@ func checkEntry(entry string) error {
 
 // numberForm refuses what strconv would take but the rules refuse: a '+'
 // sign and leading zeros. what names the number in the errors ("capacity").
-func numberForm(s, what string) error {
-	if strings.HasPrefix(s, "+") {
-		return reason(what + " must not have a '+' sign")
-	}
-	digits := strings.TrimPrefix(s, "-")
-	if len(digits) > 1 && digits[0] == '0' && strings.Trim(digits, "0123456789") == "" {
-		return reason(what + " must not have leading zeros")
-	}
-	return nil
-}
+func numberForm(s, what string) error { return rules.NumberForm(s, what) }
 
 // parseBounded parses a decimal integer written plainly (numberForm) from
 // lo (0 or 1) to hi. It scans the number by hand rather than handing the
@@ -134,35 +124,5 @@ func numberForm(s, what string) error {
 // trailing garbage ("1x", "1=2") and say which. Its errors are reasons
 // only; what names the number.
 func parseBounded(s, what string, lo, hi int64) (int64, error) {
-	if s == "" {
-		return 0, reason("missing " + what)
-	}
-	if err := numberForm(s, what); err != nil {
-		return 0, err
-	}
-	i := 0
-	if s[0] == '-' {
-		i++
-	}
-	start := i
-	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
-		i++
-	}
-	if i == start {
-		return 0, reason(what + " is not a number")
-	}
-	if i < len(s) {
-		return 0, reason(fmt.Sprintf("unexpected %q after %s", s[i:], what))
-	}
-	n, err := strconv.ParseInt(s, 10, 64) // s is an optional '-' and digits: only ErrRange
-	switch {
-	case n < lo || err != nil && s[0] == '-':
-		if lo > 0 {
-			return 0, reason(what + " must be a positive integer")
-		}
-		return 0, reason(what + " must not be negative")
-	case n > hi || err != nil:
-		return 0, reason(fmt.Sprintf("%s must be at most %d", what, hi))
-	}
-	return n, nil
+	return rules.ParseBounded(s, what, lo, hi)
 }

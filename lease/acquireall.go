@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Want is one pool of an AcquireAll: its name and how many slots.
@@ -144,7 +144,7 @@ func checkWants(wants []Want, requestID string) error {
 	}
 	seen := map[string]bool{}
 	for _, w := range wants {
-		if err := config.ValidToken(w.Pool); err != nil {
+		if err := rules.ValidToken(w.Pool); err != nil {
 			return errorf(CodeBadRequest, "pool %q: %v", w.Pool, err)
 		}
 		if seen[w.Pool] {

@@ -5,8 +5,7 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Bounded cost per client. Every waiting request costs the manager memory
@@ -55,7 +54,7 @@ func (m *Manager) maxQueuedPerConn() int {
 	if m.cfg.MaxQueuedPerConn > 0 {
 		return m.cfg.MaxQueuedPerConn
 	}
-	return config.DefaultMaxQueuedPerConnection
+	return rules.DefaultMaxQueuedPerConnection
 }
 
 // connFullLocked reports whether owner may not have one more request wait.

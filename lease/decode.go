@@ -25,7 +25,7 @@ import (
 const (
 	MaxRequestBody = 8 << 10
 	MaxResizeBody  = 64 << 10
-	// maxPoolNameLen bounds one pool name in a resize; config.ValidToken
+	// maxPoolNameLen bounds one pool name in a resize; rules.ValidToken
 	// checks the rest.
 	maxPoolNameLen = 128
 	// maxEchoKey bounds a key echoed in an error message.
@@ -243,7 +243,7 @@ func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
 	}
 }
 
-// maxRateLen bounds a rate string of a resize ("60/m"; config.ParseRate
+// maxRateLen bounds a rate string of a resize ("60/m"; rules.ParseRate
 // checks the rest).
 const maxRateLen = 32
 

@@ -79,7 +79,7 @@ type ManagerConfig struct {
 	EmbeddedServer bool
 	// MaxQueuedPerConn bounds the requests one client connection may have
 	// waiting on this node, over all pools (connqueue.go);
-	// config.DefaultMaxQueuedPerConnection if zero.
+	// rules.DefaultMaxQueuedPerConnection if zero.
 	MaxQueuedPerConn int
 	// ServedBy and Warnings, if set, go into every stats reply: the node
 	// of the process serving (for the cluster pools' manager, whose Node is

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // DefaultPrefix is the subject prefix when none is configured
-// (config.DefaultSubjectPrefix, LEASE_SUBJECT_PREFIX's default).
-const DefaultPrefix = config.DefaultSubjectPrefix
+// (rules.DefaultSubjectPrefix, LEASE_SUBJECT_PREFIX's default).
+const DefaultPrefix = rules.DefaultSubjectPrefix
 
 // Verbs: the last token of a request subject.
 const (
@@ -34,13 +34,13 @@ func StatsSubject(prefix, node string) string {
 
 // ReservedNode cannot be a node id: <prefix>.events.<pool>.<verb> would
 // match subscriptions to <prefix>.events.>. It is refused in any case, as
-// config refuses NODE_ID=EVENTS (config.ReservedNodeID, the one definition).
-const ReservedNode = config.ReservedNodeID
+// config refuses NODE_ID=EVENTS (rules.ReservedNodeID, the one definition).
+const ReservedNode = rules.ReservedNodeID
 
 // ClusterNode is the node id of cluster pools: a manager with this Node
 // serves the pools every node shares (CLUSTER_POOLS), with the same
 // protocol, records and standby takeover as a node's own manager.
-const ClusterNode = config.ClusterNodeID
+const ClusterNode = rules.ClusterNodeID
 
 // EventSubject is where events of one kind for one pool go:
 // <prefix>.events.<node>.<pool>.<kind>.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 )
 
@@ -27,11 +27,11 @@ type pool struct {
 	rate *time.Timer
 }
 
-// newPool makes a pool; a MaxQueue of 0 is config.DefaultMaxQueue: no
+// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
 // pool's queue is unbounded.
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
 	if o.MaxQueue == 0 {
-		o.MaxQueue = config.DefaultMaxQueue
+		o.MaxQueue = rules.DefaultMaxQueue
 	}
 	pp, err := pools.NewWithOptions(capacity, o)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Runtime resize: pools can be resized, added and removed without a
@@ -37,7 +37,7 @@ type ResizeRequest struct {
 }
 
 // RateSetting is a start rate as a resize gives it: Rate is "60/m" (units
-// s, m, h; see config.ParseRate) or RateOff, and Burst the most slots it
+// s, m, h; see rules.ParseRate) or RateOff, and Burst the most slots it
 // starts at once, 0 for the default (one second's worth, at least 1). A
 // Rate of "" keeps the pool's rate and changes only its Burst.
 type RateSetting struct {
@@ -154,7 +154,7 @@ func (rs RateSetting) parse() (pools.Rate, int64, error) {
 		}
 		return pools.Rate{}, 0, nil
 	}
-	r, err := config.ParseRate(rs.Rate)
+	r, err := rules.ParseRate(rs.Rate)
 	if err != nil {
 		return pools.Rate{}, 0, err
 	}
@@ -272,7 +272,7 @@ func validateResize(req *ResizeRequest) *Error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(req.Rates)) {
 		rs := req.Rates[name]
-		if err := config.ValidToken(name); err != nil {
+		if err := rules.ValidToken(name); err != nil {
 			return errorf(CodeBadRequest, "rates: pool %q: %v", name, err)
 		}
 		if rs.Burst < 0 || rs.Burst > pools.MaxCapacity {
@@ -292,7 +292,7 @@ func validateResize(req *ResizeRequest) *Error {
 		}
 	}
 	for name, c := range req.Set {
-		if err := config.ValidToken(name); err != nil {
+		if err := rules.ValidToken(name); err != nil {
 			return errorf(CodeBadRequest, "set: pool %q: %v", name, err)
 		}
 		if c <= 0 || c > pools.MaxCapacity {

@@ -5,7 +5,8 @@
 //
 // # Turning it on
 //
-// Both programs call Setup at start; it reads the standard environment:
+// Both programs call otelsetup.Setup at start; it reads the standard
+// environment:
 //
 //	OTEL_TRACES_EXPORTER=otlp                          # none (default), otlp, console; comma-separated
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318  # OTLP over HTTP, protobuf
@@ -57,7 +58,7 @@
 //
 // # Metrics
 //
-// MetricsHandler serves the Prometheus registry fed by the global meter
+// otelsetup.MetricsHandler serves the Prometheus registry fed by the global meter
 // provider, with Go runtime (go_*) and process (process_*) figures. The
 // per-pool series (lease_capacity, lease_in_use, lease_queued,
 // lease_grants_total, lease_rejections_total{code}, lease_queue_wait_seconds,

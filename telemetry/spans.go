@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -246,4 +247,14 @@ func (t *AcquireTrace) StartGrant(attrs ...attribute.KeyValue) (context.Context,
 		}
 	}
 	return StartSpan(ctx, SpanGrant, attrs...)
+}
+
+// ScopeName is the instrumentation scope of every span and instrument this
+// project creates.
+const ScopeName = "github.com/slotlease/slotlease"
+
+// Meter returns this project's meter from the global meter provider
+// (otelsetup.Setup installs the SDK's; until then the API's no-op one).
+func Meter() metric.Meter {
+	return otel.GetMeterProvider().Meter(ScopeName)
 }

@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 func hasAttr(attrs []attribute.KeyValue, want attribute.KeyValue) bool {
@@ -155,8 +157,8 @@ func BenchmarkServerSpanNoop(b *testing.B) {
 }
 
 func setupNoExporter(b *testing.B) {
-	clearOTelEnv(b)
-	shutdown, err := telemetry.Setup(context.Background(), "bench")
+	harness.ClearOTelEnv(b)
+	shutdown, err := otelsetup.Setup(context.Background(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
 
 // workerEnv is the whole environment of a worker under lease l: the few
@@ -205,7 +206,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return 0, nil
 }
 
-// serveMetrics serves /metrics (telemetry.MetricsHandler: this process's
+// serveMetrics serves /metrics (otelsetup.MetricsHandler: this process's
 // instruments, the Go runtime's and the process's) on addr until stop,
 // which shuts the server down and waits for it.
 func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
@@ -214,7 +215,7 @@ func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", telemetry.MetricsHandler())
+	mux.Handle("/metrics", otelsetup.MetricsHandler())
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	done := make(chan struct{})
 	go func() {

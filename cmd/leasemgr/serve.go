@@ -24,6 +24,7 @@ import (
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
 
 func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,7 +52,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		log.Warn(w)
 	}
 
-	shutdownTelemetry, err := telemetry.Setup(ctx, "leasemgr")
+	shutdownTelemetry, err := otelsetup.Setup(ctx, "leasemgr")
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
@@ -152,7 +153,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		api, err := httpapi.New(src, httpapi.WithLogger(log), httpapi.WithMetrics(telemetry.MetricsHandler()))
+		api, err := httpapi.New(src, httpapi.WithLogger(log), httpapi.WithMetrics(otelsetup.MetricsHandler()))
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@
 // the first collection that finds it in the pool source (at start, after a
 // resize added it), so rate() and dashboards see no gaps; so are both
 // histograms' series on /metrics, at zero, from the same moment
-// (telemetry.DeclareHistograms: an OpenTelemetry histogram has no data
+// (otelsetup.DeclareHistograms: an OpenTelemetry histogram has no data
 // point before its first observation). The histograms are in seconds,
 // Prometheus' base unit (they were _milliseconds before).
 package leasemetrics
@@ -51,7 +51,7 @@ import (
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
-	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
 
 // Attribute keys of every series.
@@ -211,7 +211,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.undeclare = telemetry.DeclareHistograms(m.zeroHistograms)
+	m.undeclare = otelsetup.DeclareHistograms(m.zeroHistograms)
 	return m, nil
 }
 
@@ -229,16 +229,16 @@ const (
 
 // zeroHistograms are both histograms' series of every pool seen, for
 // /metrics to show at zero before their first observation
-// (telemetry.DeclareHistograms).
-func (m *Metrics) zeroHistograms() []telemetry.HistogramSeries {
+// (otelsetup.DeclareHistograms).
+func (m *Metrics) zeroHistograms() []otelsetup.HistogramSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]telemetry.HistogramSeries, 0, 2*len(m.pools))
+	out := make([]otelsetup.HistogramSeries, 0, 2*len(m.pools))
 	for k := range m.pools {
 		labels := map[string]string{string(KeyNode): k.node, string(KeyPool): k.pool}
 		out = append(out,
-			telemetry.HistogramSeries{Name: "lease_queue_wait_seconds", Help: queueWaitHelp, Buckets: Buckets, Labels: labels},
-			telemetry.HistogramSeries{Name: "lease_grant_latency_seconds", Help: grantLatencyHelp, Buckets: Buckets, Labels: labels})
+			otelsetup.HistogramSeries{Name: "lease_queue_wait_seconds", Help: queueWaitHelp, Buckets: Buckets, Labels: labels},
+			otelsetup.HistogramSeries{Name: "lease_grant_latency_seconds", Help: grantLatencyHelp, Buckets: Buckets, Labels: labels})
 	}
 	return out
 }

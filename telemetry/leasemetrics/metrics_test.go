@@ -19,17 +19,18 @@ import (
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
-// setup runs telemetry.Setup with no OTEL_* exporters and returns fresh
+// setup runs otelsetup.Setup with no OTEL_* exporters and returns fresh
 // Metrics on its meter.
 func setup(t *testing.T) *leasemetrics.Metrics {
 	t.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
 		t.Setenv(k, "")
 	}
-	shutdown, err := telemetry.Setup(context.Background(), "leasemetrics-test")
+	shutdown, err := otelsetup.Setup(context.Background(), "leasemetrics-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +43,10 @@ func setup(t *testing.T) *leasemetrics.Metrics {
 	return m
 }
 
-// scrape GETs /metrics from telemetry.MetricsHandler over HTTP and parses it.
+// scrape GETs /metrics from otelsetup.MetricsHandler over HTTP and parses it.
 func scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	srv := httptest.NewServer(telemetry.MetricsHandler())
+	srv := httptest.NewServer(otelsetup.MetricsHandler())
 	defer srv.Close()
 	body := harness.GetOK(t, srv.URL+"/metrics")
 	p := expfmt.NewTextParser(model.LegacyValidation)

@@ -12,7 +12,7 @@ import (
 )
 
 // RecordSpans makes the global tracer provider record every span in memory
-// until the test ends, and installs the propagator telemetry.Setup
+// until the test ends, and installs the propagator otelsetup.Setup
 // installs (W3C trace context and baggage).
 func RecordSpans(tb testing.TB) *tracetest.SpanRecorder {
 	tb.Helper()
@@ -25,4 +25,17 @@ func RecordSpans(tb testing.TB) *tracetest.SpanRecorder {
 		_ = tp.Shutdown(context.Background())
 	})
 	return rec
+}
+
+// ClearOTelEnv unsets, for the test, the OTEL_* variables otelsetup.Setup
+// and its exporters read, so a developer's environment changes no verdict.
+func ClearOTelEnv(tb testing.TB) {
+	for _, k := range []string{
+		"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SDK_DISABLED",
+		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+	} {
+		tb.Setenv(k, "")
+	}
 }

@@ -1,4 +1,4 @@
-package telemetry
+package otelsetup
 
 import (
 	"context"
@@ -28,11 +28,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/buildinfo"
+	"github.com/slotlease/slotlease/telemetry"
 )
-
-// ScopeName is the instrumentation scope of every span and instrument this
-// project creates.
-const ScopeName = "github.com/slotlease/slotlease"
 
 // The environment variables Setup reads itself. The exporters read the rest
 // (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, ...), and the
@@ -173,7 +170,7 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	}
 	mp := sdkmetric.NewMeterProvider(mopts...)
 	shutdowns = append(shutdowns, mp.Shutdown)
-	buildInfo(mp.Meter(ScopeName))
+	buildInfo(mp.Meter(telemetry.ScopeName))
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	h := promhttp.HandlerFor(zeroFill{reg}, promhttp.HandlerOpts{})
@@ -262,9 +259,4 @@ func MetricsHandler() http.Handler {
 		}
 		(*h).ServeHTTP(w, r)
 	})
-}
-
-// Meter returns this project's meter from the global meter provider.
-func Meter() metric.Meter {
-	return otel.GetMeterProvider().Meter(ScopeName)
 }

@@ -1,4 +1,4 @@
-package telemetry_test
+package otelsetup_test
 
 import (
 	"context"
@@ -19,21 +19,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/otelsetup"
 	"github.com/slotlease/slotlease/test/harness"
 )
-
-// clearOTelEnv empties every OTEL_* variable Setup or the exporters read,
-// whatever the environment the tests run in.
-func clearOTelEnv(t testing.TB) {
-	for _, k := range []string{
-		"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SDK_DISABLED",
-		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-	} {
-		t.Setenv(k, "")
-	}
-}
 
 func scrape(t *testing.T, h http.Handler) string {
 	t.Helper()
@@ -46,10 +34,10 @@ func scrape(t *testing.T, h http.Handler) string {
 // provider, even if a recording one was installed before; no span recorded),
 // installs the W3C propagator, and still serves Prometheus metrics.
 func TestSetupWithoutEnvInstallsNoTraceExporter(t *testing.T) {
-	clearOTelEnv(t)
-	useRecorder(t) // a recording provider Setup must not keep
+	harness.ClearOTelEnv(t)
+	harness.RecordSpans(t) // a recording provider Setup must not keep
 
-	shutdown, err := telemetry.Setup(context.Background(), "test")
+	shutdown, err := otelsetup.Setup(context.Background(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +66,7 @@ func TestSetupWithoutEnvInstallsNoTraceExporter(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Add(context.Background(), 3)
-	body := scrape(t, telemetry.MetricsHandler())
+	body := scrape(t, otelsetup.MetricsHandler())
 	for _, want := range []string{"setup_test_total 3", "go_goroutines ", `target_info{`, `service_name="test"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
@@ -126,7 +114,7 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // With OTEL_TRACES_EXPORTER=otlp and an endpoint, spans and metrics reach an
 // OTLP/HTTP collector, under the service name from the environment.
 func TestSetupOTLPExportsToCollector(t *testing.T) {
-	clearOTelEnv(t)
+	harness.ClearOTelEnv(t)
 	col := &collector{}
 	srv := httptest.NewServer(col)
 	defer srv.Close()
@@ -136,7 +124,7 @@ func TestSetupOTLPExportsToCollector(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "leasemgr-test")
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 
-	shutdown, err := telemetry.Setup(context.Background(), "not-this-name")
+	shutdown, err := otelsetup.Setup(context.Background(), "not-this-name")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,13 +193,13 @@ func TestSetupRejectsBadEnv(t *testing.T) {
 		{"OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign", "OTEL_RESOURCE_ATTRIBUTES"},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
-			clearOTelEnv(t)
+			harness.ClearOTelEnv(t)
 			t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 			t.Setenv(tc.env, tc.value)
 			otel.SetTracerProvider(noop.NewTracerProvider())
 			before := otel.GetTracerProvider()
-			shutdown, err := telemetry.Setup(context.Background(), "test")
+			shutdown, err := otelsetup.Setup(context.Background(), "test")
 			if err == nil {
 				_ = shutdown(context.Background())
 				t.Fatalf("%s=%s: no error", tc.env, tc.value)
@@ -228,11 +216,11 @@ func TestSetupRejectsBadEnv(t *testing.T) {
 
 // OTEL_SDK_DISABLED wins over configured exporters.
 func TestSetupSDKDisabled(t *testing.T) {
-	clearOTelEnv(t)
+	harness.ClearOTelEnv(t)
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 	t.Setenv("OTEL_SDK_DISABLED", "true")
-	useRecorder(t)
-	shutdown, err := telemetry.Setup(context.Background(), "test")
+	harness.RecordSpans(t)
+	shutdown, err := otelsetup.Setup(context.Background(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
