@@ -3,7 +3,10 @@
 // Manager that serves the protocol for one node, and the Client executors
 // use.
 //
-// It depends on pools for slot accounting and defines the two small
+// It depends on nats.go, the OpenTelemetry API (trace propagation, package
+// telemetry), pools for slot accounting and rules for the names and limits
+// it shares with config; never on the NATS server, an OpenTelemetry SDK or
+// the environment parser (TestClientDependencies). It defines the two small
 // interfaces it needs from the outside, Store (lease records with a TTL) and
 // EventSink (lease events); package jetstream implements both over NATS.
 // docs/protocol.md describes the protocol for clients in other languages.
@@ -16,8 +19,9 @@
 // stored records are honoured).
 //
 // The Manager, one file per job:
-//   - manager.go: the type, its configuration and lifecycle (NewManager,
-//     Start, Close); run.go: Run, which owns Start and Close.
+//   - manager.go: the type and its lifecycle (NewManager, Start, Close);
+//     managerconfig.go: its configuration's defaults and checks
+//     (ManagerConfig.Validate); run.go: Run, which owns Start and Close.
 //   - request.go: a request's state on its way to a lease (reqState), the
 //     per-pool state, and held leases.
 //   - acquire.go: acquire requests: decode, validate, answer retries, queue.
