@@ -15,7 +15,7 @@
 //
 // [Vars] is the one list of them, with defaults and meanings; the usage
 // texts of leasemgr and executor are printed from it ([Usage]), and
-// README's configuration tables, in full, and this list name the same
+// docs/configuration.md's tables, in full, and this list name the same
 // variables (vars_test.go checks both).
 //
 // Read by both the lease manager and its clients (executor, leasemgr

@@ -12,7 +12,7 @@ import (
 )
 
 // How every variable is written, decided once here and checked before any
-// variable is parsed (see README, "Configuration"):
+// variable is parsed (see docs/configuration.md):
 //
 //   - no spaces around a value, and none anywhere in an entry of a list
 //     variable (POOL_CAPACITIES=gpu=1,io=16; checkEntry); NATS_PASSWORD

@@ -30,10 +30,10 @@ type Var struct {
 }
 
 // Vars is the one list of the environment variables slotlease reads. The
-// usage texts of leasemgr and executor are made from it (Usage); README's
-// configuration tables and this package's doc list the same names, which
-// vars_test.go checks, as it checks that every variable the loaders read
-// (commonVars, managerVars) is here.
+// usage texts of leasemgr and executor are made from it (Usage); the
+// tables of docs/configuration.md and this package's doc list the same
+// names, which vars_test.go checks, as it checks that every variable the
+// loaders read (commonVars, managerVars) is here.
 var Vars = []Var{
 	{EnvNodeID, "the host name, other characters than A-Za-z0-9_- made '-'", "this node's name in subjects and keys", ReadByAll},
 	{EnvPoolCapacities, "empty", "node pools, name=capacity pairs, e.g. gpu=1,io=16", ReadByManager},

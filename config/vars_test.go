@@ -70,16 +70,18 @@ func TestVarsDefaultsMatchTags(t *testing.T) {
 	walk(reflect.TypeFor[Manager]())
 }
 
-// TestREADMEListsVars: README's configuration tables name exactly the
-// variables of Vars.
-func TestREADMEListsVars(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// TestConfigurationDocListsVars: the tables of docs/configuration.md, the
+// one page on configuration, name exactly the variables of Vars.
+func TestConfigurationDocListsVars(t *testing.T) {
+	b, err := os.ReadFile("../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## Configuration\n")
+	// The variables' tables come before the first "## " section (queue
+	// policies, rate limits), under the page's "# Configuration" title.
+	_, section, ok := strings.Cut(string(b), "# Configuration\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Configuration" section`)
+		t.Fatal(`docs/configuration.md does not start with "# Configuration"`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	name := regexp.MustCompile("`([A-Z][A-Z0-9_]+)`")
@@ -93,7 +95,7 @@ func TestREADMEListsVars(t *testing.T) {
 			listed = append(listed, m[1])
 		}
 	}
-	checkSameNames(t, "README.md's configuration tables", listed)
+	checkSameNames(t, "docs/configuration.md's tables", listed)
 }
 
 // TestDocListsVars: the package doc's "# Variables" names exactly the

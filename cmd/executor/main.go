@@ -14,7 +14,7 @@
 // LEASE_SLOTS and LEASE_NODE in its environment, keeps the lease alive,
 // releases it, and exits with CMD's exit code. Configuration comes from the
 // environment: `executor help` lists every variable (config.Vars), and
-// README.md says more.
+// docs/configuration.md says more.
 package main
 
 import (

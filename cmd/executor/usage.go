@@ -57,7 +57,7 @@ how many.`, nil},
 // environment is the usage's list of the variables a command reads: every
 // client's, and the executor's own of also.
 func environment(also ...string) string {
-	return "Configuration is read from the environment (README.md, \"Configuration\"):\n" +
+	return "Configuration is read from the environment (docs/configuration.md):\n" +
 		config.Usage(config.ReadByClients, also...)
 }
 

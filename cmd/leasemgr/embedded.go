@@ -79,13 +79,13 @@ func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, j
 
 // carryOldStore moves the default store of a version before the state
 // directory, <TempDir>/leasemgr/<node>/jetstream, to the default now,
-// <StateHome>/slotlease/<node>/jetstream (README, "Configuration"): a
-// leasemgr upgraded in place keeps its leases, queue and job queue. It
-// moves only a store of this user's, private as leasemgr made it, and only
-// into a place with no store yet; the old place is left alone when a store
-// is in the new one (it says so), or when NATS_LISTEN is taken (an old
-// leasemgr may be serving from it: the server's start then fails on the
-// address, as it would have).
+// <StateHome>/slotlease/<node>/jetstream (docs/configuration.md,
+// NATS_STORE_DIR): a leasemgr upgraded in place keeps its leases, queue and
+// job queue. It moves only a store of this user's, private as leasemgr made
+// it, and only into a place with no store yet; the old place is left alone
+// when a store is in the new one (it says so), or when NATS_LISTEN is taken
+// (an old leasemgr may be serving from it: the server's start then fails on
+// the address, as it would have).
 func carryOldStore(cfg *config.Manager, stateHome string, log *slog.Logger) error {
 	old, store := config.OldDefaultStoreDir(cfg.NodeID), cfg.NATSStoreDir
 	if _, err := os.Lstat(old); err != nil {

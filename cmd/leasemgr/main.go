@@ -8,7 +8,7 @@
 //	leasemgr version        print what this binary was built from
 //
 // Configuration comes from the environment: `leasemgr help` lists every
-// variable (config.Vars), and README.md says more.
+// variable (config.Vars), and docs/configuration.md says more.
 package main
 
 import (

@@ -38,7 +38,7 @@ service info and slotlease_build_info on /metrics show them).`, 0},
 
 // environment is the usage's list of the variables r reads.
 func environment(r config.Reader) string {
-	return "Configuration is read from the environment (README.md, \"Configuration\"):\n" + config.Usage(r)
+	return "Configuration is read from the environment (docs/configuration.md):\n" + config.Usage(r)
 }
 
 // usage is the top-level usage text: every command, and every variable
