@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/debpkg"
 )
 
 // axeLock is the directory whose package.json and committed
@@ -20,7 +22,7 @@ import (
 const axeLock = "testdata/axe"
 
 // npmTool is Debian's npm, which installs axe-core from the npm registry.
-var npmTool = debianTool{path: "/usr/bin/npm", pkg: "npm", skipEnv: "SLOTLEASE_SKIP_BROWSER", test: "the accessibility check"}
+var npmTool = debpkg.Tool{Path: "/usr/bin/npm", Pkg: "npm", SkipEnv: "SLOTLEASE_SKIP_BROWSER", Test: "the accessibility check"}
 
 // axeSource returns axe-core's axe.min.js, installed once with `npm ci`
 // from axeLock into the user's cache (keyed by the lock's hash) and read
@@ -45,7 +47,7 @@ func axeSource(t *testing.T) string {
 	if b, err := os.ReadFile(js); err == nil && len(b) > 0 {
 		return string(b)
 	}
-	npm := npmTool.ensure(t)
+	npm := npmTool.Ensure(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

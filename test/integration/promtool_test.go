@@ -7,18 +7,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/debpkg"
 )
 
 // promtool is Debian's prometheus package's linter; the test installs the
 // package when it is missing. SLOTLEASE_SKIP_PROMTOOL=1 skips the test.
-var promtool = debianTool{path: "/usr/bin/promtool", pkg: "prometheus", skipEnv: "SLOTLEASE_SKIP_PROMTOOL", test: "the promtool test"}
+var promtool = debpkg.Tool{Path: "/usr/bin/promtool", Pkg: "prometheus", SkipEnv: "SLOTLEASE_SKIP_PROMTOOL", Test: "the promtool test"}
 
 // The real leasemgr's /metrics, after some traffic (a grant, one that
 // waited, a rejection), passes `promtool check metrics`: base units, counter
 // names, help texts. The traffic first, so the histograms have samples and
 // the rejection series carries its code.
 func TestMetricsPassPromtool(t *testing.T) {
-	tool := promtool.ensure(t)
+	tool := promtool.Ensure(t)
 	const node = "prom"
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3", "15s")
 	startManager(t, env, httpAddr)

@@ -22,6 +22,7 @@ import (
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/debpkg"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -235,7 +236,7 @@ func (p *cdpPage) state(t *testing.T) pageState {
 // is missing.
 func ensureChromium(t *testing.T) string {
 	t.Helper()
-	return debianTool{path: "/usr/bin/chromium", pkg: "chromium", skipEnv: "SLOTLEASE_SKIP_BROWSER", test: "the browser test"}.ensure(t)
+	return debpkg.Tool{Path: "/usr/bin/chromium", Pkg: "chromium", SkipEnv: "SLOTLEASE_SKIP_BROWSER", Test: "the browser test"}.Ensure(t)
 }
 
 // withoutDBus drops the lines where chromium says it has no D-Bus, which a
