@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/slotlease/slotlease/cmd/internal/cli"
 	"github.com/slotlease/slotlease/config"
 )
 
@@ -72,7 +71,7 @@ func usage() string {
 			}
 			fmt.Fprintf(&b, "  %s\n", line)
 		}
-		fmt.Fprintf(&b, "%s\n", indent(c.about, "      "))
+		fmt.Fprintf(&b, "%s\n", cli.Indent(c.about, "      "))
 	}
 	b.WriteString(`
 Run "executor COMMAND -h" for a command's flags; docs/jobs.md describes jobs.
@@ -85,29 +84,9 @@ machine cannot confine workers.
 	return b.String()
 }
 
-func indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
-}
-
-// parseFlags parses args with fs, whose name is "executor COMMAND". Asked
-// for help (-h, --help) it prints the command's usage, flags and
-// environment on stdout and returns flag.ErrHelp (exit 0); a bad flag
-// gets the synopsis and where to find more on fs's output (stderr), and
-// its error is returned to be printed.
+// parseFlags is cli.ParseFlags with this program's usage texts.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	errOut := fs.Output()
-	var buf bytes.Buffer
-	fs.SetOutput(&buf)
-	fs.Usage = func() { commandUsage(&buf, fs) }
-	err := fs.Parse(args)
-	fs.SetOutput(errOut)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		_, _ = buf.WriteTo(stdout)
-	case err != nil:
-		fmt.Fprintf(errOut, "%s\nRun \"%s -h\" for every flag.\n", synopsis(fs), fs.Name())
-	}
-	return err
+	return cli.ParseFlags(fs, args, stdout, func(w io.Writer) { commandUsage(w, fs) }, synopsis(fs))
 }
 
 // synopsis is the usage line(s) of fs's command.

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/slotlease/slotlease/cmd/internal/cli"
 	"github.com/slotlease/slotlease/config"
 )
 
@@ -47,7 +46,7 @@ func usage() string {
 	var b strings.Builder
 	b.WriteString("usage: leasemgr [command]\n\n")
 	for _, c := range commandHelp {
-		fmt.Fprintf(&b, "  leasemgr %s\n%s\n", c.synopsis, indent(c.about, "      "))
+		fmt.Fprintf(&b, "  leasemgr %s\n%s\n", c.synopsis, cli.Indent(c.about, "      "))
 	}
 	b.WriteString("\nRun \"leasemgr COMMAND -h\" for a command's flags.\n\n")
 	b.WriteString(environment(config.ReadByManager | config.ReadByClients))
@@ -66,30 +65,9 @@ func executorOnly() []string {
 	return out
 }
 
-func indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
-}
-
-// parseFlags parses args with fs, whose name is "leasemgr COMMAND". Asked
-// for help (-h, --help) it prints the command's usage, flags and
-// environment on stdout and returns flag.ErrHelp (exit 0); a bad flag
-// gets the synopsis and where to find more on fs's output (stderr), and
-// its error is returned to be printed.
+// parseFlags is cli.ParseFlags with this program's usage texts.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	errOut := fs.Output()
-	var buf bytes.Buffer
-	fs.SetOutput(&buf)
-	fs.Usage = func() { commandUsage(&buf, fs) }
-	err := fs.Parse(args)
-	fs.SetOutput(errOut)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		_, _ = buf.WriteTo(stdout)
-	case err != nil:
-		c := help(fs)
-		fmt.Fprintf(errOut, "usage: leasemgr %s\nRun \"%s -h\" for every flag.\n", c.synopsis, fs.Name())
-	}
-	return err
+	return cli.ParseFlags(fs, args, stdout, func(w io.Writer) { commandUsage(w, fs) }, "usage: leasemgr "+help(fs).synopsis)
 }
 
 // help is fs's command's entry of commandHelp.

@@ -14,7 +14,6 @@
 package asuser
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -24,7 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/slotlease/slotlease/test/debpkg"
 )
 
 // Kinds of user New makes.
@@ -210,25 +210,5 @@ func HasSubordinate() bool {
 // when it is missing.
 func ensureUIDMap(t testing.TB) {
 	t.Helper()
-	if os.Getenv(SkipUIDMapEnv) == "1" {
-		t.Skipf("%s=1: skipping the subordinate-id case", SkipUIDMapEnv)
-	}
-	if _, err := os.Stat("/usr/bin/newuidmap"); err == nil {
-		return
-	}
-	t.Log("newuidmap is missing: installing Debian's uidmap package")
-	for _, args := range [][]string{{"update"}, {"install", "-y", "uidmap"}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Fatalf("the subordinate-id case needs newuidmap (Debian package uidmap), and `apt-get %s` failed: %v\n%.2000s\n"+
-				"Install it (apt-get install uidmap), or set %s=1 to skip this case.", strings.Join(args, " "), err, out, SkipUIDMapEnv)
-		}
-	}
-	if _, err := os.Stat("/usr/bin/newuidmap"); err != nil {
-		t.Fatalf("apt-get installed uidmap, but %v", err)
-	}
+	debpkg.Tool{Path: "/usr/bin/newuidmap", Pkg: "uidmap", SkipEnv: SkipUIDMapEnv, Test: "the subordinate-id case"}.Ensure(t)
 }

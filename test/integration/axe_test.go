@@ -104,31 +104,8 @@ func axeCheck(t *testing.T, p *cdpPage, where string) {
 }
 
 // evalAwait is eval of an expression whose value is a promise: its
-// settled value.
+// settled value (axe.run takes seconds, so a longer wait than eval's).
 func (p *cdpPage) evalAwait(t *testing.T, expr string) any {
 	t.Helper()
-	var r struct {
-		Result struct {
-			Value any `json:"value"`
-		} `json:"result"`
-		ExceptionDetails *struct {
-			Text      string `json:"text"`
-			Exception *struct {
-				Description string `json:"description"`
-			} `json:"exception"`
-		} `json:"exceptionDetails"`
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := p.b.send(ctx, p.session, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true}, &r); err != nil {
-		t.Fatal(err)
-	}
-	if e := r.ExceptionDetails; e != nil {
-		msg := e.Text
-		if e.Exception != nil {
-			msg = e.Exception.Description
-		}
-		t.Fatalf("evaluating in the page: %s", msg)
-	}
-	return r.Result.Value
+	return p.evaluate(t, expr, true, 60*time.Second)
 }

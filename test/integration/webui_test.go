@@ -471,6 +471,13 @@ func (p *cdpPage) call(t *testing.T, method string, params, result any) {
 // eval evaluates a JavaScript expression in the page and returns its value.
 func (p *cdpPage) eval(t *testing.T, expr string) any {
 	t.Helper()
+	return p.evaluate(t, expr, false, 0)
+}
+
+// evaluate runs Runtime.evaluate for expr, awaiting a promise's value if
+// await, within timeout (0: call's), and fails the test on an exception.
+func (p *cdpPage) evaluate(t *testing.T, expr string, await bool, timeout time.Duration) any {
+	t.Helper()
 	var r struct {
 		Result struct {
 			Value any `json:"value"`
@@ -482,7 +489,19 @@ func (p *cdpPage) eval(t *testing.T, expr string) any {
 			} `json:"exception"`
 		} `json:"exceptionDetails"`
 	}
-	p.call(t, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r)
+	params := map[string]any{"expression": expr, "returnByValue": true}
+	if await {
+		params["awaitPromise"] = true
+	}
+	if timeout == 0 {
+		p.call(t, "Runtime.evaluate", params, &r)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := p.b.send(ctx, p.session, "Runtime.evaluate", params, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if e := r.ExceptionDetails; e != nil {
 		msg := e.Text
 		if e.Exception != nil {
