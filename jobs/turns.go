@@ -20,6 +20,12 @@ import (
 // rounds each tenant with jobs waiting starts slots in proportion to its
 // weight.
 //
+// Why not pools' rule (serve while the head fits the credit, never
+// overdraw): the feeder learns a job's slots only once it has fetched the
+// job, and a job given back (nak) is redelivered rather than kept at the
+// head of its tenant's line; so it charges after (docs/jobs.md, "Tenants:
+// fair share through the queue").
+//
 // Keys are tenant keys (TenantKey; "" for jobs without a tenant, which
 // share as one more tenant). A turns belongs to one feeder goroutine.
 type turns struct {
