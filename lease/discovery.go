@@ -30,7 +30,7 @@ type discovery struct {
 
 	stats, resize, snapshot *endpoint
 
-	hist history // the pools' utilisation history (history.go); guarded by Manager.mu
+	hist history // the pools' utilisation history (history.go): its own lock
 }
 
 // endpoint is one admin endpoint and its figures for $SRV.STATS.
@@ -117,7 +117,10 @@ func (m *Manager) serveDiscovery() error {
 		}
 	}
 	m.ops.Add(1)
-	go m.sampleHistory() // ends with m.ctx; Close waits for it
+	go func() { // ends with m.ctx; Close waits for it
+		defer m.ops.Done()
+		d.hist.run(m.ctx, m.poolPoints)
+	}()
 	return nil
 }
 

@@ -13,10 +13,8 @@ func SetQueueEntryTTL(d time.Duration) (restore func()) {
 // FillHistory samples every pool n times, as an hour of HistoryStep
 // samples would, ending now.
 func (m *Manager) FillHistory(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	now := time.Now()
 	for i := n - 1; i >= 0; i-- {
-		m.sampleLocked(now.Add(-time.Duration(i) * HistoryStep))
+		m.disc.hist.record(m.poolPoints(now.Add(-time.Duration(i) * HistoryStep)))
 	}
 }

@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // History resolution and length: the last hour of every pool at 5 s
 // resolution, 720 points per pool, kept in the manager process so the
@@ -15,11 +19,14 @@ const (
 // of 720 points stays small.
 type HistoryPoint [4]int64
 
-// history is a bounded ring of samples per pool, kept with the admin
-// endpoints (discovery.hist). Guarded by Manager.mu.
+// history is a bounded ring of samples per pool: the owner of the pools'
+// utilisation history, with its own lock and its sampling goroutine (run).
+// The Manager hands it each sample (Manager.poolPoints) and the snapshot
+// reads it; neither holds the other's lock while calling in.
 // Invariant: every ring holds at most HistoryPoints samples, oldest first
 // from next.
 type history struct {
+	mu    sync.Mutex
 	rings map[string]*ring
 }
 
@@ -44,23 +51,49 @@ func (r *ring) points() []HistoryPoint {
 	return out
 }
 
-// sampleLocked records every pool's figures at now, and forgets the rings
-// of pools that no longer exist (a resize removed them).
-func (m *Manager) sampleLocked(now time.Time) {
-	if m.disc.hist.rings == nil {
-		m.disc.hist.rings = make(map[string]*ring, len(m.pools))
+// record adds one sample per pool, and forgets the rings of pools not in
+// sample (a resize removed them).
+func (h *history) record(sample map[string]HistoryPoint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rings == nil {
+		h.rings = make(map[string]*ring, len(sample))
 	}
-	for name, p := range m.pools {
-		r := m.disc.hist.rings[name]
+	for name, pt := range sample {
+		r := h.rings[name]
 		if r == nil {
 			r = new(ring)
-			m.disc.hist.rings[name] = r
+			h.rings[name] = r
 		}
-		r.add(pointOf(now, p))
+		r.add(pt)
 	}
-	for name := range m.disc.hist.rings {
-		if m.pools[name] == nil {
-			delete(m.disc.hist.rings, name)
+	for name := range h.rings {
+		if _, ok := sample[name]; !ok {
+			delete(h.rings, name)
+		}
+	}
+}
+
+// points returns pool's samples, oldest first.
+func (h *history) points(pool string) []HistoryPoint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r := h.rings[pool]; r != nil {
+		return r.points()
+	}
+	return nil
+}
+
+// run records sample() now and every HistoryStep until ctx ends.
+func (h *history) run(ctx context.Context, sample func(now time.Time) map[string]HistoryPoint) {
+	tick := time.NewTicker(HistoryStep)
+	defer tick.Stop()
+	for now := time.Now(); ; {
+		h.record(sample(now))
+		select {
+		case <-ctx.Done():
+			return
+		case now = <-tick.C:
 		}
 	}
 }
@@ -70,20 +103,13 @@ func pointOf(now time.Time, p *pool) HistoryPoint {
 	return HistoryPoint{now.Unix(), s.InUse, s.Capacity, int64(s.QueuedRequests)}
 }
 
-// sampleHistory samples the pools now and every HistoryStep until the
-// manager closes. Close waits for it (m.ops).
-func (m *Manager) sampleHistory() {
-	defer m.ops.Done()
-	tick := time.NewTicker(HistoryStep)
-	defer tick.Stop()
-	for now := time.Now(); ; {
-		m.mu.Lock()
-		m.sampleLocked(now)
-		m.mu.Unlock()
-		select {
-		case <-m.ctx.Done():
-			return
-		case now = <-tick.C:
-		}
+// poolPoints is every pool's sample at now, for history.run.
+func (m *Manager) poolPoints(now time.Time) map[string]HistoryPoint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]HistoryPoint, len(m.pools))
+	for name, p := range m.pools {
+		out[name] = pointOf(now, p)
 	}
+	return out
 }

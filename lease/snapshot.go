@@ -109,10 +109,7 @@ func (m *Manager) Snapshot(history bool) NodeSnapshot {
 		ps.Holders, ps.HoldersMore = clipList(hs)
 		ps.Waiters, ps.WaitersMore = clipList(waitersLocked(p))
 		if history {
-			if r := m.disc.hist.rings[p.name]; r != nil {
-				ps.History = r.points()
-			}
-			ps.History = append(ps.History, pointOf(now, p))
+			ps.History = append(m.disc.hist.points(p.name), pointOf(now, p))
 		}
 		snap.Pools = append(snap.Pools, ps)
 	}
