@@ -27,11 +27,12 @@ func TestResizeCommand(t *testing.T) {
 		says string
 	}{
 		{[]string{"resize"}, 2, "nothing to change"},
-		{[]string{"resize", "gpu=0"}, 2, `entry "gpu=0": capacity must be a positive integer`},
+		// A command-line argument is named as one, not as POOL_CAPACITIES.
+		{[]string{"resize", "gpu=0"}, 2, `argument "gpu=0": capacity must be a positive integer`},
 		{[]string{"resize", "--remove", "nope"}, 1, "unknown_pool"},
 	} {
 		p := start(t, env, "leasemgr", tc.args...)
-		if code := p.Wait(t, 10*time.Second); code != tc.code || !strings.Contains(p.Output(), tc.says) {
+		if code := p.Wait(t, 10*time.Second); code != tc.code || !strings.Contains(p.Output(), tc.says) || strings.Contains(p.Output(), "POOL_CAPACITIES") {
 			t.Fatalf("%v: exit %d, want %d saying %q:\n%s", tc.args, code, tc.code, tc.says, p.Output())
 		}
 	}
