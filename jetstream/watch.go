@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -39,7 +40,19 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	w := &watcher{out: make(chan lease.Change, 256), stop: make(chan struct{}), prefix: len(s.subject)}
+	// The stream leader's last sequence of the filter, asked before the
+	// consumer exists: the initial state is complete only once the watch
+	// has delivered it (or a later one). The ordered consumer may live on a
+	// follower that is still catching up after a restart, whose pending
+	// count says "nothing more" while the leader holds records it lacks; a
+	// rebuild that trusted it would serve with leases missing, over-grant
+	// them, and later delete their records as another instance's
+	// (TestRollingRestart).
+	last, err := s.leaderLastSeq(ctx, s.subject+filter)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
+	}
+	w := &watcher{out: make(chan lease.Change, 256), stop: make(chan struct{}), prefix: len(s.subject), last: last}
 	// Held until the initial state is known, so that no change is sent
 	// before the caught-up marker of an empty bucket.
 	w.mu.Lock()
@@ -57,7 +70,7 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, ctx.Err())
 	}
-	if pending, err := sub.InitialConsumerPending(); err == nil && pending == 0 && w.seen == 0 {
+	if pending, err := sub.InitialConsumerPending(); err == nil && pending == 0 && w.seen == 0 && last == 0 {
 		w.caughtUp = true
 		w.out <- lease.Change{Op: lease.ChangeCaughtUp} // out is empty: cannot block
 	}
@@ -80,6 +93,8 @@ type watcher struct {
 	mu       sync.Mutex // serializes deliveries with the end of the setup
 	seen     int
 	caughtUp bool
+	last     uint64 // the stream leader's last sequence of the filter at the start
+	maxSeq   uint64 // the highest sequence delivered
 }
 
 func (w *watcher) Changes() <-chan lease.Change { return w.out }
@@ -112,8 +127,9 @@ func (w *watcher) send(c lease.Change) bool {
 }
 
 // deliver translates one message. The initial state is complete at the
-// first message with nothing pending after it, or at once when the bucket
-// held nothing (see Watch).
+// first message with nothing pending after it once the leader's last
+// sequence of the filter has been delivered, or at once when the leader
+// held nothing for it (see Watch).
 func (w *watcher) deliver(m *nats.Msg) {
 	meta, err := m.Metadata()
 	if err != nil || len(m.Subject) <= w.prefix {
@@ -139,7 +155,8 @@ func (w *watcher) deliver(m *nats.Msg) {
 	if !w.send(c) {
 		return
 	}
-	if !w.caughtUp && meta.NumPending == 0 {
+	w.maxSeq = max(w.maxSeq, meta.Sequence.Stream)
+	if !w.caughtUp && meta.NumPending == 0 && w.maxSeq >= w.last {
 		w.caughtUp = true
 		w.send(lease.Change{Op: lease.ChangeCaughtUp})
 	}
@@ -161,3 +178,51 @@ func MsgTTL(h nats.Header) time.Duration {
 	}
 	return 0
 }
+
+// leaderLastSeq is the sequence of the last message of the stream whose
+// subject matches filter, as the stream's leader has it (a stream message
+// get, which only the leader answers; a direct get may be answered by a
+// follower and be stale); 0 when none matches.
+func (s *LeaseStore) leaderLastSeq(ctx context.Context, filter string) (uint64, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{filter})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaderLastTimeout)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.kv.Bucket(), req)
+	if err != nil {
+		return 0, fmt.Errorf("the stream leader's last sequence: %w", err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("the stream leader's last sequence: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == jsErrNoMessageFound:
+		return 0, nil
+	case resp.Error != nil:
+		return 0, fmt.Errorf("the stream leader's last sequence: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return 0, errors.New("the stream leader's last sequence: an answer without a message")
+	}
+	return resp.Message.Seq, nil
+}
+
+// jsErrNoMessageFound is JetStream's error code for a message get that
+// matches nothing.
+const jsErrNoMessageFound = 10037
+
+// leaderLastTimeout bounds leaderLastSeq within the watch's set-up.
+const leaderLastTimeout = 5 * time.Second

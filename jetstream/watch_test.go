@@ -157,3 +157,57 @@ func TestWatchStopAfterConsumerGone(t *testing.T) {
 		t.Fatalf("Stop after the consumer was deleted: %v", err)
 	}
 }
+
+// The initial state is complete only once the stream leader's last
+// sequence of the filter was delivered: a consumer on a follower still
+// catching up says "nothing pending" early (its messages carry
+// NumPending 0) while the leader holds records it has not delivered yet.
+func TestWatchCaughtUpWaitsForTheLeadersLastSequence(t *testing.T) {
+	w := &watcher{out: make(chan lease.Change, 8), stop: make(chan struct{}), prefix: len("$KV.b."), last: 7}
+	msg := func(key string, seq uint64) *nats.Msg {
+		// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+		return &nats.Msg{Subject: "$KV.b." + key, Reply: "$JS.ACK.KV_b.c.1." + strconv.FormatUint(seq, 10) + ".1.1700000000000000000.0",
+			Header: nats.Header{}, Data: []byte("v"), Sub: &nats.Subscription{}} // bound, as a delivered message is
+	}
+	w.deliver(msg("n.p.a", 3)) // the lagging follower's last: pending 0
+	if got := drain(w.out); len(got) != 1 || got[0].Op != lease.ChangePut {
+		t.Fatalf("after seq 3 of a last 7: %+v, want one put and no caught-up marker", got)
+	}
+	w.deliver(msg("n.p.b", 7)) // caught up with the leader
+	if got := drain(w.out); len(got) != 2 || got[1].Op != lease.ChangeCaughtUp {
+		t.Fatalf("after seq 7 of a last 7: %+v, want the put and the caught-up marker", got)
+	}
+}
+
+func drain(ch chan lease.Change) []lease.Change {
+	var out []lease.Change
+	for {
+		select {
+		case c := <-ch:
+			out = append(out, c)
+		default:
+			return out
+		}
+	}
+}
+
+// leaderLastSeq is the last sequence of the filter on the stream leader,
+// and 0 when nothing matches.
+func TestLeaderLastSeq(t *testing.T) {
+	s := openTestStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if got, err := s.leaderLastSeq(ctx, s.subject+"n.>"); err != nil || got != 0 {
+		t.Fatalf("empty: %d, %v; want 0", got, err)
+	}
+	rev, err := s.Create(ctx, "n.p.a", []byte("a"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "m.p.a", []byte("a"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.leaderLastSeq(ctx, s.subject+"n.>"); err != nil || got != rev {
+		t.Fatalf("after one put: %d, %v; want %d (another filter's later put not counted)", got, err, rev)
+	}
+}

@@ -87,17 +87,21 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 // instance holds it. It returns the key's revision and when the winning
 // create (or takeover) was sent.
 //
-// A key whose revision stays the same for longer than the TTL is taken
-// over with a write conditional on that revision. A leader renews every
-// TTL/3, each renewal a new revision, and stops serving at its own
+// A key whose revision stays the same for longer than twice the TTL is
+// taken over with a write conditional on that revision. A leader renews
+// every TTL/3, each renewal a new revision, and stops serving at its own
 // deadline, sent + TTL - TTL/10, which falls before its write was stored
 // + TTL, so before this instance, which first saw that revision after it
-// was stored, has watched it for a TTL. So an unchanged key is either
-// about to expire or one no manager wrote: a value without a TTL (which
-// would never expire), unreadable, or naming an unknown instance. Without
-// this, such a key stopped the node for good, also across restarts. The
-// conditional write fails if the key changed meanwhile (a stale read of a
-// follower included), so a live leader is never taken over.
+// was stored, has watched it for a TTL; and a manager's key, stored with
+// the TTL, has expired a TTL before the takeover. So a key unchanged that
+// long is one no manager wrote: a value without a TTL (which would never
+// expire), unreadable, or naming an unknown instance. Without this, such a
+// key stopped the node for good, also across restarts. The conditional
+// write fails if the key changed meanwhile (a stale read of a follower
+// included), so a live leader is never taken over. Waiting one TTL only
+// was not enough: a takeover of a manager's key in the instant it expired
+// raced the create of another candidate that saw it gone, and both led
+// (TestRollingRestart, a clean stop of the leader).
 func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (uint64, time.Time, error) {
 	value, err := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
 	if err != nil {
@@ -122,10 +126,10 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 				switch {
 				case cur != seen:
 					seen, seenAt = cur, time.Now()
-				case time.Since(seenAt) > cfg.TTL:
+				case time.Since(seenAt) > 2*cfg.TTL:
 					sent = time.Now()
 					if rev, err = cfg.Store.Renew(cctx, cfg.Node, value, cfg.TTL, cur); err == nil {
-						log.Warn("took over a leadership key nobody renewed for longer than the leadership TTL (no TTL, or not written by a manager)", "revision", cur, "unchanged_for", time.Since(seenAt).Round(time.Millisecond))
+						log.Warn("took over a leadership key nobody renewed for longer than twice the leadership TTL (no TTL, or not written by a manager)", "revision", cur, "unchanged_for", time.Since(seenAt).Round(time.Millisecond))
 						if cfg.Refused != nil {
 							cfg.Refused(RefusedStaleLeader)
 						}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,7 @@ type Auditor struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	feeds  []*feed // one per watch, for CatchUp
 
 	mu      sync.Mutex
 	leases  []Observation
@@ -157,6 +159,12 @@ func (a *Auditor) consume(ctx, actx context.Context, stream, filter string, fn f
 		return err
 	}
 	var mu sync.Mutex // guards msgs between the two goroutines
+	f := &feed{stream: stream, filter: filter, restart: func() {
+		mu.Lock()
+		msgs.Stop() // the loop below starts over after the last message
+		mu.Unlock()
+	}}
+	a.feeds = append(a.feeds, f)
 	a.wg.Go(func() {
 		<-actx.Done()
 		mu.Lock()
@@ -204,9 +212,83 @@ func (a *Auditor) consume(ctx, actx context.Context, stream, filter string, fn f
 			}
 			last = md.Sequence.Stream
 			fn(msg, md)
+			f.delivered.Store(last)
 		}
 	})
 	return nil
+}
+
+// feed is one of the auditor's watches, as CatchUp sees it.
+type feed struct {
+	stream, filter string
+	delivered      atomic.Uint64 // the last stream sequence handed on
+	restart        func()        // makes the watch start over after delivered
+}
+
+// CatchUp waits until every watch has delivered the last message its
+// stream's leader holds for it, so the audit judges what was stored, not
+// what a watch left on a lagging or stuck consumer had delivered by then
+// (a leadership watch stuck after a server restart made a later leader's
+// grants look like another's). A watch behind for a second is made to
+// start over; one still behind when ctx ends is an error.
+func (a *Auditor) CatchUp(ctx context.Context) error {
+	for _, f := range a.feeds {
+		want, err := streamLastSeq(ctx, a.nc, f.stream, f.filter)
+		if err != nil {
+			return fmt.Errorf("auditor: %s: %w", f.stream, err)
+		}
+		nudge := time.Now().Add(time.Second)
+		for f.delivered.Load() < want {
+			if time.Now().After(nudge) {
+				f.restart()
+				nudge = time.Now().Add(time.Second)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("auditor: the watch of %s (%s) delivered up to %d, the stream's leader holds %d: %w", f.stream, f.filter, f.delivered.Load(), want, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// streamLastSeq is the sequence of the stream's last message on filter as
+// its leader has it (a message get, which only the leader answers); 0 when
+// none.
+func streamLastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": filter})
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		msg, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+		cancel()
+		if err == nil {
+			var resp struct {
+				Message *struct {
+					Seq uint64 `json:"seq"`
+				} `json:"message"`
+				Error *struct {
+					ErrCode     int    `json:"err_code"`
+					Description string `json:"description"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return 0, err
+			}
+			switch {
+			case resp.Message != nil:
+				return resp.Message.Seq, nil
+			case resp.Error != nil && resp.Error.ErrCode == 10037: // no message found
+				return 0, nil
+			case resp.Error != nil:
+				err = fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("the last sequence of %s on %s: %w", stream, filter, err)
+		}
+		time.Sleep(100 * time.Millisecond) // a leader election: ask again
+	}
 }
 
 // Stop ends the watches; the observations stay.

@@ -350,6 +350,11 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 	busy := s.waitIdle(ctx, drainBy.Add(5*time.Second))
 	// Let the auditor see the last markers, then stop it.
 	time.Sleep(200 * time.Millisecond)
+	cctx, ccancel := context.WithTimeout(ctx, 15*time.Second)
+	if err := aud.CatchUp(cctx); err != nil {
+		s.fail("%v", err)
+	}
+	ccancel()
 	aud.Stop()
 	auditorStopped = true
 
