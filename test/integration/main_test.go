@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -20,8 +21,21 @@ import (
 
 var binDir string
 
+// defaultTimeout is go test's own per-package timeout; packageTimeout is
+// this package's, used in its place.
+const defaultTimeout, packageTimeout = 10 * time.Minute, 30 * time.Minute
+
 func TestMain(m *testing.M) {
 	sandbox.Init() // jobs served in process run in the sandbox, which re-executes the test binary
+	// This package runs the real binaries for 6-8 minutes under -race on
+	// two cores beside the other packages of `go test ./...`, too close to
+	// go test's default 10m, whose expiry kills the whole package: the
+	// README's plain `go test -race ./...` gets 30m here. A timeout asked
+	// for on the command line, other than the default, is kept.
+	flag.Parse()
+	if t := flag.Lookup("test.timeout"); t != nil && t.Value.String() == defaultTimeout.String() {
+		_ = flag.Set("test.timeout", packageTimeout.String())
+	}
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
 	if err == nil {
 		// The binaries run as ordinary users too (asuser).
