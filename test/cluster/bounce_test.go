@@ -23,16 +23,8 @@ import (
 func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Shutdown()
 	st := Settings{Replicas: 3, Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	const node, pool = "node1", "gpu"
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: node, Instance: "m", Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}})
 	if err != nil {

@@ -37,16 +37,8 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*run+2*time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Shutdown()
 	st := Settings{Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	aud, err := StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix)
 	if err != nil {
 		t.Fatal(err)

@@ -24,16 +24,8 @@ import (
 func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Shutdown()
 	st := Settings{LeaseTTL: 8 * time.Second, Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "m",
 		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: &Terms{}})
 	if err != nil {

@@ -37,16 +37,8 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Shutdown)
 	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	pools := []lease.PoolConfig{{Name: "gpu", Capacity: 1}}
 	a, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "a", Pools: pools})
 	if err != nil {

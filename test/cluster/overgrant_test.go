@@ -49,16 +49,8 @@ func injectedRun(t *testing.T, managerCap int64, wrap func(lease.Store) lease.St
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Shutdown()
 	st := Settings{LeaseTTL: 2 * time.Second, Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	aud, err := StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix)
 	if err != nil {
 		t.Fatal(err)

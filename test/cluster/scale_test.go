@@ -69,18 +69,11 @@ func TestScale(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Shutdown) // after the connections' cleanups
 	st := Settings{LeaseTTL: 5 * time.Second, StoreTimeout: 5 * time.Second, Logger: harness.Logger()}
-	st.defaults()
-	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
+	cl := provisionedCluster(ctx, t, &st)
 	var aud *Auditor
 	if *scaleAudit {
+		var err error
 		if aud, err = StartAuditor(ctx, cl.URL(), cl.Auth(config.RoleManager), st.Prefix); err != nil {
 			t.Fatal(err)
 		}
