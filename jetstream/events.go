@@ -31,7 +31,7 @@ func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
 // lease transition must not fail because nobody could be told about it.
 func (e *Events) Publish(ev lease.Event) {
 	b := eventBuffers.Get()
-	data := ev.AppendJSON(*b)
+	data := lease.AppendEvent(*b, &ev)
 	if err := e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data); err != nil {
 		e.log.Warn("publishing a lease event", "kind", ev.Kind, "pool", ev.Pool, "err", err)
 	}

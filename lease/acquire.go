@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -19,7 +21,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.RequestID(clip(req.RequestID)), telemetry.Holder(clip(req.Holder)), telemetry.Slots(req.Slots))
+	telemetry.SetAttributes(span, telemetry.RequestID(echo.Clip(req.RequestID)), telemetry.Holder(echo.Clip(req.Holder)), telemetry.Slots(req.Slots))
 	if e := m.validateAcquire(&req); e != nil {
 		m.reject(span, msg.Reply, poolName, req, e)
 		return
@@ -180,7 +182,7 @@ func (m *Manager) enqueueError(p *pool, req AcquireRequest, err error) *Error {
 }
 
 func (m *Manager) validateAcquire(req *AcquireRequest) *Error {
-	if err := validID(req.RequestID); err != nil {
+	if err := rules.ValidRequestID(req.RequestID); err != nil {
 		return errorf(CodeBadRequest, "%v", err)
 	}
 	if req.Holder == "" {
@@ -221,8 +223,8 @@ func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName 
 	m.respond(reply, errReply(e))
 	if p != nil {
 		// The request failed validation, maybe for its size: echo a bounded part.
-		m.emit(p, Event{Kind: EventRejected, RequestID: clip(req.RequestID), Holder: clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
+		m.emit(p, Event{Kind: EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
-		m.log.Debug("acquire rejected", "pool", clip(poolName), "code", e.Code, "message", e.Message)
+		m.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/rules"
 )
 
@@ -155,7 +155,7 @@ func checkWants(wants []Want, requestID string) error {
 			return errorf(CodeInvalidSlots, "%d slot(s) of pool %s: must be at least 1", w.Slots, w.Pool)
 		}
 		if requestID != "" {
-			if err := validID(requestID + "-" + w.Pool); err != nil {
+			if err := rules.ValidRequestID(requestID + "-" + w.Pool); err != nil {
 				return errorf(CodeBadRequest, "request id %q with pool %s: %v", requestID, w.Pool, err)
 			}
 		}
@@ -207,7 +207,7 @@ func (c *Client) clusterPools(ctx context.Context, wants []Want) (map[string]boo
 				for _, name := range missing {
 					if !slices.Contains(*np.ClusterPools, name) {
 						return nil, errorf(CodeUnknownPool, "pool %q is neither node %s's (%s) nor a cluster pool (%s)",
-							name, c.node, poolList(np.Pools), nameList(*np.ClusterPools))
+							name, c.node, poolList(np.Pools), echo.List(*np.ClusterPools))
 					}
 				}
 			}
@@ -242,18 +242,7 @@ func poolList(ps []PoolStats) string {
 	for _, p := range ps {
 		names = append(names, p.Name)
 	}
-	return nameList(names)
-}
-
-// nameList is names for a message: "none" for none, at most 16 shown.
-func nameList(names []string) string {
-	switch {
-	case len(names) == 0:
-		return "none"
-	case len(names) > 16:
-		return strings.Join(names[:16], ", ") + fmt.Sprintf(" and %d more", len(names)-16)
-	}
-	return strings.Join(names, ", ")
+	return echo.List(names)
 }
 
 // clusterClient is a client for the cluster pools on c's connection, with

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // dropAbandonedLocked ends r, whose turn came after its client stopped
@@ -62,7 +63,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	if err := validID(req.RequestID); err != nil {
+	if err := rules.ValidRequestID(req.RequestID); err != nil {
 		m.respond(msg.Reply, errReply(errorf(CodeBadRequest, "%v", err)))
 		return
 	}

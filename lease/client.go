@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 )
 
@@ -281,7 +282,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if ownID {
 		o.requestID = nuid.Next()
 	}
-	if err := validID(o.requestID); err != nil {
+	if err := rules.ValidRequestID(o.requestID); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
 	if o.wait > MaxWaitMs*time.Millisecond {

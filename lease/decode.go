@@ -20,11 +20,7 @@ import (
 // with encoding/json). decode_test.go walks every field of every request
 // type by reflection, so a field added without decoder support fails a test.
 
-// Body limits: a lease verb's body holds at most a few hundred bytes of
-// identifiers, even fully escaped; a resize names pools.
 const (
-	MaxRequestBody = 8 << 10
-	MaxResizeBody  = 64 << 10
 	// maxPoolNameLen bounds one pool name in a resize; rules.ValidToken
 	// checks the rest.
 	maxPoolNameLen = 128
@@ -216,7 +212,7 @@ func (d *decoder) poolObject(name, want string, value func(p string, pool []byte
 		}
 		p := string(pool)
 		if seen[p] {
-			d.fail("%s: pool %s is given twice", name, echo(pool))
+			d.fail("%s: pool %s is given twice", name, quoteKey(pool))
 			return false
 		}
 		seen[p] = true
@@ -235,7 +231,7 @@ func (d *decoder) poolCapacities(bit uint, dst *map[string]int64) {
 	name := string(d.key)
 	m := map[string]int64{}
 	if d.poolObject(name, "capacity", func(p string, pool []byte) bool {
-		c, ok := d.signed(name + ": the capacity of pool " + echo(pool))
+		c, ok := d.signed(name + ": the capacity of pool " + quoteKey(pool))
 		m[p] = c
 		return ok
 	}) {
@@ -256,7 +252,7 @@ func (d *decoder) poolRates(bit uint, dst *map[string]RateSetting) {
 	m := map[string]RateSetting{}
 	if d.poolObject(name, `{"rate": "60/m", "burst": 5}`, func(p string, pool []byte) bool {
 		var rs RateSetting
-		what := name + ": pool " + echo(pool)
+		what := name + ": pool " + quoteKey(pool)
 		var seenRate, seenBurst bool
 		ok := d.elements('{', '}', what+` must be an object {"rate": "60/m", "burst": 5}`, func() bool {
 			key, bad := d.str(&d.scratch, maxPoolNameLen)
@@ -288,9 +284,9 @@ func (d *decoder) poolRates(bit uint, dst *map[string]RateSetting) {
 				rs.Burst, ok = d.signed(what + ": burst")
 				return ok
 			case k == "rate" || k == "burst":
-				d.fail("%s: key %s is given twice", what, echo(key))
+				d.fail("%s: key %s is given twice", what, quoteKey(key))
 			default:
-				d.fail("%s: unknown key %s (want rate and burst)", what, echo(key))
+				d.fail("%s: unknown key %s (want rate and burst)", what, quoteKey(key))
 			}
 			return false
 		})

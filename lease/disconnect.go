@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
 )
 
 // Fast release. A holder names its NATS connection in every acquire and
@@ -40,18 +41,6 @@ import (
 // connection it uses, or a record written without the grace, is not freed
 // this way: the TTL alone ends it.
 
-// DefaultDisconnectGrace is how long after a holder's connection closed
-// the manager frees its leases, when fast release is on.
-const DefaultDisconnectGrace = 800 * time.Millisecond
-
-// Bounds of ManagerConfig.DisconnectGrace: under the minimum a holder's
-// pings would lose leases to a busy machine's hiccups; the maximum keeps
-// it well inside the TTL, whose path it is meant to beat.
-const (
-	MinDisconnectGrace = 200 * time.Millisecond
-	MaxDisconnectGrace = 10 * time.Second
-)
-
 // holderClosed reports whether reason, the server's record of why it
 // closed a client connection, says the client's end closed it: EOF from
 // the client ("Client Closed"), or a read or write that failed on the
@@ -73,15 +62,6 @@ const disconnectAdvisoryType = "io.nats.server.advisory.v1.client_disconnect"
 // client's JWT at most, a few kilobytes.
 const maxAdvisory = 64 << 10
 
-// conn names a client connection: its server's id and the client id the
-// server gave it. The zero conn is "not said".
-type conn struct {
-	server string
-	id     uint64
-}
-
-func (c conn) known() bool { return c.server != "" }
-
 // checkConn validates a request's connection fields.
 func checkConn(server string, id uint64) *Error {
 	if server == "" && id == 0 {
@@ -97,8 +77,6 @@ func checkConn(server string, id uint64) *Error {
 	}
 	return nil
 }
-
-func recordConn(r *Record) conn { return conn{r.ConnServer, r.ConnID} }
 
 // disconnects is the manager's fast-release state. Guarded by Manager.mu.
 type disconnects struct {
@@ -155,7 +133,7 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 		} `json:"client"`
 	}
 	if err := json.Unmarshal(msg.Data, &adv); err != nil || adv.Type != disconnectAdvisoryType || adv.Server.ID == "" || adv.Client.ID == 0 {
-		m.log.Debug("ignoring a message on the disconnect advisory subject that is not one", "subject", clip(msg.Subject))
+		m.log.Debug("ignoring a message on the disconnect advisory subject that is not one", "subject", echo.Clip(msg.Subject))
 		return
 	}
 	c := conn{adv.Server.ID, adv.Client.ID}

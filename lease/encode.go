@@ -142,8 +142,8 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// AppendJSON appends the event as json.Marshal would encode it.
-func (e *Event) AppendJSON(b []byte) []byte {
+// AppendEvent appends the event as json.Marshal would encode it.
+func AppendEvent(b []byte, e *Event) []byte {
 	b = append(b, '{')
 	b = appendStringField(b, "kind", string(e.Kind))
 	b = appendTimeField(b, "time", e.Time)

@@ -16,7 +16,7 @@ import (
 // Record, Event, pools.Stats or Reply without its encoder fails here.
 func TestEncodersCoverEveryField(t *testing.T) {
 	checkEveryField(t, func(r *Record) ([]byte, error) { return appendRecord(nil, r), nil }, nil)
-	checkEveryField(t, func(e *Event) ([]byte, error) { return e.AppendJSON(nil), nil }, nil)
+	checkEveryField(t, func(e *Event) ([]byte, error) { return AppendEvent(nil, e), nil }, nil)
 	// Replies with stats, a node or an error go through encoding/json;
 	// every other field must be on the fast path.
 	checkEveryField(t, func(r *Reply) ([]byte, error) { return appendReply(nil, r) }, toFastPath)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/slotlease/slotlease/internal/echo"
 )
 
 // Code is a wire error code. Every error a lease manager sends carries one,
@@ -101,5 +103,5 @@ var ErrConnectionSilent = errors.New("the server did not answer on the lease's c
 // string and error argument is bounded (clipArgs), so no request makes an
 // answer or an event larger than a few hundred bytes.
 func errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, clipArgs(args)...)}
+	return &Error{Code: code, Message: fmt.Sprintf(format, echo.Args(args)...)}
 }

@@ -6,19 +6,6 @@ import (
 	"time"
 )
 
-// History resolution and length: the last hour of every pool at 5 s
-// resolution, 720 points per pool, kept in the manager process so the
-// operator's page has its sparklines filled from the first second.
-const (
-	HistoryStep   = 5 * time.Second
-	HistoryPoints = 720
-)
-
-// HistoryPoint is one sample of a pool: unix seconds, slots in use,
-// capacity, queued requests. Encoded as a 4-element JSON array, so an hour
-// of 720 points stays small.
-type HistoryPoint [4]int64
-
 // history is a bounded ring of samples per pool: the owner of the pools'
 // utilisation history, with its own lock and its sampling goroutine (run).
 // The Manager hands it each sample (Manager.poolPoints) and the snapshot

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/slotlease/slotlease/internal/echo"
 )
 
 // The strict JSON scanner under the request decoders of decode.go: one flat
@@ -130,21 +132,21 @@ func (d *decoder) end() *Error {
 	return d.err
 }
 
-// echo renders s for an error message: quoted, clipped, control
+// quoteKey renders s for an error message: quoted, clipped, control
 // characters and invalid UTF-8 escaped.
-func echo(s []byte) string {
-	return strconv.Quote(clipTo(string(s), maxEchoKey))
+func quoteKey(s []byte) string {
+	return strconv.Quote(echo.ClipTo(string(s), maxEchoKey))
 }
 
 func (d *decoder) unknown() {
-	d.fail("unknown key %s (keys are case-sensitive; see docs/protocol.md)", echo(d.key))
+	d.fail("unknown key %s (keys are case-sensitive; see docs/protocol.md)", quoteKey(d.key))
 }
 
 // field marks field bit as given, refusing a second time. It also consumes
 // a null value (the field left out) and reports whether a value follows.
 func (d *decoder) field(bit uint) bool {
 	if d.seen&(1<<bit) != 0 {
-		d.fail("key %s is given twice", echo(d.key))
+		d.fail("key %s is given twice", quoteKey(d.key))
 		return false
 	}
 	d.seen |= 1 << bit

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -298,7 +299,7 @@ func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
 	return func(msg *nats.Msg) {
 		defer func() {
 			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", clip(msg.Subject), "panic", r)
+				m.log.Error("handler panic", "subject", echo.Clip(msg.Subject), "panic", r)
 				m.respond(msg.Reply, Reply{Status: StatusError, Error: errorf(CodeInternal, "internal error")})
 			}
 		}()
@@ -360,10 +361,6 @@ func (m *Manager) Stats() []PoolStats {
 	defer m.mu.Unlock()
 	return m.statsLocked()
 }
-
-// MaxStatsWeights bounds the configured tenant weights one stats reply
-// carries, over all its fair pools.
-const MaxStatsWeights = 4096
 
 func (m *Manager) statsLocked() []PoolStats {
 	out := make([]PoolStats, 0, len(m.pools))

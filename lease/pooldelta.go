@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/slotlease/slotlease/internal/echo"
 )
 
 // Runtime pool changes (resize) are stored in the pool bucket under
@@ -143,5 +145,5 @@ func (m *Manager) refuseDelta(key string, why error) {
 		m.cfg.RecordRefused(RefusedPoolDelta)
 	}
 	m.log.Warn("refusing stored pool changes no manager wrote; serving the configured pools (leasemgr resize stores new ones)",
-		"key", clip(key), "why", clip(why.Error()))
+		"key", echo.Clip(key), "why", echo.Clip(why.Error()))
 }

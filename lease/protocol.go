@@ -1,9 +1,9 @@
 package lease
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/rules"
 )
@@ -73,7 +73,7 @@ func NodeKeys(node string) string { return node + ".>" }
 // Limits on client-chosen identifiers. Request ids become KV key tokens, so
 // they are restricted to characters valid there.
 const (
-	MaxRequestIDLen = 128
+	MaxRequestIDLen = rules.MaxRequestIDLen
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
 	MaxTenantLen    = 128
@@ -321,21 +321,30 @@ type Event struct {
 	Stats     pools.Stats `json:"stats"`
 }
 
-// validID reports whether s may be used as a request id: it becomes a KV key
-// token, so only [A-Za-z0-9_-] and '=' are allowed.
-func validID(s string) error {
-	if s == "" {
-		return fmt.Errorf("request_id is required")
-	}
-	if len(s) > MaxRequestIDLen {
-		return fmt.Errorf("request_id is longer than %d characters", MaxRequestIDLen)
-	}
-	for _, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '=':
-		default:
-			return fmt.Errorf("request_id %q: must contain only letters, digits, '-', '_' and '='", s)
-		}
-	}
-	return nil
-}
+// MaxReplyLen bounds a reply subject: an inbox with a request id after it
+// is well under 300 bytes.
+const MaxReplyLen = 512
+
+// DefaultInboxPrefix is nats.go's inbox prefix, always answered.
+const DefaultInboxPrefix = "_INBOX"
+
+// ServiceReplyPrefix is the prefix of the reply subjects the server makes
+// for requests that cross a service import, always answered: the answer
+// goes back to the requester's own reply subject in its own account.
+const ServiceReplyPrefix = "_R_"
+
+// Body limits: a lease verb's body holds at most a few hundred bytes of
+// identifiers, even fully escaped; a resize names pools.
+const (
+	MaxRequestBody = 8 << 10
+	MaxResizeBody  = 64 << 10
+)
+
+// MaxStatsWeights bounds the configured tenant weights one stats reply
+// carries, over all its fair pools.
+const MaxStatsWeights = 4096
+
+// MaxEcho bounds how much of one client-chosen value (a request id, a
+// holder, a pool name, a lease id, a JSON literal inside a decode error...)
+// the manager copies into an error message, a log line or an event.
+const MaxEcho = echo.Max

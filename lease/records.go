@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Only records this product's managers wrote are honoured. Anyone with
@@ -82,7 +84,7 @@ func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
 	case rec.Slots <= 0:
 		m.refuse(ch.Key, RefusedShape, "it holds no slots")
 		return nil, false
-	case validID(rec.ID) != nil || rec.Pool == "":
+	case rules.ValidRequestID(rec.ID) != nil || rec.Pool == "":
 		m.refuse(ch.Key, RefusedShape, "its id or pool is invalid")
 		return nil, false
 	case rec.Node != m.cfg.Node || ch.Key != RecordKey(rec.Node, rec.Pool, rec.ID):

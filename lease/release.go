@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/telemetry"
 )
 
@@ -18,7 +19,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(echo.Clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
+	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -25,15 +27,15 @@ func (m *Manager) poolLocked(name string) (*pool, *Error) {
 		return p, nil
 	}
 	if m.removed[name] {
-		return nil, errorf(CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", clip(name), m.cfg.Node)
+		return nil, errorf(CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", echo.Clip(name), m.cfg.Node)
 	}
 	names := slices.Sorted(maps.Keys(m.pools))
 	if m.cfg.ClusterPools != nil && m.cfg.Node != ClusterNode {
 		if cluster := m.cfg.ClusterPools(); cluster != nil {
-			return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, clip(name), nameList(names), nameList(cluster))
+			return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names), echo.List(cluster))
 		}
 	}
-	return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, clip(name), nameList(names))
+	return nil, errorf(CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names))
 }
 
 // closingError answers requests that arrive once Close has begun.
@@ -50,7 +52,7 @@ func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, sec
 	if leaseID == "" {
 		return nil, errorf(CodeBadRequest, "lease_id is required")
 	}
-	if err := validID(leaseID); err != nil {
+	if err := rules.ValidRequestID(leaseID); err != nil {
 		return nil, errorf(CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))
 	}
 	h := m.leases[RecordKey(m.cfg.Node, poolName, leaseID)]
@@ -80,7 +82,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.respond(msg.Reply, errReply(e))
 		return
 	}
-	telemetry.SetAttributes(span, telemetry.LeaseID(clip(req.LeaseID)), telemetry.Token(req.Token))
+	telemetry.SetAttributes(span, telemetry.LeaseID(echo.Clip(req.LeaseID)), telemetry.Token(req.Token))
 	m.mu.Lock()
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e == nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/slotlease/slotlease/internal/echo"
 )
 
 // The reply rule: a reply subject is chosen by the requester, and a reply
@@ -41,18 +43,6 @@ import (
 // JetStream right in an account that imports the lease services resize
 // pools or release leases in the server's name.
 
-// MaxReplyLen bounds a reply subject: an inbox with a request id after it
-// is well under 300 bytes.
-const MaxReplyLen = 512
-
-// DefaultInboxPrefix is nats.go's inbox prefix, always answered.
-const DefaultInboxPrefix = "_INBOX"
-
-// ServiceReplyPrefix is the prefix of the reply subjects the server makes
-// for requests that cross a service import, always answered: the answer
-// goes back to the requester's own reply subject in its own account.
-const ServiceReplyPrefix = "_R_"
-
 // replyLogEvery spaces out the log lines about refused reply subjects.
 const replyLogEvery = 10 * time.Second
 
@@ -82,7 +72,7 @@ func newReplyRule(prefixes []string, subjectPrefix, own string, refused func()) 
 	}
 	for _, p := range prefixes {
 		if !validSubject(p) || p[0] == '$' {
-			return nil, fmt.Errorf("lease: reply prefix %q: must be dot-separated tokens without wildcards, not a '$' subject", clip(p))
+			return nil, fmt.Errorf("lease: reply prefix %q: must be dot-separated tokens without wildcards, not a '$' subject", echo.Clip(p))
 		}
 		if p == subjectPrefix || strings.HasPrefix(p, subjectPrefix+".") || strings.HasPrefix(subjectPrefix, p+".") {
 			return nil, fmt.Errorf("lease: reply prefix %q overlaps the lease subjects under %q", p, subjectPrefix)
@@ -135,7 +125,7 @@ func validSubject(s string) bool {
 func (r *replyRule) refuse(log *slog.Logger, subject, reply string) {
 	r.refused()
 	if n := r.due(&r.lastLog, &r.unlogged); n > 0 {
-		log.Warn(refusedLine, "refused", n, "subject", clip(subject), "reply", clip(reply))
+		log.Warn(refusedLine, "refused", n, "subject", echo.Clip(subject), "reply", echo.Clip(reply))
 	}
 }
 
@@ -144,7 +134,7 @@ func (r *replyRule) refuse(log *slog.Logger, subject, reply string) {
 func (r *replyRule) ignoreNoReply(log *slog.Logger, subject string) {
 	r.refused()
 	if n := r.due(&r.lastNoReplyLog, &r.unloggedNoReply); n > 0 {
-		log.Warn(noReplyLine, "ignored", n, "subject", clip(subject))
+		log.Warn(noReplyLine, "ignored", n, "subject", echo.Clip(subject))
 	}
 }
 

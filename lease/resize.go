@@ -20,34 +20,6 @@ import (
 // applied on top of the configured pools at every start, so a changed
 // POOL_CAPACITIES still takes effect for pools no resize touched.
 
-// ResizeRequest changes a node's pools. Set adds a pool or changes its
-// capacity; Rates gives a pool a start rate, changes it or (RateOff) takes
-// it away, adding a pool with only a rate (capacity pools.MaxCapacity) if
-// there is none of that name; Remove removes pools; Reset drops every
-// runtime change (back to the configured pools) before Set, Rates and
-// Remove apply. Removing a pool that has holders or waiters is refused with
-// pool_busy unless Force: then its waiters are refused and its leases
-// revoked.
-type ResizeRequest struct {
-	Set    map[string]int64       `json:"set,omitempty"`
-	Rates  map[string]RateSetting `json:"rates,omitempty"`
-	Remove []string               `json:"remove,omitempty"`
-	Reset  bool                   `json:"reset,omitempty"`
-	Force  bool                   `json:"force,omitempty"`
-}
-
-// RateSetting is a start rate as a resize gives it: Rate is "60/m" (units
-// s, m, h; see rules.ParseRate) or RateOff, and Burst the most slots it
-// starts at once, 0 for the default (one second's worth, at least 1). A
-// Rate of "" keeps the pool's rate and changes only its Burst.
-type RateSetting struct {
-	Rate  string `json:"rate,omitempty"`
-	Burst int64  `json:"burst,omitempty"`
-}
-
-// RateOff takes a pool's start rate away in a resize.
-const RateOff = "off"
-
 // poolDelta is the stored runtime change against the configured pools.
 type poolDelta struct {
 	Set     map[string]int64       `json:"set,omitempty"`
@@ -119,7 +91,7 @@ func (d poolDelta) effective(base []PoolConfig) map[string]poolShape {
 				s.Capacity = pools.MaxCapacity // a pool with only a rate
 			}
 		}
-		r, burst, err := rs.parse()
+		r, burst, err := parseRateSetting(rs)
 		if err != nil {
 			continue
 		}
@@ -147,7 +119,7 @@ func shapeOf(p PoolConfig) poolShape {
 }
 
 // parse turns a setting with a Rate into a rate and its burst.
-func (rs RateSetting) parse() (pools.Rate, int64, error) {
+func parseRateSetting(rs RateSetting) (pools.Rate, int64, error) {
 	if rs.Rate == RateOff {
 		if rs.Burst != 0 {
 			return pools.Rate{}, 0, fmt.Errorf("a burst without a rate (rate %q)", RateOff)
@@ -164,15 +136,6 @@ func (rs RateSetting) parse() (pools.Rate, int64, error) {
 	burst, err := pools.CheckRate(r, rs.Burst) // 0: the default; refuses what the bucket cannot hold
 	return r, burst, err
 }
-
-// ResizeSubject is where a node's manager takes resize requests:
-// <prefix>.<node>.resize.
-func ResizeSubject(prefix, node string) string {
-	return prefix + "." + node + ".resize"
-}
-
-// EventResized is published for every pool a resize added, changed or removed.
-const EventResized EventKind = "resized"
 
 func (m *Manager) handleResize(msg *nats.Msg) {
 	var req ResizeRequest
@@ -213,7 +176,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 				return
 			}
 			rs.Rate = cur.Rate.String()
-			if _, _, err := rs.parse(); err != nil {
+			if _, _, err := parseRateSetting(rs); err != nil {
 				m.respondResize(msg.Reply, errReply(errorf(CodeBadRequest, "rates: pool %q: %v", name, err)))
 				return
 			}
@@ -284,7 +247,7 @@ func validateResize(req *ResizeRequest) *Error {
 			}
 			continue // the burst alone; checked against the pool's rate
 		}
-		if _, _, err := rs.parse(); err != nil {
+		if _, _, err := parseRateSetting(rs); err != nil {
 			return errorf(CodeBadRequest, "rates: pool %q: %v", name, err)
 		}
 		if slices.Contains(req.Remove, name) {

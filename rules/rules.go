@@ -161,3 +161,25 @@ func ParseRate(s string) (pools.Rate, error) {
 	}
 	return pools.Rate{Slots: n, Per: per}, nil
 }
+
+// MaxRequestIDLen bounds a request id (lease.MaxRequestIDLen).
+const MaxRequestIDLen = 128
+
+// ValidRequestID reports whether s may be used as a request id: it becomes
+// a KV key token, so only [A-Za-z0-9_-] and '=' are allowed.
+func ValidRequestID(s string) error {
+	if s == "" {
+		return fmt.Errorf("request_id is required")
+	}
+	if len(s) > MaxRequestIDLen {
+		return fmt.Errorf("request_id is longer than %d characters", MaxRequestIDLen)
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '=':
+		default:
+			return fmt.Errorf("request_id %q: must contain only letters, digits, '-', '_' and '='", s)
+		}
+	}
+	return nil
+}

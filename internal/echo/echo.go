@@ -1,25 +1,31 @@
-package lease
+// Package echo bounds what of a client's input a reply, a log line or an
+// event may copy: a client that sends a megabyte in a field still gets an
+// answer well within the server's max payload. Both the client (package
+// lease) and the manager (package server) use it.
+package echo
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
-// MaxEcho bounds how much of one client-chosen value (a request id, a
+// Max bounds how much of one client-chosen value (a request id, a
 // holder, a pool name, a lease id, a JSON literal inside a decode error...)
 // the manager copies into an error message, a log line or an event. A
 // client that sends a megabyte in a field still gets an answer well within
 // the server's max payload, and events stay small.
-const MaxEcho = 128
+const Max = 128
 
-// clip returns s cut to at most MaxEcho bytes at a UTF-8 boundary, followed
+// Clip returns s cut to at most Max bytes at a UTF-8 boundary, followed
 // by a marker saying how many bytes were left out, e.g. "abc…(+1048448
 // bytes)". Values that fit are returned as they are.
-func clip(s string) string { return clipTo(s, MaxEcho) }
+func Clip(s string) string { return ClipTo(s, Max) }
 
-// clipTo is clip with its own bound, for texts that are ours but may hold
+// ClipTo is Clip with its own bound, for texts that are ours but may hold
 // client input further in (an error's message).
-func clipTo(s string, n int) string {
+func ClipTo(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -35,26 +41,26 @@ func clipTo(s string, n int) string {
 // maxEchoErr bounds the text of an error put into a message: errors are
 // ours or a library's, but some quote their input (encoding/json quotes a
 // number literal of any length).
-const maxEchoErr = 4 * MaxEcho
+const maxEchoErr = 4 * Max
 
-// clipArgs bounds the values errorf formats: strings to MaxEcho, errors'
+// Args bounds the values of a message format: strings to Max, errors'
 // texts to maxEchoErr. Numbers and the like are short by nature.
-func clipArgs(args []any) []any {
+func Args(args []any) []any {
 	var out []any
 	for i, a := range args {
 		var c string
 		switch v := a.(type) {
 		case string:
-			if len(v) <= MaxEcho {
+			if len(v) <= Max {
 				continue
 			}
-			c = clip(v)
+			c = Clip(v)
 		case error:
 			s := v.Error()
 			if len(s) <= maxEchoErr {
 				continue
 			}
-			c = clipTo(s, maxEchoErr)
+			c = ClipTo(s, maxEchoErr)
 		default:
 			continue
 		}
@@ -67,4 +73,15 @@ func clipArgs(args []any) []any {
 		return args
 	}
 	return out
+}
+
+// List is names for a message: "none" for none, at most 16 shown.
+func List(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) > 16:
+		return strings.Join(names[:16], ", ") + fmt.Sprintf(" and %d more", len(names)-16)
+	}
+	return strings.Join(names, ", ")
 }
