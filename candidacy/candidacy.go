@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -42,8 +42,8 @@ type Record struct {
 
 // Config configures Run.
 type Config struct {
-	Store   lease.Store // the leadership bucket
-	Cluster string      // the cluster pools' node id, lease.ClusterNode
+	Store   manager.Store // the leadership bucket
+	Cluster string        // the cluster pools' node id, lease.ClusterNode
 	Self    Record
 	TTL     time.Duration // the record's TTL: whole seconds, at least 1s
 	Logger  *slog.Logger
@@ -54,7 +54,7 @@ type Config struct {
 	// live candidates list, sorted, whenever they change: what executors
 	// may ask the cluster for, also while no manager serves it.
 	OnPools func([]string)
-	// Refused, if set, is told lease.RefusedCandidate for each record no
+	// Refused, if set, is told manager.RefusedCandidate for each record no
 	// candidate wrote (see accept), which is not reported.
 	Refused func(reason string)
 }
@@ -125,7 +125,7 @@ func keep(ctx context.Context, cfg Config, key string, value []byte, rev uint64,
 		}
 	}
 	r, err := cfg.Store.Create(cctx, key, value, cfg.TTL)
-	if errors.Is(err, lease.ErrStoreExists) {
+	if errors.Is(err, manager.ErrStoreExists) {
 		// Our own record, whose revision we lost: take it over.
 		var cur uint64
 		if _, cur, err = cfg.Store.Get(cctx, key); err == nil {
@@ -184,7 +184,7 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		caughtUp := false
 		for ch := range w.Changes() {
 			switch ch.Op {
-			case lease.ChangePut:
+			case manager.ChangePut:
 				r, err := accept(cfg.Cluster, ch)
 				if err != nil {
 					delete(recs, ch.Key)
@@ -192,9 +192,9 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 					break
 				}
 				recs[ch.Key] = r
-			case lease.ChangeDelete, lease.ChangeExpire:
+			case manager.ChangeDelete, manager.ChangeExpire:
 				delete(recs, ch.Key)
-			case lease.ChangeCaughtUp:
+			case manager.ChangeCaughtUp:
 				caughtUp = true
 			}
 			if caughtUp {
@@ -210,7 +210,7 @@ func watch(ctx context.Context, cfg Config, log *slog.Logger) {
 // lapses; one without would be reported forever), strictly decoded, under
 // the key of the instance it names, for a valid node, with valid pool
 // names and capacities.
-func accept(cluster string, ch lease.Change) (Record, error) {
+func accept(cluster string, ch manager.Change) (Record, error) {
 	var r Record
 	if ch.TTL <= 0 {
 		return r, errors.New("stored without a TTL")
@@ -263,7 +263,7 @@ const refuseLogEvery = 10 * time.Second
 // written in the last refuseLogEvery.
 func (l *refusalLog) refuse(cfg Config, log *slog.Logger, key string, why error) {
 	if cfg.Refused != nil {
-		cfg.Refused(lease.RefusedCandidate)
+		cfg.Refused(manager.RefusedCandidate)
 	}
 	if time.Since(l.last) < refuseLogEvery {
 		l.skipped++

@@ -14,6 +14,7 @@ import (
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -22,7 +23,7 @@ import (
 // showed; bad parameters get a 400 naming them.
 func TestClusterView(t *testing.T) {
 	e := newEnv(t)
-	n2 := harness.StartManager(t, e.url, lease.ManagerConfig{Node: "n2", Pools: []lease.PoolConfig{{Name: "io", Capacity: 3}}})
+	n2 := harness.StartManager(t, e.url, manager.Config{Node: "n2", Pools: []manager.PoolConfig{{Name: "io", Capacity: 3}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := harness.Client(t, e.url, "n2", lease.WithHolder("h-io")).Acquire(ctx, "io", 2, lease.WithSecret("sekrit-io"))
@@ -95,9 +96,9 @@ func TestClusterEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: n, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+		harness.StartManager(t, srv.URL, manager.Config{Node: n, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	}
-	ts := serveSource(t, srv.URL, func() *lease.Manager { return nil }, httpapi.WithEventStream(stream))
+	ts := serveSource(t, srv.URL, func() *manager.Manager { return nil }, httpapi.WithEventStream(stream))
 
 	// Three holds on each node: 3 events each (requested, granted, released).
 	for _, n := range []string{"n1", "n2"} {
@@ -159,7 +160,7 @@ func TestClusterEvents(t *testing.T) {
 
 // serveSource serves the API of node n1 over a NATSSource on its own
 // connection to url until the test ends.
-func serveSource(t *testing.T, url string, manager func() *lease.Manager, opts ...httpapi.SourceOption) *httptest.Server {
+func serveSource(t *testing.T, url string, manager func() *manager.Manager, opts ...httpapi.SourceOption) *httptest.Server {
 	t.Helper()
 	src, err := httpapi.NewNATSSource(harness.Connect(t, url), lease.DefaultPrefix, "n1", manager, opts...)
 	if err != nil {
@@ -193,8 +194,8 @@ func (h *heldReplays) RecentEvents(ctx context.Context, limit int) ([]lease.Even
 // (each asks every node or makes a consumer on the event stream).
 func TestClusterReadsAreBounded(t *testing.T) {
 	srv := harness.StartServer(t)
-	m := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
-	nsrc, err := httpapi.NewNATSSource(harness.Connect(t, srv.URL), lease.DefaultPrefix, "n1", func() *lease.Manager { return m.Manager },
+	m := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
+	nsrc, err := httpapi.NewNATSSource(harness.Connect(t, srv.URL), lease.DefaultPrefix, "n1", func() *manager.Manager { return m.Manager },
 		httpapi.WithEventStream(jetstream.NamesFor(lease.DefaultPrefix).Events))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // ClusterPoolsSource is a Source that also knows of the cluster pools
@@ -34,7 +35,7 @@ func WithWarnings(f func() []string) SourceOption {
 // say besides the pools (the serving node, the candidates' warnings):
 // asked over NATS, that manager would refuse to answer on its own
 // process's connection, so the source asks it in process.
-func WithLocalCluster(manager func() *lease.Manager, servedBy string) SourceOption {
+func WithLocalCluster(manager func() *manager.Manager, servedBy string) SourceOption {
 	return func(s *NATSSource) { s.clusterManager, s.servedBy = manager, servedBy }
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -23,9 +23,9 @@ func TestNotReadyOnceTheFenceIsInvalid(t *testing.T) {
 	srv := harness.StartServer(t)
 	fence := &flipFence{}
 	fence.valid.Store(true)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 10 * time.Second, Fence: fence,
-		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}})
-	ts := serveSource(t, srv.URL, func() *lease.Manager { return n.Manager })
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 10 * time.Second, Fence: fence,
+		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}})
+	ts := serveSource(t, srv.URL, func() *manager.Manager { return n.Manager })
 	readyz := func() (int, string) {
 		t.Helper()
 		resp, err := http.Get(ts.URL + "/readyz")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -24,7 +25,7 @@ type env struct {
 	t      *testing.T
 	url    string
 	node   *harness.Node
-	active atomic.Pointer[lease.Manager]
+	active atomic.Pointer[manager.Manager]
 	src    *httpapi.NATSSource
 	api    *httpapi.Handler
 	ts     *httptest.Server
@@ -34,9 +35,9 @@ func newEnv(t *testing.T, opts ...httpapi.Option) *env {
 	t.Helper()
 	srv := harness.StartServer(t)
 	e := &env{t: t, url: srv.URL}
-	e.node = harness.StartManager(t, srv.URL, lease.ManagerConfig{
+	e.node = harness.StartManager(t, srv.URL, manager.Config{
 		Node:  "n1",
-		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 2}, {Name: "cpu", Capacity: 4}},
+		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 2}, {Name: "cpu", Capacity: 4}},
 		TTL:   10 * time.Second,
 	})
 	e.active.Store(e.node.Manager)
@@ -442,9 +443,9 @@ func TestEventsStream(t *testing.T) {
 // away; and Close ends open streams.
 func TestEventsStreamEnds(t *testing.T) {
 	srv := harness.StartServer(t)
-	node := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}})
+	node := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}})
 	nc := harness.Connect(t, srv.URL)
-	src, err := httpapi.NewNATSSource(nc, "", "n1", func() *lease.Manager { return node.Manager })
+	src, err := httpapi.NewNATSSource(nc, "", "n1", func() *manager.Manager { return node.Manager })
 	if err != nil {
 		t.Fatal(err)
 	}

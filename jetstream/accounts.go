@@ -40,7 +40,7 @@ import (
 //     subject there: whatever reply an executor writes, the answer lands
 //     in its own account. What JetStream publishes for it (an answer aimed
 //     at an imported request subject) arrives without a reply subject,
-//     which the manager never acts on (lease/replyto.go).
+//     which the manager never acts on (manager/replyto.go).
 //   - ReaderAccount (SLOTLEASE_READERS): readers, with no JetStream at all.
 //   - SystemAccount (SYS): exports the executors' disconnect advisories and
 //     their connection listing (CONNZ) to ManagerAccount, for fast release.
@@ -53,7 +53,7 @@ const (
 	// advisories of the executors' account reach the managers.
 	ExecutorDisconnectSubject = "$SYS.ACCOUNT." + ExecutorAccount + ".DISCONNECT"
 	// ExecutorConnzSubject lists the executors' account's connections:
-	// the managers ask it to confirm a close (lease/closecheck.go).
+	// the managers ask it to confirm a close (manager/closecheck.go).
 	ExecutorConnzSubject = "$SYS.REQ.ACCOUNT." + ExecutorAccount + ".CONNZ"
 	// AnonymousDisconnectSubject is where an Anonymous (test) server's
 	// disconnect advisories arrive: everyone shares ManagerAccount there.
@@ -105,7 +105,7 @@ type (
 		// Share puts the requester's connection (server, client id) into
 		// the Nats-Request-Info header the server sets on a request that
 		// crosses the import: what the manager counts queued requests by
-		// (lease/connqueue.go).
+		// (manager/connqueue.go).
 		Share bool `json:"share,omitempty"`
 	}
 	account struct {

@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // Events publishes lease events on core NATS subjects
@@ -17,7 +18,7 @@ type Events struct {
 	log    *slog.Logger
 }
 
-var _ lease.EventSink = (*Events)(nil)
+var _ manager.EventSink = (*Events)(nil)
 
 // NewEvents returns a publisher for prefix.
 func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
@@ -31,11 +32,11 @@ func NewEvents(nc *nats.Conn, prefix string, log *slog.Logger) *Events {
 // lease transition must not fail because nobody could be told about it.
 func (e *Events) Publish(ev lease.Event) {
 	b := eventBuffers.Get()
-	data := lease.AppendEvent(*b, &ev)
+	data := manager.AppendEvent(*b, &ev)
 	if err := e.nc.Publish(lease.EventSubject(e.prefix, ev.Node, ev.Pool, ev.Kind), data); err != nil {
 		e.log.Warn("publishing a lease event", "kind", ev.Kind, "pool", ev.Pool, "err", err)
 	}
 	eventBuffers.Put(b, data)
 }
 
-var eventBuffers lease.Buffers
+var eventBuffers manager.Buffers

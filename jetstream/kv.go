@@ -11,8 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // MarkerTTL is how long the bucket keeps the markers left by an expired or
@@ -28,7 +27,7 @@ type BucketConfig struct {
 }
 
 // LeaseStore keeps lease records in a JetStream KV bucket with a TTL per
-// key. It implements lease.Store.
+// key. It implements manager.Store.
 type LeaseStore struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -36,7 +35,7 @@ type LeaseStore struct {
 	subject string // "$KV.<bucket>." : writes publish here directly
 }
 
-var _ lease.Store = (*LeaseStore)(nil)
+var _ manager.Store = (*LeaseStore)(nil)
 
 // OpenLeaseStore creates or binds the lease bucket. Per-key TTLs need
 // LimitMarkerTTL on the bucket; one revision per key is all a lease needs.
@@ -77,7 +76,7 @@ func (s *LeaseStore) Create(ctx context.Context, key string, value []byte, ttl t
 	}
 	rev, err = s.kv.Create(ctx, key, value, opts...)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("%w: %w", lease.ErrStoreExists, err)
+		return 0, fmt.Errorf("%w: %w", manager.ErrStoreExists, err)
 	}
 	return rev, err
 }
@@ -88,7 +87,7 @@ func (s *LeaseStore) Create(ctx context.Context, key string, value []byte, ttl t
 func (s *LeaseStore) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
 	newRev, err := s.write(ctx, key, value, writeHeader(rev, ttl))
 	if wrongLastSeq(err) {
-		return 0, fmt.Errorf("%w: %w", lease.ErrStoreRevision, err)
+		return 0, fmt.Errorf("%w: %w", manager.ErrStoreRevision, err)
 	}
 	return newRev, err
 }
@@ -102,7 +101,7 @@ func (s *LeaseStore) Delete(ctx context.Context, key string, rev uint64) error {
 	h[jetstream.MsgRollup] = []string{jetstream.MsgRollupSubject}
 	_, err := s.write(ctx, key, nil, h)
 	if wrongLastSeq(err) {
-		return fmt.Errorf("%w: %w", lease.ErrStoreRevision, err)
+		return fmt.Errorf("%w: %w", manager.ErrStoreRevision, err)
 	}
 	return err
 }
@@ -151,7 +150,7 @@ func (s *LeaseStore) Put(ctx context.Context, key string, value []byte) (uint64,
 func (s *LeaseStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("%w: %w", lease.ErrStoreNotFound, err)
+		return nil, 0, fmt.Errorf("%w: %w", manager.ErrStoreNotFound, err)
 	}
 	if err != nil {
 		return nil, 0, err

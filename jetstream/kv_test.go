@@ -9,8 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // testConn starts an embedded server with JetStream and connects to it;
@@ -58,10 +57,10 @@ func TestLeaseStoreWrites(t *testing.T) {
 	if err != nil || rev == 0 {
 		t.Fatalf("Create: rev %d, %v", rev, err)
 	}
-	if _, err := s.Create(ctx, "n.p.a", []byte("two"), time.Minute); !errors.Is(err, lease.ErrStoreExists) {
+	if _, err := s.Create(ctx, "n.p.a", []byte("two"), time.Minute); !errors.Is(err, manager.ErrStoreExists) {
 		t.Fatalf("Create over a live key: %v, want ErrStoreExists", err)
 	}
-	if _, err := s.Renew(ctx, "n.p.a", []byte("two"), time.Minute, rev+100); !errors.Is(err, lease.ErrStoreRevision) {
+	if _, err := s.Renew(ctx, "n.p.a", []byte("two"), time.Minute, rev+100); !errors.Is(err, manager.ErrStoreRevision) {
 		t.Fatalf("Renew at a wrong revision: %v, want ErrStoreRevision", err)
 	}
 	rev2, err := s.Renew(ctx, "n.p.a", []byte("two"), time.Minute, rev)
@@ -71,13 +70,13 @@ func TestLeaseStoreWrites(t *testing.T) {
 	if v, r, err := s.Get(ctx, "n.p.a"); err != nil || string(v) != "two" || r != rev2 {
 		t.Fatalf("Get after Renew: %q rev %d, %v; want \"two\" rev %d", v, r, err, rev2)
 	}
-	if err := s.Delete(ctx, "n.p.a", rev); !errors.Is(err, lease.ErrStoreRevision) {
+	if err := s.Delete(ctx, "n.p.a", rev); !errors.Is(err, manager.ErrStoreRevision) {
 		t.Fatalf("Delete at a stale revision: %v, want ErrStoreRevision", err)
 	}
 	if err := s.Delete(ctx, "n.p.a", rev2); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, _, err := s.Get(ctx, "n.p.a"); !errors.Is(err, lease.ErrStoreNotFound) {
+	if _, _, err := s.Get(ctx, "n.p.a"); !errors.Is(err, manager.ErrStoreNotFound) {
 		t.Fatalf("Get after Delete: %v, want ErrStoreNotFound", err)
 	}
 	// The purge left a marker with a TTL; the key is created again over it.
@@ -93,7 +92,7 @@ func TestLeaseStoreWrites(t *testing.T) {
 	if err != nil || rev3 <= rev2 {
 		t.Fatalf("Create over the purge marker: rev %d, %v", rev3, err)
 	}
-	if err := s.Delete(ctx, "n.p.gone", 1); !errors.Is(err, lease.ErrStoreRevision) {
+	if err := s.Delete(ctx, "n.p.gone", 1); !errors.Is(err, manager.ErrStoreRevision) {
 		t.Fatalf("Delete of a key never written: %v, want ErrStoreRevision", err)
 	}
 
@@ -109,7 +108,7 @@ func TestLeaseStoreWrites(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, _, err := s.Get(ctx, "n.p.q")
-		if errors.Is(err, lease.ErrStoreNotFound) {
+		if errors.Is(err, manager.ErrStoreNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {

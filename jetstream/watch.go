@@ -13,15 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // Watch streams the latest record of every key matching filter, then every
 // change, each with the TTL it was stored with. It is nats.go's KV watch (an
 // ordered push consumer delivering the last message per key) read at the
 // message level, because a KV entry does not carry its headers, and the
-// manager refuses records stored without a TTL (lease.Change.TTL). It goes
+// manager refuses records stored without a TTL (manager.Change.TTL). It goes
 // through the legacy JetStreamContext because that is what kv.Watch itself
 // uses: the same consumer, heartbeats and gap recovery as before, where the
 // newer API's ordered consumer is pull-based and would change them.
@@ -32,7 +31,7 @@ import (
 // manager's take-over for the JetStream API timeout); the resets of the
 // ordered consumer later use the JetStream context's own settings, and the
 // end of ctx calls Stop.
-func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, error) {
+func (s *LeaseStore) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
 	}
@@ -52,7 +51,7 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: watch %q: %w", filter, err)
 	}
-	w := &watcher{out: make(chan lease.Change, 256), stop: make(chan struct{}), prefix: len(s.subject), last: last}
+	w := &watcher{out: make(chan manager.Change, 256), stop: make(chan struct{}), prefix: len(s.subject), last: last}
 	// Held until the initial state is known, so that no change is sent
 	// before the caught-up marker of an empty bucket.
 	w.mu.Lock()
@@ -72,7 +71,7 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 	}
 	if pending, err := sub.InitialConsumerPending(); err == nil && pending == 0 && w.seen == 0 && last == 0 {
 		w.caughtUp = true
-		w.out <- lease.Change{Op: lease.ChangeCaughtUp} // out is empty: cannot block
+		w.out <- manager.Change{Op: manager.ChangeCaughtUp} // out is empty: cannot block
 	}
 	stopCtx := context.AfterFunc(ctx, func() { _ = w.Stop() })
 	w.stopCtx.Store(&stopCtx)
@@ -84,7 +83,7 @@ func (s *LeaseStore) Watch(ctx context.Context, filter string) (lease.Watcher, e
 // Changes on its way out.
 type watcher struct {
 	sub      *nats.Subscription
-	out      chan lease.Change
+	out      chan manager.Change
 	stop     chan struct{}
 	stopOnce sync.Once
 	stopCtx  atomic.Pointer[func() bool] // unregisters the Stop that ctx's end would call
@@ -97,7 +96,7 @@ type watcher struct {
 	maxSeq   uint64 // the highest sequence delivered
 }
 
-func (w *watcher) Changes() <-chan lease.Change { return w.out }
+func (w *watcher) Changes() <-chan manager.Change { return w.out }
 
 func (w *watcher) Stop() error {
 	var err error
@@ -117,7 +116,7 @@ func (w *watcher) Stop() error {
 	return err
 }
 
-func (w *watcher) send(c lease.Change) bool {
+func (w *watcher) send(c manager.Change) bool {
 	select {
 	case w.out <- c:
 		return true
@@ -135,18 +134,18 @@ func (w *watcher) deliver(m *nats.Msg) {
 	if err != nil || len(m.Subject) <= w.prefix {
 		return
 	}
-	c := lease.Change{Key: m.Subject[w.prefix:], Value: m.Data, Rev: meta.Sequence.Stream, Op: lease.ChangePut, TTL: MsgTTL(m.Header)}
+	c := manager.Change{Key: m.Subject[w.prefix:], Value: m.Data, Rev: meta.Sequence.Stream, Op: manager.ChangePut, TTL: MsgTTL(m.Header)}
 	switch m.Header.Get(kvOperation) {
 	case "DEL":
-		c.Op = lease.ChangeDelete
+		c.Op = manager.ChangeDelete
 	case "PURGE":
-		c.Op = lease.ChangeExpire
+		c.Op = manager.ChangeExpire
 	case "":
 		switch m.Header.Get(jetstream.MarkerReasonHeader) {
 		case "MaxAge", "Purge":
-			c.Op = lease.ChangeExpire
+			c.Op = manager.ChangeExpire
 		case "Remove":
-			c.Op = lease.ChangeDelete
+			c.Op = manager.ChangeDelete
 		}
 	}
 	w.mu.Lock()
@@ -158,7 +157,7 @@ func (w *watcher) deliver(m *nats.Msg) {
 	w.maxSeq = max(w.maxSeq, meta.Sequence.Stream)
 	if !w.caughtUp && meta.NumPending == 0 && w.maxSeq >= w.last {
 		w.caughtUp = true
-		w.send(lease.Change{Op: lease.ChangeCaughtUp})
+		w.send(manager.Change{Op: manager.ChangeCaughtUp})
 	}
 }
 

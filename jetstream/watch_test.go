@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // The watch reports the TTL each value was stored with, in the initial
@@ -29,7 +28,7 @@ func TestWatchReportsTTL(t *testing.T) {
 	}
 	defer func() { _ = w.Stop() }()
 	got := map[string]time.Duration{}
-	next := func() lease.Change {
+	next := func() manager.Change {
 		t.Helper()
 		select {
 		case ch, ok := <-w.Changes():
@@ -40,9 +39,9 @@ func TestWatchReportsTTL(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("watch: %v; seen %v", ctx.Err(), got)
 		}
-		return lease.Change{}
+		return manager.Change{}
 	}
-	for ch := next(); ch.Op != lease.ChangeCaughtUp; ch = next() {
+	for ch := next(); ch.Op != manager.ChangeCaughtUp; ch = next() {
 		got[ch.Key] = ch.TTL
 	}
 	rev, err := s.Create(ctx, "n.p.after", []byte("c"), 5*time.Second)
@@ -163,24 +162,24 @@ func TestWatchStopAfterConsumerGone(t *testing.T) {
 // catching up says "nothing pending" early (its messages carry
 // NumPending 0) while the leader holds records it has not delivered yet.
 func TestWatchCaughtUpWaitsForTheLeadersLastSequence(t *testing.T) {
-	w := &watcher{out: make(chan lease.Change, 8), stop: make(chan struct{}), prefix: len("$KV.b."), last: 7}
+	w := &watcher{out: make(chan manager.Change, 8), stop: make(chan struct{}), prefix: len("$KV.b."), last: 7}
 	msg := func(key string, seq uint64) *nats.Msg {
 		// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
 		return &nats.Msg{Subject: "$KV.b." + key, Reply: "$JS.ACK.KV_b.c.1." + strconv.FormatUint(seq, 10) + ".1.1700000000000000000.0",
 			Header: nats.Header{}, Data: []byte("v"), Sub: &nats.Subscription{}} // bound, as a delivered message is
 	}
 	w.deliver(msg("n.p.a", 3)) // the lagging follower's last: pending 0
-	if got := drain(w.out); len(got) != 1 || got[0].Op != lease.ChangePut {
+	if got := drain(w.out); len(got) != 1 || got[0].Op != manager.ChangePut {
 		t.Fatalf("after seq 3 of a last 7: %+v, want one put and no caught-up marker", got)
 	}
 	w.deliver(msg("n.p.b", 7)) // caught up with the leader
-	if got := drain(w.out); len(got) != 2 || got[1].Op != lease.ChangeCaughtUp {
+	if got := drain(w.out); len(got) != 2 || got[1].Op != manager.ChangeCaughtUp {
 		t.Fatalf("after seq 7 of a last 7: %+v, want the put and the caught-up marker", got)
 	}
 }
 
-func drain(ch chan lease.Change) []lease.Change {
-	var out []lease.Change
+func drain(ch chan manager.Change) []manager.Change {
+	var out []manager.Change
 	for {
 		select {
 		case c := <-ch:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -53,7 +54,7 @@ func nextEvent(t *testing.T, ch chan jobs.Event) jobs.Event {
 // and it is stored cancelled, not retried.
 func TestCancelQueuedAndRunning(t *testing.T) {
 	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	events := jobEvents(t, srv.URL)
 	ctx := t.Context()
@@ -115,7 +116,7 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 // counts them; the running job and other pools are left alone.
 func TestPurgeLeavesRunningJobs(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}, {Name: "other", Capacity: 1}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}, {Name: "other", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	events := jobEvents(t, srv.URL)
 	ctx := t.Context()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -23,8 +24,8 @@ import (
 func TestTenantSharesThroughTheQueue(t *testing.T) {
 	const measured, perA, perB = 200, 165, 60
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 5 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "p", Capacity: 4, Options: pools.Options{
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 4, Options: pools.Options{
 			Policy: pools.PolicyFair, Weights: map[string]int{"a": 3, "b": 1}}}}})
 	q := openQueue(t, srv.URL)
 	for _, tc := range []struct {
@@ -86,7 +87,7 @@ func TestTenantSharesThroughTheQueue(t *testing.T) {
 // still runs.
 func TestTenantConsumerComesBack(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	job := func() string {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -71,7 +71,7 @@ func followUp(t *testing.T, socket, token, specJSON string) jobs.FollowUpReply {
 // depth limit, each with a clear answer; the channel dies with the job.
 func TestFollowUpChannel(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{MaxDepth: 2, MaxChildren: 3})
 	dir := t.TempDir()
@@ -155,7 +155,7 @@ func TestFollowUpChannel(t *testing.T) {
 // child asking for less keeps its own.
 func TestFollowUpInheritsLimits(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	dir := t.TempDir()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -16,10 +17,10 @@ import (
 // afterwards.
 func TestJobHoldsItsFurtherPools(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 5 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: lease.ClusterNode, TTL: 5 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "api", Capacity: 1}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: lease.ClusterNode, TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "api", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	var ids []string
 	for range 2 {

@@ -23,6 +23,7 @@ import (
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // Defaults of ServerConfig.
@@ -433,11 +434,11 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		return idle
 	}
 	t.stopClaim = s.keepClaim(msg)
-	t.spanCtx, t.span = telemetry.StartJobRun(job.Trace, telemetry.JobID(job.ID), telemetry.Pool(pool), telemetry.Node(s.node),
+	t.spanCtx, t.span = telemetry.StartJobRun(job.Trace, telemetry.JobID(job.ID), natstrace.Pool(pool), natstrace.Node(s.node),
 		telemetry.JobAttempt(t.attempt))
 	set, err := s.acquire(trace.ContextWithSpan(ctx, t.span), pool, job, meta.NumDelivered)
 	if err != nil {
-		telemetry.End(t.span, fmt.Errorf("no lease: %w", err))
+		natstrace.End(t.span, fmt.Errorf("no lease: %w", err))
 		switch {
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
 			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
@@ -538,7 +539,7 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	s.checkCancel(cctx, t, stopRun)
 	ccancel()
 	spanCtx, span := t.spanCtx, t.span // started before the lease was acquired (take)
-	telemetry.SetAttributes(span, telemetry.LeaseID(l.ID()))
+	natstrace.SetAttributes(span, natstrace.LeaseID(l.ID()))
 	defer span.End()
 
 	jobEnv := maps.Clone(spec.Env)
@@ -570,7 +571,7 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		ch.close() // the channel dies with the job
 	}
 	if err == nil {
-		telemetry.SetAttributes(span, telemetry.ExitCode(res.ExitCode))
+		natstrace.SetAttributes(span, natstrace.ExitCode(res.ExitCode))
 	}
 
 	// Slots back first: the result write does not need them. In the run's

@@ -19,6 +19,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -199,7 +200,7 @@ func TestThreeNodesDrain(t *testing.T) {
 	srv := harness.StartServer(t)
 	nodes := []string{"n1", "n2", "n3"}
 	for _, n := range nodes {
-		harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: n, TTL: 5 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+		harness.StartManager(t, srv.URL, manager.Config{Node: n, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	}
 	violations, events := capacityWatch(t, srv.URL, "p")
 	q := openQueue(t, srv.URL)
@@ -245,7 +246,7 @@ func TestThreeNodesDrain(t *testing.T) {
 // a lease on the node that takes it.
 func TestDeadLetter(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 
@@ -321,7 +322,7 @@ func startedOrder(t *testing.T, q *jobs.Queue, names map[string]string) []string
 func TestPriorityAndAging(t *testing.T) {
 	setup := func(t *testing.T, aging time.Duration) (*jobs.Queue, *lease.Lease) {
 		srv := harness.StartServer(t)
-		harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+		harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 		q := openQueue(t, srv.URL)
 		busy, err := harness.Client(t, srv.URL, "n1").Acquire(context.Background(), "p", 1)
 		if err != nil {
@@ -385,7 +386,7 @@ func TestPriorityAndAging(t *testing.T) {
 // lease at once, and another server runs it without it using up an attempt.
 func TestShutdownGraceAndGiveBack(t *testing.T) {
 	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 10 * time.Second, Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 10 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	const grace = 2 * time.Second
 	a := startServing(t, srv.URL, "n1", jobs.ServerConfig{Grace: grace})

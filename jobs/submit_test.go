@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -58,8 +59,8 @@ func TestResubmitReturnsTheExistingJob(t *testing.T) {
 // the tenant "").
 func TestJobTenantReachesTheLease(t *testing.T) {
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", TTL: 5 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "p", Capacity: 2, Options: pools.Options{Policy: pools.PolicyFair, TenantCap: 1}}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2, Options: pools.Options{Policy: pools.PolicyFair, TenantCap: 1}}}})
 	q := openQueue(t, srv.URL)
 	ctx := context.Background()
 	for _, tenant := range []string{"a", "a", "b"} {

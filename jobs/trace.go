@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // Submit validates spec, stores the job in the stream and its record as
@@ -13,14 +14,14 @@ import (
 // submitted first, in whatever state it is now (Record.Existing); another
 // spec under that id is ErrDuplicate.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (*Record, error) {
-	ctx, span, trace := telemetry.StartJobSubmit(ctx, telemetry.Pool(spec.Pool))
+	ctx, span, trace := telemetry.StartJobSubmit(ctx, natstrace.Pool(spec.Pool))
 	if spec.Parent != "" {
-		telemetry.SetAttributes(span, telemetry.JobParent(spec.Parent))
+		natstrace.SetAttributes(span, telemetry.JobParent(spec.Parent))
 	}
 	rec, err := q.submit(ctx, spec, trace)
 	if rec != nil {
-		telemetry.SetAttributes(span, telemetry.JobID(rec.ID))
+		natstrace.SetAttributes(span, telemetry.JobID(rec.ID))
 	}
-	telemetry.End(span, err)
+	natstrace.End(span, err)
 	return rec, err
 }

@@ -11,8 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -38,7 +39,7 @@ func TestJobSpansLinkedAcrossTheQueue(t *testing.T) {
 	rec := harness.RecordSpans(t)
 
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	dir := t.TempDir()
@@ -83,7 +84,7 @@ func TestJobSpansLinkedAcrossTheQueue(t *testing.T) {
 func TestJobRunSpanHoldsItsLeaseSpans(t *testing.T) {
 	rec := harness.RecordSpans(t)
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	spec := jobs.NewSpec()
@@ -93,7 +94,7 @@ func TestJobRunSpanHoldsItsLeaseSpans(t *testing.T) {
 
 	var run sdktrace.ReadOnlySpan
 	harness.Eventually(t, 10*time.Second, "the run's span to end", func() bool { run = spanOf(rec, telemetry.SpanJobRun, id); return run != nil })
-	for _, name := range []string{telemetry.SpanAcquire, telemetry.SpanRelease} {
+	for _, name := range []string{natstrace.SpanAcquire, natstrace.SpanRelease} {
 		var found bool
 		for _, s := range rec.Ended() {
 			if s.Name() == name && s.SpanKind() == trace.SpanKindClient && s.Parent().SpanID() == run.SpanContext().SpanID() {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -31,7 +31,7 @@ func lastActJob(t *testing.T, batch, child string) jobs.Spec {
 func servedNode(t *testing.T) (*jobs.Queue, context.Context) {
 	t.Helper()
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "p", Capacity: 2}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
 	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

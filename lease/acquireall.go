@@ -263,6 +263,7 @@ func (c *Client) clusterClient() (*Client, error) {
 			return nil, err
 		}
 		cc.live.serverDrops = c.live.serverDrops // the same connection
+		cc.tracing = c.tracing
 		c.cluster = cc
 	}
 	return c.cluster, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -24,11 +25,11 @@ func setNodes(t *testing.T, api int64, nodes ...string) (url string, cluster *ha
 	t.Helper()
 	srv := harness.StartServer(t)
 	for _, n := range nodes {
-		harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: n, TTL: 3 * time.Second,
-			Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}})
+		harness.StartManager(t, srv.URL, manager.Config{Node: n, TTL: 3 * time.Second,
+			Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}})
 	}
-	cluster = harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: lease.ClusterNode, TTL: 3 * time.Second,
-		Pools: []lease.PoolConfig{{Name: "api", Capacity: api}}})
+	cluster = harness.StartManager(t, srv.URL, manager.Config{Node: lease.ClusterNode, TTL: 3 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "api", Capacity: api}}})
 	return srv.URL, cluster
 }
 

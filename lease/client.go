@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/slotlease/slotlease/rules"
-	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // Client asks one node's lease manager for slots. It is safe for concurrent
@@ -27,6 +27,7 @@ type Client struct {
 	requestTimeout time.Duration
 	pollInterval   time.Duration
 	noManagerWait  time.Duration
+	tracing        tracing
 
 	mu      sync.Mutex
 	inbox   string // acquire replies arrive on <inbox>.<request id>
@@ -143,6 +144,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		noManagerWait:  10 * time.Second,
 		waiters:        make(map[string]chan *nats.Msg),
 		live:           newLiveness(nc),
+		tracing:        defaultTracing,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -261,12 +263,12 @@ func OnQueued(f func(position int)) AcquireOption {
 // Holding is not guaranteed after Acquire returns: watch Done, and stop the
 // work it guards when Done closes.
 func (c *Client) Acquire(ctx context.Context, pool string, slots int64, opts ...AcquireOption) (l *Lease, err error) {
-	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanAcquire, telemetry.Node(c.node), telemetry.Pool(pool), telemetry.Slots(slots))
+	ctx, span := natstrace.StartClient(ctx, c.tracing.tracer, natstrace.SpanAcquire, natstrace.Node(c.node), natstrace.Pool(pool), natstrace.Slots(slots))
 	defer func() {
 		if l != nil {
-			telemetry.SetAttributes(span, telemetry.LeaseID(l.ID()), telemetry.Token(l.Token()))
+			natstrace.SetAttributes(span, natstrace.LeaseID(l.ID()), natstrace.Token(l.Token()))
 		}
-		telemetry.End(span, err)
+		natstrace.End(span, err)
 	}()
 	return c.acquire(ctx, pool, slots, opts...)
 }
@@ -384,7 +386,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 // publish sends an acquire carrying the trace context of ctx.
 func (c *Client) publish(ctx context.Context, subject, reply string, body []byte) error {
 	msg := &nats.Msg{Subject: subject, Reply: reply, Data: body}
-	telemetry.InjectMsg(ctx, msg)
+	natstrace.InjectMsg(ctx, c.tracing.prop, msg)
 	return c.nc.PublishMsg(msg)
 }
 
@@ -533,7 +535,7 @@ func (c *Client) request(ctx context.Context, subject string, body any) (*Reply,
 		defer cancel()
 	}
 	req := &nats.Msg{Subject: subject, Data: data}
-	telemetry.InjectMsg(ctx, req)
+	natstrace.InjectMsg(ctx, c.tracing.prop, req)
 	msg, err := c.nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

@@ -6,7 +6,7 @@ import "time"
 // the manager frees its leases, when fast release is on.
 const DefaultDisconnectGrace = 800 * time.Millisecond
 
-// Bounds of ManagerConfig.DisconnectGrace: under the minimum a holder's
+// Bounds of the manager's DisconnectGrace (manager.Config): under the minimum a holder's
 // pings would lose leases to a busy machine's hiccups; the maximum keeps
 // it well inside the TTL, whose path it is meant to beat.
 const (

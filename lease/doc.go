@@ -1,43 +1,23 @@
-// Package lease is the domain and wire contract of the slot-lease manager:
-// lease records, request and reply types, error codes, subject names, the
-// Manager that serves the protocol for one node, and the Client executors
-// use.
+// Package lease is the client of the slot-lease manager and its wire
+// contract: lease records, request and reply types, error codes, subject
+// names, snapshots and events, and the Client executors and programs use
+// to hold slots. The manager that serves the protocol is package manager.
 //
-// It depends on nats.go, the OpenTelemetry API (trace propagation, package
-// telemetry), pools for slot accounting and rules for the names and limits
-// it shares with config; never on the NATS server, an OpenTelemetry SDK or
-// the environment parser (TestClientDependencies). It defines the two small
-// interfaces it needs from the outside, Store (lease records with a TTL) and
-// EventSink (lease events); package jetstream implements both over NATS.
+// It depends on nats.go and the OpenTelemetry trace and propagation API
+// only (at most 40 non-standard packages, TestClientDependencies): never on
+// the manager, the NATS server, an OpenTelemetry SDK or global provider, or
+// the environment parser. WithTracing gives the client a tracer provider.
 // docs/protocol.md describes the protocol for clients in other languages.
 //
 // # Where things are
 //
-// The wire contract: protocol.go (subjects, requests, replies, records),
-// errors.go, decode.go, jsonscan.go and encode.go (strict decoding,
-// hand-written encoders), echo.go (bounded echoes of client input), records.go (which
-// stored records are honoured).
+// The wire contract: protocol.go (subjects, requests, replies, records,
+// limits), errors.go (codes and typed errors), resizerequest.go and
+// snapshotrequest.go (the operator's requests), service.go (discovery),
+// conn.go (the connection a lease is bound to, fast release's grace).
 //
-// The Manager, one file per job:
-//   - manager.go: the type and its lifecycle (NewManager, Start, Close);
-//     managerconfig.go: its configuration's defaults and checks
-//     (ManagerConfig.Validate); run.go: Run, which owns Start and Close.
-//   - request.go: a request's state on its way to a lease (reqState), the
-//     per-pool state, and held leases.
-//   - acquire.go: acquire requests: decode, validate, answer retries, queue.
-//   - grant.go: writing a grant's record before the holder hears of it.
-//   - cancel.go: requests that leave the queue without a lease (cancelled,
-//     wait expired, abandoned by their client).
-//   - renewal.go and renewseq.go: renewals by compare-and-set.
-//   - release.go: releases, retried until stored, and freeing slots.
-//   - queue.go: which queued requests get a stored queue entry, and when;
-//     journal.go: writing and deleting those entries.
-//   - rebuild.go: the lease record watch: the rebuild on start (leases, then
-//     the queue), expiries, and grants of other instances.
-//   - resize.go: runtime pool changes. fence.go and leader.go: leadership
-//     terms. respond.go and replyto.go: replies, events and which reply
-//     subjects are answered. discovery.go: NATS service discovery.
-//
-// The Client: client.go (acquire), lease.go and renew.go (a held lease and
-// its heartbeats).
+// The Client: client.go (acquire), acquireall.go and leaseset.go (several
+// pools at once), lease.go and renew.go (a held lease and its heartbeats),
+// liveness.go (the holder's own clocks on its connection), wake.go (renew
+// now), tracing.go (spans and trace context).
 package lease

@@ -10,7 +10,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -19,8 +19,8 @@ import (
 // and gpu=1), as an executor, and print what they promise.
 func TestExamplesRun(t *testing.T) {
 	srv := harness.StartSecureServer(t)
-	harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), lease.ManagerConfig{Node: "ex", TTL: 5 * time.Second,
-		Pools:            []lease.PoolConfig{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}},
+	harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), manager.Config{Node: "ex", TTL: 5 * time.Second,
+		Pools:            []manager.PoolConfig{{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 1}},
 		DisconnectEvents: jetstream.ExecutorDisconnectSubject})
 	for k, v := range map[string]string{
 		"NATS_URL": srv.URL, "NODE_ID": "ex", "NATS_NKEY": config.AuthFile(srv.AuthDir, config.RoleExecutor),

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // ErrReleased is what Lease.Err reports after Release.
@@ -151,8 +151,8 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 func (l *Lease) sendRelease(ctx context.Context) (err error) {
-	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRelease, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
-	defer func() { telemetry.End(span, err) }()
+	ctx, span := natstrace.StartClient(ctx, l.c.tracing.tracer, natstrace.SpanRelease, natstrace.Node(l.rec.Node), natstrace.Pool(l.rec.Pool), natstrace.LeaseID(l.rec.ID), natstrace.Token(l.rec.Token))
+	defer func() { natstrace.End(span, err) }()
 	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
 	return err
 }

@@ -184,7 +184,7 @@ type Reply struct {
 	// so the holder must confirm it with a renewal and measure its deadline
 	// from that renewal.
 	Existing bool `json:"existing,omitempty"`
-	// ServedBy and Warnings (stats replies): see ManagerConfig.
+	// ServedBy and Warnings (stats replies): see manager.Config.
 	ServedBy string   `json:"served_by,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
 	// ServerStopping, on a grant or renewal, is the id of the NATS server
@@ -195,7 +195,7 @@ type Reply struct {
 	// ClusterPools (stats replies) names the cluster pools the live
 	// candidates list, also while no manager serves them (a takeover):
 	// a pool of neither list is unknown everywhere. Absent when the
-	// manager does not know (ManagerConfig.ClusterPools).
+	// manager does not know (manager.Config.ClusterPools).
 	ClusterPools *[]string `json:"cluster_pools,omitempty"`
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
-	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // maxRenewRetry caps how long a renewal waits for an answer before it sends
@@ -38,8 +38,8 @@ func renewRetry(ttl time.Duration) time.Duration { return min(ttl/10, maxRenewRe
 // not be, because the answer may be to an earlier attempt whose write came
 // before the last one was sent.
 func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Time, rec *Record, err error) {
-	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew, telemetry.Node(l.rec.Node), telemetry.Pool(l.rec.Pool), telemetry.LeaseID(l.rec.ID), telemetry.Token(l.rec.Token))
-	defer func() { telemetry.End(span, err) }()
+	ctx, span := natstrace.StartClient(ctx, l.c.tracing.tracer, natstrace.SpanRenew, natstrace.Node(l.rec.Node), natstrace.Pool(l.rec.Pool), natstrace.LeaseID(l.rec.ID), natstrace.Token(l.rec.Token))
+	defer func() { natstrace.End(span, err) }()
 	first = time.Now()
 	// Every attempt names the connection it goes on: a lease with fast
 	// release moves to it (disconnect.go).

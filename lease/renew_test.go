@@ -10,12 +10,16 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
 // swallow subscribes to the renew subject of pool p and answers nothing, as
 // a frozen manager that is still subscribed would. Every request it takes is
 // sent on the returned channel.
+// node is the node the tests' managers serve.
+const node = "n1"
+
 func swallow(t *testing.T, url, pool string) <-chan *nats.Msg {
 	t.Helper()
 	nc := harness.Connect(t, url)
@@ -38,7 +42,7 @@ func swallow(t *testing.T, url, pool string) <-chan *nats.Msg {
 
 const renewTTL = 3 * time.Second
 
-var renewPools = []lease.PoolConfig{{Name: "p", Capacity: 1}}
+var renewPools = []manager.PoolConfig{{Name: "p", Capacity: 1}}
 
 // leaseOfFrozenManager acquires a lease (TTL renewTTL, request timeout longer than
 // the TTL) and then closes its manager, leaving only a subscriber that takes
@@ -46,7 +50,7 @@ var renewPools = []lease.PoolConfig{{Name: "p", Capacity: 1}}
 func leaseOfFrozenManager(t *testing.T) (*harness.Server, *lease.Lease, <-chan *nats.Msg) {
 	t.Helper()
 	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: renewPools})
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: renewTTL, Pools: renewPools})
 	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(time.Minute))
 	l, err := c.Acquire(context.Background(), "p", 1)
 	if err != nil {
@@ -75,7 +79,7 @@ func TestRenewalResentReachesTheNextManager(t *testing.T) {
 	case <-time.After(2 * renewTTL):
 		t.Fatal("no renewal was sent")
 	}
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: renewPools})
+	harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: renewTTL, Pools: renewPools})
 	harness.Eventually(t, 2*renewTTL, "a renewal answered by the next manager", func() bool {
 		return l.Deadline().After(deadline)
 	})
@@ -146,7 +150,7 @@ func TestLateAnswerToFirstRenewalAttemptCounts(t *testing.T) {
 // renewGate holds every Renew until the test opens it, as a stalled store
 // would, and counts the writes.
 type renewGate struct {
-	lease.Store
+	manager.Store
 	entered chan struct{}
 	gate    chan struct{}
 	mu      sync.Mutex
@@ -171,13 +175,13 @@ func (g *renewGate) Renew(ctx context.Context, key string, value []byte, ttl tim
 func TestPiledUpRenewalAttemptsAllRenew(t *testing.T) {
 	srv := harness.StartServer(t)
 	var g *renewGate
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: node, TTL: renewTTL, Pools: []lease.PoolConfig{{Name: "p", Capacity: 1}}},
-		func(s lease.Store) lease.Store {
+	harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: renewTTL, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+		func(s manager.Store) manager.Store {
 			g = &renewGate{Store: s, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 			return g
 		})
 	nc := harness.Connect(t, srv.URL)
-	r := request(t, nc, lease.Subject(lease.DefaultPrefix, node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "held", Holder: "h", Slots: 1, Secret: "s"})
+	r := harness.Request(t, nc, lease.Subject(lease.DefaultPrefix, node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "held", Holder: "h", Slots: 1, Secret: "s"})
 	if r.Status != lease.StatusGranted {
 		t.Fatalf("acquire %+v", r)
 	}

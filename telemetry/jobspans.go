@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -40,7 +41,7 @@ func JobParent(id string) attribute.KeyValue { return KeyJobParent.String(id) }
 // sampled: there is nothing to link to).
 func StartJobSubmit(ctx context.Context, attrs ...attribute.KeyValue) (context.Context, trace.Span, map[string]string) {
 	ctx, span := tracer().Start(ctx, SpanJobSubmit, trace.WithSpanKind(trace.SpanKindProducer))
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	if !span.SpanContext().IsSampled() {
 		return ctx, span, nil
 	}
@@ -65,6 +66,6 @@ func StartJobRun(stored map[string]string, attrs ...attribute.KeyValue) (context
 		}
 	}
 	ctx, span := tracer().Start(context.Background(), SpanJobRun, opts...)
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	return ctx, span
 }

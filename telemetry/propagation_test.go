@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -45,7 +46,7 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 	}
 	got := make(chan seen, 1)
 	_, err := server.Subscribe("lease.n1.gpu.acquire", func(msg *nats.Msg) {
-		_, span := telemetry.StartServerSpan(msg.Header, telemetry.SpanAcquire, telemetry.Node("n1"), telemetry.Pool("gpu"))
+		_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node("n1"), natstrace.Pool("gpu"))
 		got <- seen{header: msg.Header, span: span.SpanContext()}
 		span.End()
 		_ = msg.Respond([]byte("ok"))
@@ -57,7 +58,7 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, span := telemetry.StartClientSpan(context.Background(), telemetry.SpanAcquire, telemetry.Pool("gpu"), telemetry.Slots(2))
+	ctx, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanAcquire, natstrace.Pool("gpu"), natstrace.Slots(2))
 	msg := &nats.Msg{Subject: "lease.n1.gpu.acquire", Data: []byte("{}")}
 	telemetry.InjectMsg(ctx, msg)
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -87,9 +88,9 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 		t.Fatalf("server span trace id %s, client's %s", s.span.TraceID(), want.TraceID())
 	}
 
-	spans := endedByName(rec)[telemetry.SpanAcquire]
+	spans := endedByName(rec)[natstrace.SpanAcquire]
 	if len(spans) != 2 {
-		t.Fatalf("recorded %d %s spans, want 2 (client and server)", len(spans), telemetry.SpanAcquire)
+		t.Fatalf("recorded %d %s spans, want 2 (client and server)", len(spans), natstrace.SpanAcquire)
 	}
 	var cs, ss sdktrace.ReadOnlySpan
 	for _, sp := range spans {
@@ -106,7 +107,7 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 	if ss.Parent().SpanID() != cs.SpanContext().SpanID() || !ss.Parent().IsRemote() {
 		t.Fatalf("server span's parent %v, want the client span %v as a remote parent", ss.Parent(), cs.SpanContext())
 	}
-	if !hasAttr(ss.Attributes(), telemetry.Node("n1")) || !hasAttr(cs.Attributes(), telemetry.Slots(2)) {
+	if !hasAttr(ss.Attributes(), natstrace.Node("n1")) || !hasAttr(cs.Attributes(), natstrace.Slots(2)) {
 		t.Fatalf("attributes missing: server %v, client %v", ss.Attributes(), cs.Attributes())
 	}
 }
@@ -130,7 +131,7 @@ func TestInjectMsgWithoutSpanAddsNoHeader(t *testing.T) {
 
 func TestHeaderCarrier(t *testing.T) {
 	h := nats.Header{}
-	c := telemetry.HeaderCarrier(h)
+	c := natstrace.HeaderCarrier(h)
 	c.Set("traceparent", "a")
 	c.Set("tracestate", "b")
 	if _, ok := h["traceparent"]; !ok {

@@ -3,77 +3,15 @@ package telemetry
 import (
 	"context"
 	"reflect"
-	"slices"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// Span names.
-const (
-	SpanAcquire       = "lease.acquire"        // client: the whole Acquire call; server: one acquire request
-	SpanAcquireQueued = "lease.acquire.queued" // server: the time an acquire waits in the queue
-	SpanGrant         = "lease.grant"          // server: storing the grant and replying; linked to the queued span
-	SpanRenew         = "lease.renew"          // client and server: one renewal
-	SpanRelease       = "lease.release"        // client and server: one release
-	SpanExpire        = "lease.expire"         // server: a lease whose TTL lapsed was freed
-	SpanExecutorRun   = "executor.run"         // executor: acquire, run the command, release
-)
-
-// Attribute keys. Lease attributes are namespaced "lease."; the NATS subject
-// uses the messaging semantic convention.
-const (
-	KeyNode      = attribute.Key("lease.node")
-	KeyPool      = attribute.Key("lease.pool")
-	KeySlots     = attribute.Key("lease.slots")
-	KeyLeaseID   = attribute.Key("lease.id")
-	KeyRequestID = attribute.Key("lease.request_id")
-	KeyHolder    = attribute.Key("lease.holder")
-	KeyToken     = attribute.Key("lease.token")
-	KeyCode      = attribute.Key("lease.code")
-	KeyPosition  = attribute.Key("lease.queue_position")
-	KeySubject   = attribute.Key("messaging.destination.name")
-	KeyExitCode  = attribute.Key("process.exit.code")
-)
-
-// Node is the node id attribute.
-func Node(node string) attribute.KeyValue { return KeyNode.String(node) }
-
-// Pool is the pool name attribute.
-func Pool(pool string) attribute.KeyValue { return KeyPool.String(pool) }
-
-// Slots is the slot count attribute.
-func Slots(n int64) attribute.KeyValue { return KeySlots.Int64(n) }
-
-// LeaseID is the lease id attribute (the acquire's request id).
-func LeaseID(id string) attribute.KeyValue { return KeyLeaseID.String(id) }
-
-// RequestID is the acquire's request id attribute.
-func RequestID(id string) attribute.KeyValue { return KeyRequestID.String(id) }
-
-// Holder is the lease holder attribute.
-func Holder(h string) attribute.KeyValue { return KeyHolder.String(h) }
-
-// Token is the fencing token attribute. Tokens are JetStream sequences, far
-// below 2^63.
-func Token(t uint64) attribute.KeyValue { return KeyToken.Int64(int64(t)) }
-
-// Code is a wire error code attribute (pass string(lease.Code)).
-func Code(code string) attribute.KeyValue { return KeyCode.String(code) }
-
-// Position is a queue position attribute.
-func Position(p int) attribute.KeyValue { return KeyPosition.Int(p) }
-
-// Subject is the NATS subject attribute.
-func Subject(s string) attribute.KeyValue { return KeySubject.String(s) }
-
-// ExitCode is the exit code of a command an executor ran.
-func ExitCode(code int) attribute.KeyValue { return KeyExitCode.Int(code) }
 
 // Start options built once: passing them does not allocate.
 var (
@@ -98,7 +36,7 @@ func tracer() trace.Tracer {
 	if ref := cachedTracer.Load(); ref != nil && ref.tp == tp {
 		return ref.t
 	}
-	t := tp.Tracer(ScopeName)
+	t := tp.Tracer(natstrace.ScopeName)
 	// Only a comparable provider can be recognised next time; comparing
 	// two values of one non-comparable type would panic.
 	if reflect.TypeOf(tp).Comparable() {
@@ -112,7 +50,7 @@ func tracer() trace.Tracer {
 // through InjectMsg so the server continues the trace.
 func StartClientSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx, span := tracer().Start(ctx, name, clientKind...)
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	return ctx, span
 }
 
@@ -121,46 +59,15 @@ func StartClientSpan(ctx context.Context, name string, attrs ...attribute.KeyVal
 func StartServerSpan(h nats.Header, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx := Extract(context.Background(), h)
 	ctx, span := tracer().Start(ctx, name, serverKind...)
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	return ctx, span
 }
 
 // StartSpan starts an internal span as a child of the span in ctx.
 func StartSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx, span := tracer().Start(ctx, name, internalKind...)
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	return ctx, span
-}
-
-// SetAttributes adds attrs to a recording span. Attributes are set after
-// the start rather than passed as a start option: on a span that records
-// nothing this costs nothing, not even the variadic slice, which does not
-// escape (the copy made for a recording span does).
-func SetAttributes(span trace.Span, attrs ...attribute.KeyValue) {
-	if len(attrs) > 0 && span.IsRecording() {
-		span.SetAttributes(slices.Clone(attrs)...)
-	}
-}
-
-// Fail marks span as failed with a wire error code and message.
-func Fail(span trace.Span, code, message string) {
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(Code(code))
-	span.SetStatus(codes.Error, message)
-}
-
-// End ends span, recording err as its failure if not nil:
-//
-//	ctx, span := telemetry.StartClientSpan(ctx, telemetry.SpanRenew)
-//	defer func() { telemetry.End(span, err) }()
-func End(span trace.Span, err error) {
-	if err != nil && span.IsRecording() {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
 
 // AcquireTrace follows one acquire inside the lease manager, from the
@@ -201,12 +108,12 @@ func (t *AcquireTrace) StartQueued(ctx context.Context, attrs ...attribute.KeyVa
 	if t == nil {
 		return
 	}
-	_, span := tracer().Start(ctx, SpanAcquireQueued, internalKind...)
+	_, span := tracer().Start(ctx, natstrace.SpanAcquireQueued, internalKind...)
 	if !span.IsRecording() {
 		span.End()
 		return
 	}
-	SetAttributes(span, attrs...)
+	natstrace.SetAttributes(span, attrs...)
 	t.queued = span
 }
 
@@ -217,7 +124,7 @@ func (t *AcquireTrace) EndQueued(code string) {
 		return
 	}
 	if code != "" {
-		Fail(t.queued, code, "not granted: "+code)
+		natstrace.Fail(t.queued, code, "not granted: "+code)
 	}
 	t.queued.End()
 	t.queued = nil
@@ -229,7 +136,7 @@ func (t *AcquireTrace) EndQueued(code string) {
 func (t *AcquireTrace) StartGrant(attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx := context.Background()
 	if t == nil {
-		return StartSpan(ctx, SpanGrant, attrs...)
+		return StartSpan(ctx, natstrace.SpanGrant, attrs...)
 	}
 	if t.parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, t.parent)
@@ -240,21 +147,17 @@ func (t *AcquireTrace) StartGrant(attrs ...attribute.KeyValue) (context.Context,
 		t.queued.End()
 		t.queued = nil
 		if queued.IsValid() {
-			ctx, ctxSpan = tracer().Start(ctx, SpanGrant, trace.WithSpanKind(trace.SpanKindInternal),
+			ctx, ctxSpan = tracer().Start(ctx, natstrace.SpanGrant, trace.WithSpanKind(trace.SpanKindInternal),
 				trace.WithLinks(trace.Link{SpanContext: queued, Attributes: []attribute.KeyValue{attribute.String("lease.link", "queued")}}))
-			SetAttributes(ctxSpan, attrs...)
+			natstrace.SetAttributes(ctxSpan, attrs...)
 			return ctx, ctxSpan
 		}
 	}
-	return StartSpan(ctx, SpanGrant, attrs...)
+	return StartSpan(ctx, natstrace.SpanGrant, attrs...)
 }
-
-// ScopeName is the instrumentation scope of every span and instrument this
-// project creates.
-const ScopeName = "github.com/slotlease/slotlease"
 
 // Meter returns this project's meter from the global meter provider
 // (otelsetup.Setup installs the SDK's; until then the API's no-op one).
 func Meter() metric.Meter {
-	return otel.GetMeterProvider().Meter(ScopeName)
+	return otel.GetMeterProvider().Meter(natstrace.ScopeName)
 }

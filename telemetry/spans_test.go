@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -30,20 +31,20 @@ func hasAttr(attrs []attribute.KeyValue, want attribute.KeyValue) bool {
 // server span, and the grant links to the queued span it ended.
 func TestAcquireTraceQueuedThenGranted(t *testing.T) {
 	rec := useRecorder(t)
-	ctx, req := telemetry.StartServerSpan(nil, telemetry.SpanAcquire)
+	ctx, req := telemetry.StartServerSpan(nil, natstrace.SpanAcquire)
 	tr := telemetry.NewAcquireTrace(ctx)
-	tr.StartQueued(ctx, telemetry.Position(3))
+	tr.StartQueued(ctx, natstrace.Position(3))
 	req.End() // the handler returns long before the grant
 
-	_, grant := tr.StartGrant(telemetry.Token(42))
-	telemetry.End(grant, nil)
+	_, grant := tr.StartGrant(natstrace.Token(42))
+	natstrace.End(grant, nil)
 	tr.EndQueued("wait_expired") // after StartGrant: nothing left to end
 
 	spans := endedByName(rec)
-	if len(spans[telemetry.SpanAcquireQueued]) != 1 || len(spans[telemetry.SpanGrant]) != 1 {
+	if len(spans[natstrace.SpanAcquireQueued]) != 1 || len(spans[natstrace.SpanGrant]) != 1 {
 		t.Fatalf("ended spans %v, want one queued and one grant", spans)
 	}
-	queued, granted := spans[telemetry.SpanAcquireQueued][0], spans[telemetry.SpanGrant][0]
+	queued, granted := spans[natstrace.SpanAcquireQueued][0], spans[natstrace.SpanGrant][0]
 	reqID := req.SpanContext().SpanID()
 	if queued.Parent().SpanID() != reqID || granted.Parent().SpanID() != reqID {
 		t.Fatalf("parents: queued %s, grant %s, want the request span %s", queued.Parent().SpanID(), granted.Parent().SpanID(), reqID)
@@ -61,7 +62,7 @@ func TestAcquireTraceQueuedThenGranted(t *testing.T) {
 	if queued.Status().Code == codes.Error {
 		t.Fatalf("a granted request's queued span has status %v", queued.Status())
 	}
-	if !hasAttr(queued.Attributes(), telemetry.Position(3)) || !hasAttr(granted.Attributes(), telemetry.Token(42)) {
+	if !hasAttr(queued.Attributes(), natstrace.Position(3)) || !hasAttr(granted.Attributes(), natstrace.Token(42)) {
 		t.Fatalf("attributes: queued %v, grant %v", queued.Attributes(), granted.Attributes())
 	}
 }
@@ -70,7 +71,7 @@ func TestAcquireTraceQueuedThenGranted(t *testing.T) {
 // expires while queued ends its queued span as failed.
 func TestAcquireTraceImmediateAndExpired(t *testing.T) {
 	rec := useRecorder(t)
-	ctx, req := telemetry.StartServerSpan(nil, telemetry.SpanAcquire)
+	ctx, req := telemetry.StartServerSpan(nil, natstrace.SpanAcquire)
 	now := telemetry.NewAcquireTrace(ctx)
 	_, grant := now.StartGrant()
 	grant.End()
@@ -81,12 +82,12 @@ func TestAcquireTraceImmediateAndExpired(t *testing.T) {
 	req.End()
 
 	spans := endedByName(rec)
-	g := spans[telemetry.SpanGrant]
+	g := spans[natstrace.SpanGrant]
 	if len(g) != 1 || len(g[0].Links()) != 0 || g[0].Parent().SpanID() != req.SpanContext().SpanID() {
 		t.Fatalf("immediate grant spans %v: want one, child of the request, no links", g)
 	}
-	q := spans[telemetry.SpanAcquireQueued]
-	if len(q) != 1 || q[0].Status().Code != codes.Error || !hasAttr(q[0].Attributes(), telemetry.Code("wait_expired")) {
+	q := spans[natstrace.SpanAcquireQueued]
+	if len(q) != 1 || q[0].Status().Code != codes.Error || !hasAttr(q[0].Attributes(), natstrace.Code("wait_expired")) {
 		t.Fatalf("expired queued spans %v: want one, failed with lease.code", q)
 	}
 
@@ -108,15 +109,15 @@ func TestAcquireTraceImmediateAndExpired(t *testing.T) {
 
 func TestEndRecordsError(t *testing.T) {
 	rec := useRecorder(t)
-	_, span := telemetry.StartClientSpan(context.Background(), telemetry.SpanRenew)
-	telemetry.End(span, errors.New("lease: lease_not_found"))
-	_, ok := telemetry.StartSpan(context.Background(), telemetry.SpanRelease)
-	telemetry.End(ok, nil)
+	_, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanRenew)
+	natstrace.End(span, errors.New("lease: lease_not_found"))
+	_, ok := telemetry.StartSpan(context.Background(), natstrace.SpanRelease)
+	natstrace.End(ok, nil)
 	spans := endedByName(rec)
-	if s := spans[telemetry.SpanRenew]; len(s) != 1 || s[0].Status().Code != codes.Error || len(s[0].Events()) != 1 {
+	if s := spans[natstrace.SpanRenew]; len(s) != 1 || s[0].Status().Code != codes.Error || len(s[0].Events()) != 1 {
 		t.Fatalf("failed span %v: want error status and an exception event", s)
 	}
-	if s := spans[telemetry.SpanRelease]; len(s) != 1 || s[0].Status().Code == codes.Error {
+	if s := spans[natstrace.SpanRelease]; len(s) != 1 || s[0].Status().Code == codes.Error {
 		t.Fatalf("successful span %v", s)
 	}
 }
@@ -129,15 +130,15 @@ func TestNoopSpansAllocateNoMoreThanTheAPI(t *testing.T) {
 	h := nats.Header{"Other": {"x"}}
 	tr := otel.GetTracerProvider().Tracer("bare")
 	bare := testing.AllocsPerRun(1000, func() {
-		_, span := tr.Start(context.Background(), telemetry.SpanAcquire)
+		_, span := tr.Start(context.Background(), natstrace.SpanAcquire)
 		span.End()
 	})
 	msg := &nats.Msg{}
 	ours := testing.AllocsPerRun(1000, func() {
-		ctx, span := telemetry.StartServerSpan(h, telemetry.SpanAcquire, telemetry.Node("n1"), telemetry.Pool("gpu"), telemetry.Slots(1), telemetry.RequestID("r1"))
+		ctx, span := telemetry.StartServerSpan(h, natstrace.SpanAcquire, natstrace.Node("n1"), natstrace.Pool("gpu"), natstrace.Slots(1), natstrace.RequestID("r1"))
 		telemetry.InjectMsg(ctx, msg)
-		telemetry.Fail(span, "x", "y")
-		telemetry.End(span, nil)
+		natstrace.Fail(span, "x", "y")
+		natstrace.End(span, nil)
 	})
 	if ours > bare {
 		t.Fatalf("helpers allocate %.0f per span, the bare no-op API %.0f", ours, bare)
@@ -151,7 +152,7 @@ func BenchmarkServerSpanNoop(b *testing.B) {
 	var h nats.Header // requests without trace context
 	b.ReportAllocs()
 	for b.Loop() {
-		_, span := telemetry.StartServerSpan(h, telemetry.SpanAcquire, telemetry.Node("n1"), telemetry.Pool("gpu"), telemetry.Slots(1))
+		_, span := telemetry.StartServerSpan(h, natstrace.SpanAcquire, natstrace.Node("n1"), natstrace.Pool("gpu"), natstrace.Slots(1))
 		span.End()
 	}
 }
@@ -172,7 +173,7 @@ func BenchmarkServerSpanNoopRemoteParent(b *testing.B) {
 	h := nats.Header{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_, span := telemetry.StartServerSpan(h, telemetry.SpanAcquire, telemetry.Node("n1"), telemetry.Pool("gpu"), telemetry.Slots(1))
+		_, span := telemetry.StartServerSpan(h, natstrace.SpanAcquire, natstrace.Node("n1"), natstrace.Pool("gpu"), natstrace.Slots(1))
 		span.End()
 	}
 }
@@ -184,7 +185,7 @@ func BenchmarkBareNoopAPI(b *testing.B) {
 	tr := otel.GetTracerProvider().Tracer("bare")
 	b.ReportAllocs()
 	for b.Loop() {
-		_, span := tr.Start(context.Background(), telemetry.SpanAcquire)
+		_, span := tr.Start(context.Background(), natstrace.SpanAcquire)
 		span.End()
 	}
 }

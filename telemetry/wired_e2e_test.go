@@ -1,4 +1,4 @@
-// This test needs the wiring of lease/manager.go, lease/client.go and
+// This test needs the wiring of manager/manager.go, lease/client.go and
 // lease/lease.go described in the telemetry report. Once wired, delete the
 // build constraint above.
 
@@ -13,7 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -22,7 +24,7 @@ import (
 func TestTraceFromExecutorIntoManager(t *testing.T) {
 	rec := useRecorder(t)
 	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "n1", Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}, TTL: 3 * time.Second})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, TTL: 3 * time.Second})
 	client := harness.Client(t, srv.URL, "n1", lease.WithPollInterval(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -31,7 +33,7 @@ func TestTraceFromExecutorIntoManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, run := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun)
+	runCtx, run := telemetry.StartSpan(ctx, natstrace.SpanExecutorRun)
 	queued := make(chan struct{}, 1)
 	type result struct {
 		l   *lease.Lease
@@ -62,7 +64,7 @@ func TestTraceFromExecutorIntoManager(t *testing.T) {
 	// Wait for one heartbeat (every TTL/3 = 1s).
 	harness.Eventually(t, 5*time.Second, "a renewal", func() bool {
 		for _, s := range rec.Ended() {
-			if s.Name() == telemetry.SpanRenew && s.SpanKind() == trace.SpanKindServer && s.SpanContext().TraceID() == run.SpanContext().TraceID() {
+			if s.Name() == natstrace.SpanRenew && s.SpanKind() == trace.SpanKindServer && s.SpanContext().TraceID() == run.SpanContext().TraceID() {
 				return true
 			}
 		}
@@ -76,7 +78,7 @@ func TestTraceFromExecutorIntoManager(t *testing.T) {
 	want := run.SpanContext().TraceID()
 	harness.Eventually(t, 5*time.Second, "the manager's release span", func() bool {
 		for _, s := range rec.Ended() {
-			if s.Name() == telemetry.SpanRelease && s.SpanKind() == trace.SpanKindServer && s.SpanContext().TraceID() == want {
+			if s.Name() == natstrace.SpanRelease && s.SpanKind() == trace.SpanKindServer && s.SpanContext().TraceID() == want {
 				return true
 			}
 		}
@@ -88,19 +90,19 @@ func TestTraceFromExecutorIntoManager(t *testing.T) {
 			inTrace[s.Name()] = append(inTrace[s.Name()], s)
 		}
 	}
-	for _, name := range []string{telemetry.SpanExecutorRun, telemetry.SpanAcquire, telemetry.SpanAcquireQueued, telemetry.SpanGrant, telemetry.SpanRenew, telemetry.SpanRelease} {
+	for _, name := range []string{natstrace.SpanExecutorRun, natstrace.SpanAcquire, natstrace.SpanAcquireQueued, natstrace.SpanGrant, natstrace.SpanRenew, natstrace.SpanRelease} {
 		if len(inTrace[name]) == 0 {
 			t.Errorf("no %s span in the executor's trace; have %v", name, keys(inTrace))
 		}
 	}
 	var serverAcquire bool
-	for _, s := range inTrace[telemetry.SpanAcquire] {
+	for _, s := range inTrace[natstrace.SpanAcquire] {
 		serverAcquire = serverAcquire || s.SpanKind() == trace.SpanKindServer
 	}
 	if !serverAcquire {
 		t.Error("the manager's acquire span is not in the executor's trace")
 	}
-	if g := inTrace[telemetry.SpanGrant]; len(g) == 1 && len(g[0].Links()) != 1 {
+	if g := inTrace[natstrace.SpanGrant]; len(g) == 1 && len(g[0].Links()) != 1 {
 		t.Errorf("grant links %v, want one to the queued span", g[0].Links())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
@@ -55,7 +56,9 @@ func connectQueue(ctx context.Context, name string, create bool) (*config.Common
 // no lease: the running work keeps its lease while the executor reconnects
 // (lease.WithServerOnlyDrops).
 func clientOptions(cfg *config.Common) []lease.ClientOption {
-	opts := []lease.ClientOption{lease.WithPrefix(cfg.SubjectPrefix)}
+	// The client's spans come from the SDK otelsetup.Setup installed.
+	opts := []lease.ClientOption{lease.WithPrefix(cfg.SubjectPrefix),
+		lease.WithTracing(otel.GetTracerProvider(), otel.GetTextMapPropagator())}
 	if cfg.NATSURL == "" {
 		opts = append(opts, lease.WithServerOnlyDrops())
 	}

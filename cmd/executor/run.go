@@ -16,6 +16,7 @@ import (
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // passEnv are the executor's own variables a worker also gets. Everything
@@ -119,10 +120,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	}
 	defer stopTelemetry() // flush the run's spans before exiting
 	first := f.pools[0]
-	ctx, span := telemetry.StartSpan(ctx, telemetry.SpanExecutorRun, telemetry.Node(f.node), telemetry.Pool(first.Pool), telemetry.Slots(first.Slots))
+	ctx, span := telemetry.StartSpan(ctx, natstrace.SpanExecutorRun, natstrace.Node(f.node), natstrace.Pool(first.Pool), natstrace.Slots(first.Slots))
 	defer func() {
-		telemetry.SetAttributes(span, telemetry.ExitCode(code))
-		telemetry.End(span, err)
+		natstrace.SetAttributes(span, natstrace.ExitCode(code))
+		natstrace.End(span, err)
 	}()
 	hide, err := workerHide(cfg, stderr) // refuses or warns now, before any wait for slots
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/slotlease/slotlease/candidacy"
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
 )
@@ -30,7 +31,7 @@ import (
 // serving them while this process does, and the candidates' latest
 // disagreements (for the stats replies and /readyz).
 type clusterState struct {
-	active   atomic.Pointer[lease.Manager]
+	active   atomic.Pointer[manager.Manager]
 	warnings atomic.Pointer[[]string]
 	pools    atomic.Pointer[[]string] // the live candidates' cluster pools; nil until known
 }
@@ -56,7 +57,7 @@ func (cs *clusterState) Warnings() []string {
 // clusterConfig derives the cluster pools' manager configuration from the
 // node's: another node id, pools, instance and metrics, the same NATS,
 // store, TTL, reply rules and fast release.
-func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *leasemetrics.Metrics, cs *clusterState) lease.ManagerConfig {
+func clusterConfig(cfg *config.Manager, node manager.Config, metrics *leasemetrics.Metrics, cs *clusterState) manager.Config {
 	mc := node
 	mc.Node = lease.ClusterNode
 	mc.Pools = poolConfigs(cfg, cfg.ClusterPools)
@@ -75,7 +76,7 @@ func clusterConfig(cfg *config.Manager, node lease.ManagerConfig, metrics *lease
 
 // runClusterCandidate keeps this process's candidacy for the cluster pools
 // and serves them whenever it wins their leadership, until ctx ends.
-func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc lease.ManagerConfig, leaders lease.Store, metrics *leasemetrics.Metrics, cs *clusterState, log *slog.Logger) {
+func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc manager.Config, leaders manager.Store, metrics *leasemetrics.Metrics, cs *clusterState, log *slog.Logger) {
 	metrics.SetPoolSource(lease.ClusterNode, func() []lease.PoolStats {
 		if m := cs.active.Load(); m != nil {
 			return m.Stats()

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/jobmetrics"
 )
@@ -23,7 +23,7 @@ import (
 // The queue is bound at the first collection that finds it (on a NATS of
 // its own it exists once something was submitted or served); until then
 // the series are at 0.
-func startJobMetrics(nc *nats.Conn, prefix, node string, active *atomic.Pointer[lease.Manager]) (*jobmetrics.Metrics, error) {
+func startJobMetrics(nc *nats.Conn, prefix, node string, active *atomic.Pointer[manager.Manager]) (*jobmetrics.Metrics, error) {
 	var q *jobs.Queue // only touched by collections, which jobmetrics serialises
 	pools := func() []string {
 		m := active.Load()

@@ -21,6 +21,7 @@ import (
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
@@ -98,7 +99,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer ns.jobs.Close()
 	}
 	instance := nuid.Next()
-	mcfg := lease.ManagerConfig{
+	mcfg := manager.Config{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs(cfg, cfg.Pools), TTL: cfg.LeaseTTL, Instance: instance,
 		Conn: nc, Store: store, PoolStore: poolStore, Events: metrics.Sink(jetstream.NewEvents(nc, cfg.SubjectPrefix, log)), Logger: log,
 		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
@@ -122,7 +123,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 
-	var active atomic.Pointer[lease.Manager] // nil while standing by
+	var active atomic.Pointer[manager.Manager] // nil while standing by
 	metrics.SetPoolSource(cfg.NodeID, func() []lease.PoolStats {
 		if m := active.Load(); m != nil {
 			return m.Stats()
@@ -187,7 +188,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		})
 	} else {
 		// Not a candidate: still learn which cluster pools there are, for
-		// the stats replies (lease.ManagerConfig.ClusterPools).
+		// the stats replies (manager.Config.ClusterPools).
 		candidate.Go(func() {
 			_ = candidacy.Watch(cctx, candidacy.Config{Store: leaders, Cluster: lease.ClusterNode, Logger: log,
 				OnPools: cluster.setPools, Refused: mcfg.RecordRefused})
@@ -202,11 +203,11 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // leadNode stands by for mcfg.Node's leadership and serves each term won
 // as its active manager, fenced by it, until ctx ends. active holds the
 // manager while it serves.
-func leadNode(ctx context.Context, cfg *config.Manager, mcfg lease.ManagerConfig, leaders lease.Store, active *atomic.Pointer[lease.Manager], log *slog.Logger) error {
-	serve := func(ctx context.Context, fence lease.Fence) error {
+func leadNode(ctx context.Context, cfg *config.Manager, mcfg manager.Config, leaders manager.Store, active *atomic.Pointer[manager.Manager], log *slog.Logger) error {
+	serve := func(ctx context.Context, fence manager.Fence) error {
 		mc := mcfg
 		mc.Fence = fence
-		m, err := lease.NewManager(mc)
+		m, err := manager.New(mc)
 		if err != nil {
 			return err
 		}
@@ -221,16 +222,16 @@ func leadNode(ctx context.Context, cfg *config.Manager, mcfg lease.ManagerConfig
 			active.Store(m)
 		})
 	}
-	return lease.RunLeader(ctx, lease.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log,
+	return manager.RunLeader(ctx, manager.LeaderConfig{Store: leaders, Node: mcfg.Node, Instance: mcfg.Instance, TTL: cfg.LeaderTTL, Logger: log,
 		Refused: mcfg.RecordRefused}, serve)
 }
 
 // poolConfigs turns configured pools into the manager's, with the queue
 // policy settings.
-func poolConfigs(cfg *config.Manager, ps []config.Pool) []lease.PoolConfig {
-	out := make([]lease.PoolConfig, 0, len(ps))
+func poolConfigs(cfg *config.Manager, ps []config.Pool) []manager.PoolConfig {
+	out := make([]manager.PoolConfig, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, lease.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
+		out = append(out, manager.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
 			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
 			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight, Rate: p.Rate, Burst: p.Burst,
 		}})

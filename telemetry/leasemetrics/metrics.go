@@ -1,6 +1,6 @@
 // Package leasemetrics turns lease events into OpenTelemetry metrics, per
 // node and pool. It is apart from package telemetry because it implements
-// lease.EventSink, while the lease package itself calls telemetry's span
+// manager.EventSink, while the lease package itself calls telemetry's span
 // helpers: one package doing both would be an import cycle.
 //
 // On /metrics (the Prometheus exporter's names; OTLP carries the names in
@@ -20,7 +20,7 @@
 //	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
 //	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
-//	                                                                   lease.RefusalReasons), each reason from 0
+//	                                                                   manager.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
 //	                                                                   not an inbox (ReplyRefusals; 0 from the start)
 //	lease.queue_wait      lease_queue_wait_seconds{node,pool}          histogram: request arrival to grant, per grant
@@ -50,6 +50,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
@@ -305,12 +306,12 @@ func (m *Metrics) ObserveGrantLatency(node, pool string, d time.Duration) {
 	m.grantLatency.Record(context.Background(), d.Seconds(), m.pool(node, pool).attrs.record...)
 }
 
-// RecordsRefused returns the function for lease.ManagerConfig.RecordRefused
+// RecordsRefused returns the function for manager.Config.RecordRefused
 // of node. It creates every reason's series at 0 at once, so a dashboard or
 // an alert sees the series before the first refusal.
 func (m *Metrics) RecordsRefused(node string) func(reason string) {
-	byReason := make(map[string]*attrs, len(lease.RefusalReasons))
-	for _, r := range lease.RefusalReasons {
+	byReason := make(map[string]*attrs, len(manager.RefusalReasons))
+	for _, r := range manager.RefusalReasons {
 		a := newAttrs(KeyNode.String(node), KeyReason.String(r))
 		byReason[r] = a
 		m.recordsRefused.Add(context.Background(), 0, a.add...)
@@ -360,9 +361,9 @@ func (m *Metrics) Record(ev lease.Event) {
 
 // Sink returns an EventSink that records every event and then passes it to
 // next (nil: to nobody).
-func (m *Metrics) Sink(next lease.EventSink) *Sink {
+func (m *Metrics) Sink(next manager.EventSink) *Sink {
 	if next == nil {
-		next = lease.NopEvents{}
+		next = manager.NopEvents{}
 	}
 	return &Sink{m: m, next: next}
 }
@@ -370,10 +371,10 @@ func (m *Metrics) Sink(next lease.EventSink) *Sink {
 // Sink records events into Metrics and forwards them.
 type Sink struct {
 	m    *Metrics
-	next lease.EventSink
+	next manager.EventSink
 }
 
-var _ lease.EventSink = (*Sink)(nil)
+var _ manager.EventSink = (*Sink)(nil)
 
 // Publish records ev, then forwards it. It takes one short lock and does
 // not block.

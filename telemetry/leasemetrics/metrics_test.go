@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/leasemetrics"
@@ -323,8 +324,8 @@ func zeroCounters(t *testing.T, fams map[string]*dto.MetricFamily, node, pool st
 func TestMetricsFromARealManager(t *testing.T) {
 	m := setup(t)
 	srv := harness.StartServer(t)
-	node := harness.StartManager(t, srv.URL, lease.ManagerConfig{
-		Node: "n1", Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}, TTL: 5 * time.Second,
+	node := harness.StartManager(t, srv.URL, manager.Config{
+		Node: "n1", Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, TTL: 5 * time.Second,
 		Events: m.Sink(nil),
 	})
 	// Gauges read the manager at collection while it publishes events:
@@ -405,16 +406,16 @@ func TestRecordsRefusedSeries(t *testing.T) {
 	m := setup(t)
 	refused := m.RecordsRefused("n1")
 	fams := scrape(t)
-	for _, r := range lease.RefusalReasons {
+	for _, r := range manager.RefusalReasons {
 		if v := value(t, fams, "lease_records_refused_total", "node", "n1", "reason", r); v != 0 {
 			t.Fatalf("%s starts at %v, want 0", r, v)
 		}
 	}
-	refused(lease.RefusedNoTTL)
-	refused(lease.RefusedNoTTL)
-	refused(lease.RefusedForeign)
+	refused(manager.RefusedNoTTL)
+	refused(manager.RefusedNoTTL)
+	refused(manager.RefusedForeign)
 	fams = scrape(t)
-	for r, want := range map[string]float64{lease.RefusedNoTTL: 2, lease.RefusedForeign: 1, lease.RefusedKey: 0} {
+	for r, want := range map[string]float64{manager.RefusedNoTTL: 2, manager.RefusedForeign: 1, manager.RefusedKey: 0} {
 		if v := value(t, fams, "lease_records_refused_total", "node", "n1", "reason", r); v != want {
 			t.Errorf("%s: %v, want %v", r, v, want)
 		}

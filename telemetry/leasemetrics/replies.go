@@ -3,7 +3,7 @@ package leasemetrics
 import "context"
 
 // ReplyRefusals returns the counter function for node's
-// lease.ManagerConfig.ReplyRefused: each call counts one request dropped
+// manager.Config.ReplyRefused: each call counts one request dropped
 // for its reply subject. The series exists at 0 from this call on, so a
 // rate() over it has no gap before the first refusal.
 func (m *Metrics) ReplyRefusals(node string) func() {

@@ -28,7 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/slotlease/slotlease/buildinfo"
-	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
 // The environment variables Setup reads itself. The exporters read the rest
@@ -170,7 +170,7 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	}
 	mp := sdkmetric.NewMeterProvider(mopts...)
 	shutdowns = append(shutdowns, mp.Shutdown)
-	buildInfo(mp.Meter(telemetry.ScopeName))
+	buildInfo(mp.Meter(natstrace.ScopeName))
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	h := promhttp.HandlerFor(zeroFill{reg}, promhttp.HandlerOpts{})

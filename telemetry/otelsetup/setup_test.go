@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -50,7 +51,7 @@ func TestSetupWithoutEnvInstallsNoTraceExporter(t *testing.T) {
 	if _, ok := otel.GetTracerProvider().(noop.TracerProvider); !ok {
 		t.Fatalf("tracer provider %T with no exporter configured, want the no-op one", otel.GetTracerProvider())
 	}
-	_, span := telemetry.StartClientSpan(context.Background(), telemetry.SpanAcquire)
+	_, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanAcquire)
 	if span.IsRecording() || span.SpanContext().IsValid() {
 		t.Fatal("a span records with tracing off")
 	}
@@ -131,8 +132,8 @@ func TestSetupOTLPExportsToCollector(t *testing.T) {
 	if _, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider); !ok {
 		t.Fatalf("tracer provider %T, want the SDK's", otel.GetTracerProvider())
 	}
-	ctx, run := telemetry.StartSpan(context.Background(), telemetry.SpanExecutorRun)
-	_, acq := telemetry.StartClientSpan(ctx, telemetry.SpanAcquire, telemetry.Pool("gpu"))
+	ctx, run := telemetry.StartSpan(context.Background(), natstrace.SpanExecutorRun)
+	_, acq := telemetry.StartClientSpan(ctx, natstrace.SpanAcquire, natstrace.Pool("gpu"))
 	acq.End()
 	run.End()
 	c, err := telemetry.Meter().Int64Counter("otlp.test")
@@ -163,7 +164,7 @@ func TestSetupOTLPExportsToCollector(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{telemetry.SpanExecutorRun, telemetry.SpanAcquire}) { // sorted
+	if !slices.Equal(names, []string{natstrace.SpanExecutorRun, natstrace.SpanAcquire}) { // sorted
 		t.Fatalf("collector got spans %q", names)
 	}
 	if service != "leasemgr-test" {

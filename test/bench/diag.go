@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // Diagnostic scenarios (-diag) take the product's lease cycle apart, to see
@@ -19,7 +20,7 @@ import (
 
 // leaseCycleNopEvents is leaseCycle with a manager that publishes no events.
 func leaseCycleNopEvents(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
-	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{events: lease.NopEvents{}})
+	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{events: manager.NopEvents{}})
 }
 
 // leaseCycleMemStore is leaseCycle with a manager whose store costs
@@ -40,7 +41,7 @@ func rawLeaseCycle(ctx context.Context, cfg config, clients, capacity int) (*res
 		return nil, err
 	}
 	defer e.close()
-	n, err := e.startManager(ctx, recordTTL, lease.PoolConfig{Name: "p", Capacity: int64(capacity)})
+	n, err := e.startManager(ctx, recordTTL, manager.PoolConfig{Name: "p", Capacity: int64(capacity)})
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	slconfig "github.com/slotlease/slotlease/config"
 	sljs "github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 )
 
@@ -141,14 +142,14 @@ func bucket(ctx context.Context, nc *nats.Conn, name string) (jetstream.KeyValue
 // node is a real lease manager started the way harness.StartManager starts
 // one: its own connection, the jetstream LeaseStore and Events.
 type node struct {
-	m     *lease.Manager
+	m     *manager.Manager
 	nc    *nats.Conn
 	store *sljs.LeaseStore // nil when managerParts replaced it
 }
 
 const benchNode = "bench"
 
-func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...lease.PoolConfig) (*node, error) {
+func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...manager.PoolConfig) (*node, error) {
 	return e.startManagerWith(ctx, ttl, managerParts{}, pools...)
 }
 
@@ -156,14 +157,14 @@ func (e *env) startManager(ctx context.Context, ttl time.Duration, pools ...leas
 // the product's own (the jetstream LeaseStore and Events on the manager's
 // connection).
 type managerParts struct {
-	events lease.EventSink
-	store  lease.Store
+	events manager.EventSink
+	store  manager.Store
 	// accounts runs the scenario on the embedded server's accounts layout.
 	accounts bool
 }
 
 // startManagerWith starts a manager with parts in place of the product's.
-func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts managerParts, pools ...lease.PoolConfig) (*node, error) {
+func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts managerParts, pools ...manager.PoolConfig) (*node, error) {
 	nc, err := e.connectAs("bench-manager", e.mgr)
 	if err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts man
 	if events == nil {
 		events = sljs.NewEvents(nc, lease.DefaultPrefix, quiet)
 	}
-	n.m, err = lease.NewManager(lease.ManagerConfig{
+	n.m, err = manager.New(manager.Config{
 		Node:   benchNode,
 		Prefix: lease.DefaultPrefix,
 		Pools:  pools,

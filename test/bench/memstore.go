@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
-// memStore is a lease.Store that keeps records in a map and costs nothing:
+// memStore is a manager.Store that keeps records in a map and costs nothing:
 // no server round trip, no watch echo, no expiry. It exists only for the
 // -diag ceiling scenarios (diag/lease-memstore/...), which measure what the
 // lease cycle would reach if durable writes were free, so that a target
@@ -38,7 +38,7 @@ func (s *memStore) Create(_ context.Context, key string, value []byte, _ time.Du
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.keys[key]; ok {
-		return 0, fmt.Errorf("%w: %s", lease.ErrStoreExists, key)
+		return 0, fmt.Errorf("%w: %s", manager.ErrStoreExists, key)
 	}
 	return s.put(key, value), nil
 }
@@ -47,7 +47,7 @@ func (s *memStore) Renew(_ context.Context, key string, value []byte, _ time.Dur
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.keys[key]; !ok || e.rev != rev {
-		return 0, fmt.Errorf("%w: %s", lease.ErrStoreRevision, key)
+		return 0, fmt.Errorf("%w: %s", manager.ErrStoreRevision, key)
 	}
 	return s.put(key, value), nil
 }
@@ -57,10 +57,10 @@ func (s *memStore) Delete(_ context.Context, key string, rev uint64) error {
 	defer s.mu.Unlock()
 	e, ok := s.keys[key]
 	if !ok {
-		return fmt.Errorf("%w: %s", lease.ErrStoreNotFound, key)
+		return fmt.Errorf("%w: %s", manager.ErrStoreNotFound, key)
 	}
 	if e.rev != rev {
-		return fmt.Errorf("%w: %s", lease.ErrStoreRevision, key)
+		return fmt.Errorf("%w: %s", manager.ErrStoreRevision, key)
 	}
 	delete(s.keys, key)
 	return nil
@@ -77,25 +77,25 @@ func (s *memStore) Get(_ context.Context, key string) ([]byte, uint64, error) {
 	defer s.mu.Unlock()
 	e, ok := s.keys[key]
 	if !ok {
-		return nil, 0, fmt.Errorf("%w: %s", lease.ErrStoreNotFound, key)
+		return nil, 0, fmt.Errorf("%w: %s", manager.ErrStoreNotFound, key)
 	}
 	return e.value, e.rev, nil
 }
 
 // Watch reports the (empty) initial state and then nothing: the manager's
 // own writes are not echoed back, which is part of what a free store saves.
-func (s *memStore) Watch(context.Context, string) (lease.Watcher, error) {
-	w := &memWatcher{out: make(chan lease.Change, 1)}
-	w.out <- lease.Change{Op: lease.ChangeCaughtUp}
+func (s *memStore) Watch(context.Context, string) (manager.Watcher, error) {
+	w := &memWatcher{out: make(chan manager.Change, 1)}
+	w.out <- manager.Change{Op: manager.ChangeCaughtUp}
 	return w, nil
 }
 
 type memWatcher struct {
 	once sync.Once
-	out  chan lease.Change
+	out  chan manager.Change
 }
 
-func (w *memWatcher) Changes() <-chan lease.Change { return w.out }
+func (w *memWatcher) Changes() <-chan manager.Change { return w.out }
 
 func (w *memWatcher) Stop() error {
 	w.once.Do(func() { close(w.out) })

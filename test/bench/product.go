@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // leaseCycle runs clients that loop Acquire→Release of one slot through the
-// real lease.Client against a real lease.Manager. Clients share a
+// real lease.Client against a real manager.Manager. Clients share a
 // lease.Client per connection, clientsPerConn to a connection, as the
 // workers of one executor process would.
 func leaseCycle(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
@@ -26,7 +27,7 @@ func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, part
 		return nil, err
 	}
 	defer e.close()
-	n, err := e.startManagerWith(ctx, recordTTL, parts, lease.PoolConfig{Name: "p", Capacity: int64(capacity)})
+	n, err := e.startManagerWith(ctx, recordTTL, parts, manager.PoolConfig{Name: "p", Capacity: int64(capacity)})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	slconfig "github.com/slotlease/slotlease/config"
 	sljs "github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/manager"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
@@ -105,7 +106,7 @@ func managerWaiters(ctx context.Context, cfg config, n int) (*result, error) {
 	// are not heartbeated.
 	// The queue holds them all: its default bound (slconfig.DefaultMaxQueue)
 	// is below the deepest queue measured.
-	node, err := e.startManager(ctx, 10*time.Minute, lease.PoolConfig{Name: "w", Capacity: 1, Options: pools.Options{MaxQueue: slconfig.MaxQueueLimit}})
+	node, err := e.startManager(ctx, 10*time.Minute, manager.PoolConfig{Name: "w", Capacity: 1, Options: pools.Options{MaxQueue: slconfig.MaxQueueLimit}})
 	if err != nil {
 		return nil, err
 	}

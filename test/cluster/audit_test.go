@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // The auditor's checks on hand-made histories: each case breaks one rule
@@ -38,7 +39,7 @@ func (h *history) gone(ms int, key string) {
 }
 
 func (h *history) lead(ms int, node, instance string) {
-	data, _ := json.Marshal(lease.LeaderRecord{Instance: instance})
+	data, _ := json.Marshal(manager.LeaderRecord{Instance: instance})
 	h.leaders = append(h.leaders, Observation{Key: node, Rev: uint64(len(h.leaders) + 1), Op: jetstream.KeyValuePut, TS: at(ms), Data: data})
 }
 
@@ -241,7 +242,7 @@ func TestAuditWriters(t *testing.T) {
 		return b
 	}
 	leader := func(instance string) []byte {
-		b, _ := json.Marshal(lease.LeaderRecord{Instance: instance})
+		b, _ := json.Marshal(manager.LeaderRecord{Instance: instance})
 		return b
 	}
 	put := func(key string, ttl time.Duration, data []byte) Observation {

@@ -10,6 +10,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -26,7 +27,7 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 	st := Settings{Replicas: 3, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)
 	const node, pool = "node1", "gpu"
-	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: node, Instance: "m", Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}})
+	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: node, Instance: "m", Pools: []manager.PoolConfig{{Name: pool, Capacity: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,13 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
 // apiPool is the cluster pool of TestClusterPoolsAcrossNodes.
-var apiPool = lease.PoolConfig{Name: "api", Capacity: 2, Options: pools.Options{Rate: pools.Rate{Slots: 8, Per: time.Second}, Burst: 2}}
+var apiPool = manager.PoolConfig{Name: "api", Capacity: 2, Options: pools.Options{Rate: pools.Rate{Slots: 8, Per: time.Second}, Burst: 2}}
 
 // Cluster pools on a real 3-server cluster: nodes n1..n3, each with gpu=1
 // and a candidate for the cluster pools (api=2) beside its own manager.
@@ -50,13 +51,13 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	var clusterCands []*Candidate
 	for i, n := range nodes {
 		c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: n, Instance: n + "-m", Upstream: i,
-			Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: terms})
+			Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: terms})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Stop()
 		cc, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: lease.ClusterNode, Instance: "cluster-on-" + n, Upstream: i,
-			Pools: []lease.PoolConfig{apiPool}, Terms: terms})
+			Pools: []manager.PoolConfig{apiPool}, Terms: terms})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,7 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	holds, calls, _ := rec.Snapshot()
 	rep := Audit(AuditInput{
 		Capacity: map[string]map[string]int64{"n1": {"gpu": 1}, "n2": {"gpu": 1}, "n3": {"gpu": 1}, lease.ClusterNode: {"api": 2}},
-		Rates:    rateLimits([]string{lease.ClusterNode}, []lease.PoolConfig{apiPool}),
+		Rates:    rateLimits([]string{lease.ClusterNode}, []manager.PoolConfig{apiPool}),
 		LeaseTTL: st.LeaseTTL, LeaderTTL: st.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, Terms: terms.All(), Overlaps: terms.Overlaps(), RunEnd: runEnd, HangGrace: 2 * time.Second,
 		StrictKill: true, StrictOrphans: true, StrictStalls: true,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -27,7 +28,7 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	st := Settings{LeaseTTL: 8 * time.Second, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "m",
-		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: &Terms{}})
+		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: &Terms{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sljs "github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/manager"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
@@ -39,7 +40,7 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	defer cancel()
 	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)
-	pools := []lease.PoolConfig{{Name: "gpu", Capacity: 1}}
+	pools := []manager.PoolConfig{{Name: "gpu", Capacity: 1}}
 	a, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "a", Pools: pools})
 	if err != nil {
 		t.Fatal(err)

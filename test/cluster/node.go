@@ -13,6 +13,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 )
 
@@ -179,8 +180,8 @@ func (ts *Terms) All() []Term {
 	return out
 }
 
-// Candidate is one lease-manager process for a node: lease.RunLeader around
-// a lease.Manager, as cmd/leasemgr runs it, on its own NATS connection
+// Candidate is one lease-manager process for a node: manager.RunLeader around
+// a manager.Manager, as cmd/leasemgr runs it, on its own NATS connection
 // through its own proxy.
 type Candidate struct {
 	Node, Instance string
@@ -200,12 +201,12 @@ type CandidateConfig struct {
 	Cluster  *Cluster
 	Node     string
 	Instance string
-	Pools    []lease.PoolConfig
+	Pools    []manager.PoolConfig
 	Terms    *Terms
 	// Upstream is the server the proxy prefers.
 	Upstream int
 	// WrapStore, if set, wraps the lease store (to break it on purpose).
-	WrapStore func(lease.Store) lease.Store
+	WrapStore func(manager.Store) manager.Store
 }
 
 // StartCandidate connects, opens the buckets and runs for leadership. It
@@ -230,12 +231,12 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		p.Close()
 		return nil, err
 	}
-	var store lease.Store = st.Leases
+	var store manager.Store = st.Leases
 	if cfg.WrapStore != nil {
 		store = cfg.WrapStore(store)
 	}
 	log := cfg.Logger.With("instance", cfg.Instance)
-	mcfg := lease.ManagerConfig{
+	mcfg := manager.Config{
 		Node: cfg.Node, Prefix: cfg.Prefix, Pools: cfg.Pools, TTL: cfg.LeaseTTL, Instance: cfg.Instance,
 		Conn: nc, Store: store, PoolStore: st.Pools, Events: jetstream.NewEvents(nc, cfg.Prefix, log), Logger: log,
 		StoreTimeout: cfg.StoreTimeout,
@@ -246,23 +247,23 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		// suite's servers export the disconnect advisories the same way.
 		DisconnectEvents: cfg.Cluster.DisconnectSubject(), DisconnectGrace: cfg.DisconnectGrace,
 	}
-	if _, err := lease.NewManager(mcfg); err != nil {
+	if _, err := manager.New(mcfg); err != nil {
 		nc.Close()
 		p.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c := &Candidate{Node: cfg.Node, Instance: cfg.Instance, Proxy: p, nc: nc, cancel: cancel, done: make(chan struct{}), terms: cfg.Terms}
-	serve := func(ctx context.Context, fence lease.Fence) error {
+	serve := func(ctx context.Context, fence manager.Fence) error {
 		mc := mcfg
 		mc.Fence = fence
-		m, err := lease.NewManager(mc)
+		m, err := manager.New(mc)
 		if err != nil {
 			return err
 		}
 		var t *Term
 		// A clean stop (ctx ends) still serves while it tells the holders
-		// (lease/stop.go): the term ends when Run says serving stopped.
+		// (manager/stop.go): the term ends when Run says serving stopped.
 		return m.Run(ctx, func(serving bool) {
 			if serving {
 				t = cfg.Terms.begin(cfg.Node, cfg.Instance)
@@ -276,7 +277,7 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 	}
 	go func() {
 		defer close(c.done)
-		_ = lease.RunLeader(rctx, lease.LeaderConfig{Store: st.Leaders, Node: cfg.Node, Instance: cfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
+		_ = manager.RunLeader(rctx, manager.LeaderConfig{Store: st.Leaders, Node: cfg.Node, Instance: cfg.Instance, TTL: cfg.LeaderTTL, Logger: log}, serve)
 	}()
 	return c, nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/config"
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -29,7 +29,7 @@ func TestAuditorCatchesCapacityOvergrant(t *testing.T) {
 // Holders release before the next one is granted, so only the KV view can
 // see it.
 func TestAuditorCatchesRecordOutlivingFreedSlots(t *testing.T) {
-	rep := injectedRun(t, 1, func(s lease.Store) lease.Store { return dropDeletes{s} })
+	rep := injectedRun(t, 1, func(s manager.Store) manager.Store { return dropDeletes{s} })
 	assertViolation(t, rep, "over-grant (KV view): node1.gpu")
 	for _, v := range rep.Violations {
 		if strings.Contains(v, "holders' view") {
@@ -38,14 +38,14 @@ func TestAuditorCatchesRecordOutlivingFreedSlots(t *testing.T) {
 	}
 }
 
-type dropDeletes struct{ lease.Store }
+type dropDeletes struct{ manager.Store }
 
 func (d dropDeletes) Delete(context.Context, string, uint64) error { return nil }
 
 // injectedRun runs one node whose manager believes gpu has managerCap
 // slots, with three executors for a few seconds, and audits it against the
 // true capacity of 1.
-func injectedRun(t *testing.T, managerCap int64, wrap func(lease.Store) lease.Store) *Report {
+func injectedRun(t *testing.T, managerCap int64, wrap func(manager.Store) manager.Store) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -57,7 +57,7 @@ func injectedRun(t *testing.T, managerCap int64, wrap func(lease.Store) lease.St
 	}
 	terms := &Terms{}
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "liar",
-		Pools: []lease.PoolConfig{{Name: "gpu", Capacity: managerCap}}, Terms: terms, WrapStore: wrap})
+		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: managerCap}}, Terms: terms, WrapStore: wrap})
 	if err != nil {
 		t.Fatal(err)
 	}

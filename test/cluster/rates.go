@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 )
 
@@ -87,7 +87,7 @@ func rateOf(rates map[string]map[string]RateLimit, nodePool string) (RateLimit, 
 }
 
 // rateLimits lists the pools of nodes that have a start rate.
-func rateLimits(nodes []string, ps []lease.PoolConfig) map[string]map[string]RateLimit {
+func rateLimits(nodes []string, ps []manager.PoolConfig) map[string]map[string]RateLimit {
 	out := map[string]map[string]RateLimit{}
 	for _, node := range nodes {
 		for _, p := range ps {

@@ -21,6 +21,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -46,13 +47,13 @@ var (
 
 // The pools of every node and how many of each node's executors use them.
 var scalePools = []struct {
-	lease.PoolConfig
+	manager.PoolConfig
 	share int // executors per 20
 }{
-	{lease.PoolConfig{Name: "gpu", Capacity: 2}, 4},
-	{lease.PoolConfig{Name: "cpu", Capacity: 8}, 8},
-	{lease.PoolConfig{Name: "io", Capacity: 16}, 4},
-	{lease.PoolConfig{Name: "mem", Capacity: 4}, 4},
+	{manager.PoolConfig{Name: "gpu", Capacity: 2}, 4},
+	{manager.PoolConfig{Name: "cpu", Capacity: 8}, 8},
+	{manager.PoolConfig{Name: "io", Capacity: 16}, 4},
+	{manager.PoolConfig{Name: "mem", Capacity: 4}, 4},
 }
 
 func TestScale(t *testing.T) {
@@ -81,7 +82,7 @@ func TestScale(t *testing.T) {
 	}
 
 	// Managers: nNodes of them on a few shared connections.
-	var poolCfg []lease.PoolConfig
+	var poolCfg []manager.PoolConfig
 	for _, p := range scalePools {
 		poolCfg = append(poolCfg, p.PoolConfig)
 	}
@@ -99,7 +100,7 @@ func TestScale(t *testing.T) {
 		return out
 	}
 	mconns := conns(*scaleMgrConns, "managers", config.RoleManager)
-	var managers []*lease.Manager
+	var managers []*manager.Manager
 	nodes := make([]string, nNodes)
 	for i := range nNodes {
 		nodes[i] = fmt.Sprintf("node%03d", i+1)
@@ -108,7 +109,7 @@ func TestScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := lease.NewManager(lease.ManagerConfig{Node: nodes[i], Prefix: st.Prefix, Pools: poolCfg, TTL: st.LeaseTTL,
+		m, err := manager.New(manager.Config{Node: nodes[i], Prefix: st.Prefix, Pools: poolCfg, TTL: st.LeaseTTL,
 			Conn: nc, Store: stores.Leases, PoolStore: stores.Pools, Events: jetstream.NewEvents(nc, st.Prefix, st.Logger),
 			Logger: st.Logger, StoreTimeout: st.StoreTimeout})
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -29,11 +30,11 @@ type SuiteConfig struct {
 	Duration time.Duration // how long executors work under faults
 	Dir      string        // stores; required
 
-	Nodes             int                // lease-manager nodes; 3
-	CandidatesPerNode int                // 2: an active manager and a hot standby
-	Pools             []lease.PoolConfig // every node's pools
-	ExecutorsPerPool  int                // 3
-	MaxWait, MaxHold  time.Duration      // per Acquire bound and per (short) hold
+	Nodes             int                  // lease-manager nodes; 3
+	CandidatesPerNode int                  // 2: an active manager and a hot standby
+	Pools             []manager.PoolConfig // every node's pools
+	ExecutorsPerPool  int                  // 3
+	MaxWait, MaxHold  time.Duration        // per Acquire bound and per (short) hold
 	// LongHolds of the holds last up to LongHold instead: several TTLs, so
 	// their renewals must survive the faults.
 	LongHolds float64
@@ -90,7 +91,7 @@ func (c *SuiteConfig) defaults() {
 	if len(c.Pools) == 0 {
 		// cpu also has a start rate, which binds most after a takeover,
 		// when the restored queue meets the new manager's empty bucket.
-		c.Pools = []lease.PoolConfig{{Name: "gpu", Capacity: 1},
+		c.Pools = []manager.PoolConfig{{Name: "gpu", Capacity: 1},
 			{Name: "cpu", Capacity: 3, Options: pools.Options{Rate: pools.Rate{Slots: 2, Per: time.Second}, Burst: 3}}}
 	}
 	if c.ExecutorsPerPool == 0 {
@@ -702,7 +703,7 @@ func (s *suite) apply(ctx context.Context, kind string) bool {
 		return true
 	case "exec-forge":
 		// An advisory published in the managers' account, as any client of
-		// a single-account NATS could make appear (lease/forgeddisconnect_test.go;
+		// a single-account NATS could make appear (manager/forgeddisconnect_test.go;
 		// in the suite's account layout no executor can reach that subject):
 		// one naming a live holder's connection must cost it nothing, the
 		// close check stops it. The auditor excuses no lease lost to it (its

@@ -14,10 +14,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 )
 
@@ -77,7 +79,7 @@ func ConnectAuth(tb testing.TB, url string, auth natsconn.Auth, opts ...nats.Opt
 // StartManagerConn is StartManager on a connection the caller made, e.g.
 // with ConnectAuth as a user with restricted permissions. It opens the
 // prefix's lease and pool buckets on nc.
-func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wrap ...func(lease.Store) lease.Store) *Node {
+func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg manager.Config, wrap ...func(manager.Store) manager.Store) *Node {
 	tb.Helper()
 	if cfg.Prefix == "" {
 		cfg.Prefix = lease.DefaultPrefix
@@ -105,7 +107,7 @@ func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wra
 	if cfg.Logger == nil {
 		cfg.Logger = Logger()
 	}
-	m, err := lease.NewManager(cfg)
+	m, err := manager.New(cfg)
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -120,11 +122,11 @@ func StartManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig, wra
 // leasemgr runs it: stop cancels Run's context (a clean stop, with its
 // notice to the holders) and waits for Run to return. The test's cleanup
 // stops it too.
-func RunManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) (n *Node, stop func() error) {
+func RunManagerConn(tb testing.TB, nc *nats.Conn, cfg manager.Config) (n *Node, stop func() error) {
 	tb.Helper()
 	n = StartManagerConn(tb, nc, cfg)
 	_ = n.Manager.Close() // StartManagerConn started one: Run starts its own
-	m, err := lease.NewManager(n.Config)
+	m, err := manager.New(n.Config)
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -163,10 +165,10 @@ func RunManagerConn(tb testing.TB, nc *nats.Conn, cfg lease.ManagerConfig) (n *N
 
 // Node is a running lease manager with its own connection.
 type Node struct {
-	Manager *lease.Manager
+	Manager *manager.Manager
 	Conn    *nats.Conn
 	Store   *jetstream.LeaseStore
-	Config  lease.ManagerConfig
+	Config  manager.Config
 }
 
 // Logger is quiet unless LEASE_TEST_LOG is set.
@@ -185,7 +187,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // TTL come from the caller; Conn, Store and Events are filled in. It is
 // closed at the end of the test unless the test closes it first. wrap, if
 // given, wraps the real store (to slow or fail calls on purpose).
-func StartManager(tb testing.TB, url string, cfg lease.ManagerConfig, wrap ...func(lease.Store) lease.Store) *Node {
+func StartManager(tb testing.TB, url string, cfg manager.Config, wrap ...func(manager.Store) manager.Store) *Node {
 	tb.Helper()
 	return StartManagerConn(tb, Connect(tb, url), cfg, wrap...)
 }
@@ -203,9 +205,12 @@ func StartManagerStore(tb testing.TB, url string) *jetstream.LeaseStore {
 	return store
 }
 
-// Client returns a lease client for node with its own connection.
+// Client returns a lease client for node with its own connection. Its
+// spans go to the global tracer provider (RecordSpans installs one), as
+// the executor's do.
 func Client(tb testing.TB, url, node string, opts ...lease.ClientOption) *lease.Client {
 	tb.Helper()
+	opts = append([]lease.ClientOption{lease.WithTracing(otel.GetTracerProvider(), otel.GetTextMapPropagator())}, opts...)
 	c, err := lease.NewClient(Connect(tb, url), node, opts...)
 	if err != nil {
 		tb.Fatalf("%v", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -137,7 +138,7 @@ func managerState(t *testing.T, mgr *nats.Conn, node string) string {
 	}
 	kv, _ := js.KeyValue(ctx, n.Leaders)
 	if e, err := kv.Get(ctx, node); err == nil {
-		var rec lease.LeaderRecord
+		var rec manager.LeaderRecord
 		_ = json.Unmarshal(e.Value(), &rec)
 		fmt.Fprintf(&b, "leader %s\n", rec.Instance)
 	} else {

@@ -22,6 +22,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 )
 
 // The README's setup, attacked with the credentials leasemgr makes for its
@@ -177,7 +178,7 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 	t.Run("reader role reads the cluster view without violations", func(t *testing.T) {
 		var errs asyncErrs
 		nc := mustConnectAs(t, home, url, config.RoleReader, nats.ErrorHandler(errs.handler))
-		src, err := httpapi.NewNATSSource(nc, lease.DefaultPrefix, "sec", func() *lease.Manager { return nil },
+		src, err := httpapi.NewNATSSource(nc, lease.DefaultPrefix, "sec", func() *manager.Manager { return nil },
 			httpapi.WithEventStream(jetstream.NamesFor(lease.DefaultPrefix).Events))
 		if err != nil {
 			t.Fatal(err)

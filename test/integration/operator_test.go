@@ -17,6 +17,7 @@ import (
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -42,12 +43,12 @@ func TestOperatorClusterPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	alphaCfg := lease.ManagerConfig{Node: "alpha", TTL: 15 * time.Second, Pools: []lease.PoolConfig{
+	alphaCfg := manager.Config{Node: "alpha", TTL: 15 * time.Second, Pools: []manager.PoolConfig{
 		{Name: "gpu", Capacity: 2, Options: pools.Options{Policy: pools.PolicyPriority}}, {Name: "io", Capacity: 8}, {Name: "default", Capacity: 4}}}
-	var alpha atomic.Pointer[lease.Manager]
+	var alpha atomic.Pointer[manager.Manager]
 	alpha.Store(harness.StartManager(t, srv.URL, alphaCfg).Manager)
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "beta", Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 4}, {Name: "cpu", Capacity: 16}}})
-	harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "gamma", Pools: []lease.PoolConfig{{Name: "cpu", Capacity: 32}, {Name: "io", Capacity: 4}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "beta", Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 4}, {Name: "cpu", Capacity: 16}}})
+	harness.StartManager(t, srv.URL, manager.Config{Node: "gamma", Pools: []manager.PoolConfig{{Name: "cpu", Capacity: 32}, {Name: "io", Capacity: 4}}})
 	addr, _ := serveAPI(t, srv.URL, "alpha", alpha.Load, httpapi.WithEventStream(events))
 
 	// Traffic before the page opens. Every secret is known, to look for.
@@ -379,10 +380,10 @@ func TestOperatorClusterPageAt50Nodes(t *testing.T) {
 	nc := harness.Connect(t, srv.URL) // one connection serves every manager
 	const nodes = 50
 	for i := range nodes {
-		harness.StartManagerConn(t, nc, lease.ManagerConfig{Node: fmt.Sprintf("node-%02d", i), Pools: []lease.PoolConfig{
+		harness.StartManagerConn(t, nc, manager.Config{Node: fmt.Sprintf("node-%02d", i), Pools: []manager.PoolConfig{
 			{Name: "default", Capacity: 4}, {Name: "gpu", Capacity: 2}, {Name: "io", Capacity: 16}, {Name: "cpu", Capacity: 32}}})
 	}
-	addr, _ := serveAPI(t, srv.URL, "node-00", func() *lease.Manager { return nil })
+	addr, _ := serveAPI(t, srv.URL, "node-00", func() *manager.Manager { return nil })
 	// Every seventh node's gpu full, every third node's cpu half used.
 	for i := 0; i < nodes; i += 3 {
 		c := harness.Client(t, srv.URL, fmt.Sprintf("node-%02d", i), lease.WithHolder(fmt.Sprintf("job-%02d", i)))

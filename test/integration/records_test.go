@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	sljs "github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/manager"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
@@ -30,7 +31,7 @@ func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
 	const node = "forged"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)
-	for _, r := range lease.RefusalReasons {
+	for _, r := range manager.RefusalReasons {
 		if v := refusedCount(t, httpAddr, node, r); v != 0 {
 			t.Fatalf("lease_records_refused_total reason %s before any refusal: %v, want a series at 0", r, v)
 		}
@@ -54,7 +55,7 @@ func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
 	if _, err := kv.Put(ctx, lease.RecordKey(node, "gpu", "forged"), rec); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the live refusal on /metrics", func() bool { return refusedCount(t, httpAddr, node, lease.RefusedNoTTL) == 1 })
+	eventually(t, 10*time.Second, "the live refusal on /metrics", func() bool { return refusedCount(t, httpAddr, node, manager.RefusedNoTTL) == 1 })
 	if s := httpPools(t, httpAddr)["gpu"]; s.InUse != 0 {
 		t.Fatalf("gpu after the forged record: %+v, want nothing in use", s)
 	}
@@ -66,7 +67,7 @@ func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
 		t.Fatalf("leasemgr exit %d after SIGTERM", code)
 	}
 	m = startManager(t, env, httpAddr)
-	if v := refusedCount(t, httpAddr, node, lease.RefusedNoTTL); v != 1 {
+	if v := refusedCount(t, httpAddr, node, manager.RefusedNoTTL); v != 1 {
 		t.Fatalf("no_ttl refusals after the restart's rebuild: %v, want 1", v)
 	}
 	if s := httpPools(t, httpAddr)["gpu"]; s.InUse != 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -218,8 +219,8 @@ func TestSecurityLayout(t *testing.T) {
 
 	var mgrErrs, aErrs, bErrs, cErrs asyncErrs
 	mgrNC := harness.ConnectAuth(t, ss.url, natsconn.Auth{User: "leasemgr", Password: ss.passwords["leasemgr"]}, nats.ErrorHandler(mgrErrs.handler))
-	mgr := harness.StartManagerConn(t, mgrNC, lease.ManagerConfig{
-		Node: node, Pools: []lease.PoolConfig{{Name: pool, Capacity: 1}}, TTL: 5 * time.Second,
+	mgr := harness.StartManagerConn(t, mgrNC, manager.Config{
+		Node: node, Pools: []manager.PoolConfig{{Name: pool, Capacity: 1}}, TTL: 5 * time.Second,
 		DisconnectEvents: jetstream.ExecutorDisconnectSubject,
 	})
 
@@ -324,7 +325,7 @@ func TestSecurityLayout(t *testing.T) {
 	})
 	// And the refusals had effect: nothing forged in the bucket, pools
 	// unchanged, and a's replies (here to a stats request) not seen by b.
-	if _, _, err := mgr.Store.Get(ctx, lease.RecordKey(node, pool, "forged")); !errors.Is(err, lease.ErrStoreNotFound) {
+	if _, _, err := mgr.Store.Get(ctx, lease.RecordKey(node, pool, "forged")); !errors.Is(err, manager.ErrStoreNotFound) {
 		t.Errorf("forged record: Get err = %v, want not found", err)
 	}
 	if st, err := clientA.Stats(ctx); err != nil || len(st) != 1 || st[0].Capacity != 1 {

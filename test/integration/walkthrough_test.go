@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -238,7 +239,7 @@ func TestShortLeaseTTLWarns(t *testing.T) {
 func TestKilledExecutorSlotsGoToNextWaiter(t *testing.T) {
 	const ttl = 2 * time.Second
 	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, lease.ManagerConfig{Node: "crash", TTL: ttl, Pools: []lease.PoolConfig{{Name: "gpu", Capacity: 2}}})
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: "crash", TTL: ttl, Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 2}}})
 	env := []string{"NATS_URL=" + srv.URL, "NODE_ID=crash"}
 	marker := fmt.Sprintf("slotlease-killed-%d", time.Now().UnixNano())
 	ex := start(t, env, "executor", "run", "--pool", "gpu", "--slots", "2", "--", "sh", "-c", "sleep 30; echo "+marker)

@@ -22,6 +22,7 @@ import (
 	"github.com/slotlease/slotlease/httpapi"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/test/debpkg"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -42,12 +43,12 @@ func TestWebUI(t *testing.T) {
 	chromium := ensureChromium(t)
 
 	srv := harness.StartServer(t)
-	node := harness.StartManager(t, srv.URL, lease.ManagerConfig{
+	node := harness.StartManager(t, srv.URL, manager.Config{
 		Node:  "web",
-		Pools: []lease.PoolConfig{{Name: "cpu", Capacity: 8}, {Name: "gpu", Capacity: 2}},
+		Pools: []manager.PoolConfig{{Name: "cpu", Capacity: 8}, {Name: "gpu", Capacity: 2}},
 		TTL:   15 * time.Second,
 	})
-	var active atomic.Pointer[lease.Manager]
+	var active atomic.Pointer[manager.Manager]
 	active.Store(node.Manager)
 	events := jetstream.NamesFor(lease.DefaultPrefix).Events
 	if err := jetstream.EnsureAuditStream(context.Background(), harness.Connect(t, srv.URL), jetstream.AuditConfig{
@@ -143,7 +144,7 @@ func TestWebUI(t *testing.T) {
 }
 
 // serveAPI serves httpapi for node on a loopback port until the test ends.
-func serveAPI(t *testing.T, natsURL, node string, manager func() *lease.Manager, opts ...httpapi.SourceOption) (string, *httpapi.Handler) {
+func serveAPI(t *testing.T, natsURL, node string, manager func() *manager.Manager, opts ...httpapi.SourceOption) (string, *httpapi.Handler) {
 	t.Helper()
 	src, err := httpapi.NewNATSSource(harness.Connect(t, natsURL), lease.DefaultPrefix, node, manager, opts...)
 	if err != nil {

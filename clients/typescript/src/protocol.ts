@@ -1,5 +1,5 @@
 // The wire protocol's shapes and names (docs/protocol.md), as the Go
-// package lease defines them (lease/protocol.go, lease/records.go).
+// package lease defines them (lease/protocol.go, manager/records.go).
 
 /** The subject prefix when none is configured (LEASE_SUBJECT_PREFIX's default). */
 export const DEFAULT_PREFIX = "lease";

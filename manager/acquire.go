@@ -1,0 +1,232 @@
+package manager
+
+import (
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
+	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func (m *Manager) handleAcquire(msg *nats.Msg) {
+	poolName := poolToken(msg.Subject)
+	ctx, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node(m.cfg.Node), natstrace.Pool(poolName))
+	defer span.End()
+	var req lease.AcquireRequest
+	if e := decode(msg.Data, &req); e != nil {
+		m.reject(span, msg.Reply, poolName, req, e)
+		return
+	}
+	natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
+	if e := m.validateAcquire(&req); e != nil {
+		m.reject(span, msg.Reply, poolName, req, e)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, e := m.poolLocked(poolName)
+	if e != nil {
+		// Closing (start no store operation Close would not wait for), or
+		// no such pool.
+		m.rejectLocked(span, msg.Reply, nil, poolName, req, e)
+		return
+	}
+	// A retry: answer from what is already known, never grant twice.
+	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
+		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
+			natstrace.Fail(span, string(e.Code), e.Message)
+			m.respond(msg.Reply, errReply(e))
+			return
+		}
+		if h.releasing {
+			// Its slots are about to go to someone else: this is no grant.
+			m.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
+			return
+		}
+		// Existing tells the holder the record was written before this
+		// request was sent, so it must confirm with a renewal before
+		// trusting a deadline measured from its own send time.
+		rec := h.rec
+		m.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
+		return
+	}
+	if r := p.waiting[req.RequestID]; r != nil {
+		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
+			natstrace.Fail(span, string(e.Code), e.Message)
+			m.respond(msg.Reply, errReply(e))
+			return
+		}
+		r.reply = msg.Reply
+		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
+		if c := (conn{req.ConnServer, req.ConnID}); c.known() {
+			r.conn = c // re-sent after a reconnect: it lives on the new connection
+		}
+		if r.state == queued {
+			m.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+		}
+		return
+	}
+	if e := exceeds(p, req.Slots); e != nil {
+		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		return
+	}
+
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: ownerOf(msg, &req)}
+	r.lastSeen = r.since.UnixNano()
+	r.conn = conn{req.ConnServer, req.ConnID}
+	if m.knownClosedLocked(r.conn) {
+		// Sent just before its connection closed: nobody would hear of it.
+		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
+		return
+	}
+	r.trace = telemetry.NewAcquireTrace(ctx)
+	m.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	var w *pools.Waiter
+	var granted bool
+	var position int
+	var err error
+	connFull := m.connFullLocked(r.owner)
+	if req.NoWait || connFull {
+		w, err = p.p.TryAcquireRequest(r.poolRequest())
+		granted = err == nil
+	} else {
+		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
+	}
+	if err != nil {
+		e := m.enqueueError(p, req, err)
+		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
+			e = m.connFullError(p)
+		}
+		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		return
+	}
+	r.w = w
+	m.addWaitingLocked(r)
+	if granted {
+		m.startGrantLocked(r)
+		return
+	}
+	r.order = m.nextOrderLocked()
+	if req.WaitMs > 0 {
+		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
+	}
+	r.trace.StartQueued(ctx, natstrace.Position(position))
+	// A request covered by releases in flight is granted one store write
+	// later: telling it that it waits would only cost messages. It is told
+	// if it is still waiting once they no longer cover the queue.
+	m.queuedLocked(r, position, !coveredLocked(p))
+	m.persistQueuedLocked(r)
+}
+
+// queuedLocked tells the watchers (and the holder if tell) that r waits,
+// and arms its wait deadline.
+func (m *Manager) queuedLocked(r *request, position int, tell bool) {
+	if tell {
+		m.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
+	}
+	m.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	if r.waitUntil != 0 {
+		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
+	}
+	m.armRateLocked(r.pool)
+}
+
+// exceeds refuses a request for more slots than p could ever grant at once:
+// more than its capacity, or than its start rate's burst.
+func exceeds(p *pool, slots int64) *lease.Error {
+	s := p.p.Stats()
+	if slots > s.Capacity {
+		return errorf(lease.CodeExceedsCapacity, "%d slots requested, pool %q has capacity %d", slots, p.name, s.Capacity)
+	}
+	if s.Burst > 0 && slots > s.Burst {
+		return errorf(lease.CodeExceedsCapacity, "%d slots requested, pool %q starts at most %d at once (rate %s, burst %d)", slots, p.name, s.Burst, s.Rate, s.Burst)
+	}
+	return nil
+}
+
+// enqueueError maps a pool's refusal to a wire error.
+func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *lease.Error {
+	s := p.p.Stats()
+	switch {
+	case errors.Is(err, pools.ErrWouldWait):
+		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		if s.Rate != "" && s.Available >= req.Slots && s.QueuedRequests == 0 {
+			// The slots are free: the rate alone holds it back.
+			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", req.Slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
+		}
+		// With a start rate, the earliest the rate lets this request in:
+		// honest when the rate is what holds it back, a lower bound when
+		// slots are busy too. Without one, nothing says when slots free.
+		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(req.Slots))
+		return e
+	case errors.Is(err, pools.ErrQueueFull):
+		e := errorf(lease.CodeQueueFull, "pool %q already has %d queued requests, its limit%s", p.name, s.QueuedRequests, rateNote(s))
+		// A hint, not a promise: about when a holder renews, by which time
+		// the queue has likely moved; or, when the rate holds the queue,
+		// when it lets the next waiter in.
+		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
+		if d, ok := p.p.NextGrant(); ok {
+			e.RetryAfterMs = max(1, retryAfterMs(d))
+		}
+		return e
+	case errors.Is(err, pools.ErrExceedsCapacity):
+		return errorf(lease.CodeExceedsCapacity, "%v", err)
+	default:
+		return errorf(lease.CodeInternal, "%v", err)
+	}
+}
+
+func (m *Manager) validateAcquire(req *lease.AcquireRequest) *lease.Error {
+	if err := rules.ValidRequestID(req.RequestID); err != nil {
+		return errorf(lease.CodeBadRequest, "%v", err)
+	}
+	if req.Holder == "" {
+		return errorf(lease.CodeBadRequest, "holder is required")
+	}
+	if len(req.Holder) > lease.MaxHolderLen {
+		return errorf(lease.CodeBadRequest, "holder is longer than %d bytes", lease.MaxHolderLen)
+	}
+	if len(req.Secret) > lease.MaxSecretLen {
+		return errorf(lease.CodeBadRequest, "secret is longer than %d bytes", lease.MaxSecretLen)
+	}
+	if len(req.Tenant) > lease.MaxTenantLen {
+		return errorf(lease.CodeBadRequest, "tenant is longer than %d bytes", lease.MaxTenantLen)
+	}
+	if req.Slots <= 0 {
+		return errorf(lease.CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
+	}
+	if req.PollMs < 0 || req.PollMs > lease.MaxPollMs {
+		return errorf(lease.CodeBadRequest, "poll_ms must be between 0 and %d (24h), got %d", lease.MaxPollMs, req.PollMs)
+	}
+	if req.WaitMs < 0 || req.WaitMs > lease.MaxWaitMs {
+		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
+	}
+	return checkConn(req.ConnServer, req.ConnID)
+}
+
+func (m *Manager) reject(span trace.Span, reply, poolName string, req lease.AcquireRequest, e *lease.Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rejectLocked(span, reply, m.pools[poolName], poolName, req, e)
+}
+
+// rejectLocked answers an acquire with an error and, for a pool this node
+// has, publishes a rejected event. Unknown pools get no event: their name
+// comes from the network and must not mint event subjects.
+func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) {
+	natstrace.Fail(span, string(e.Code), e.Message)
+	m.respond(reply, errReply(e))
+	if p != nil {
+		// The request failed validation, maybe for its size: echo a bounded part.
+		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
+	} else {
+		m.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
+	}
+}

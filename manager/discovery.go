@@ -1,0 +1,229 @@
+package manager
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
+	"github.com/slotlease/slotlease/lease"
+)
+
+// discovery answers the NATS service discovery requests ($SRV.PING, $SRV.INFO
+// and $SRV.STATS, each bare, with the service name, and with name and id)
+// with the JSON micro.AddService would send, so `nats micro ls/info/stats`
+// and DiscoverNodes find the manager. It is the project's own rather than
+// micro's because micro answers whatever reply subject a request names, and
+// every answer the manager sends must pass the reply rule (replyto.go): its
+// handlers run under Manager.guard like the lease verbs.
+//
+// The admin endpoints (stats, resize) are plain subscriptions, listed and
+// counted here as micro endpoints; the lease verbs stay off this list, on
+// the hot path, and are named in the metadata.
+type discovery struct {
+	ping, info []byte // static answers, encoded once
+	identity   micro.ServiceIdentity
+	started    time.Time
+
+	stats, resize, snapshot *endpoint
+
+	hist history // the pools' utilisation history (history.go): its own lock
+}
+
+// endpoint is one admin endpoint and its figures for $SRV.STATS.
+type endpoint struct {
+	name, subject string
+
+	mu         sync.Mutex // guards the figures below
+	requests   int
+	errors     int
+	lastError  string
+	processing time.Duration
+}
+
+// serveDiscovery subscribes the admin endpoints and the $SRV subjects. The
+// subscriptions join m.subs, so unsubscribe ends them all.
+func (m *Manager) serveDiscovery() error {
+	d := &discovery{
+		identity: micro.ServiceIdentity{
+			Name:    lease.ServiceName,
+			ID:      nuid.Next(),
+			Version: lease.Version,
+			Metadata: map[string]string{
+				"node":     m.cfg.Node,
+				"prefix":   m.cfg.Prefix,
+				"instance": m.cfg.Instance,
+				"acquire":  lease.Subject(m.cfg.Prefix, m.cfg.Node, "<pool>", lease.VerbAcquire),
+				"events":   lease.EventFilter(m.cfg.Prefix, m.cfg.Node, "", ""),
+			},
+		},
+		started: time.Now().UTC(),
+		stats:   &endpoint{name: "stats", subject: lease.StatsSubject(m.cfg.Prefix, m.cfg.Node)},
+		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(m.cfg.Prefix, m.cfg.Node)},
+		// snapshot.go: holders, waiters and history for the operator's page.
+		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
+	}
+	if m.cfg.ServedBy != "" {
+		d.identity.Metadata["served_by"] = m.cfg.ServedBy
+	}
+	var err error
+	if d.ping, err = json.Marshal(micro.Ping{ServiceIdentity: d.identity, Type: micro.PingResponseType}); err != nil {
+		return fmt.Errorf("lease: service ping: %w", err)
+	}
+	info := micro.Info{ServiceIdentity: d.identity, Type: micro.InfoResponseType,
+		Description: "slot-lease manager for node " + m.cfg.Node}
+	for _, e := range d.endpoints() {
+		info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: e.name, Subject: e.subject})
+	}
+	if d.info, err = json.Marshal(info); err != nil {
+		return fmt.Errorf("lease: service info: %w", err)
+	}
+	m.disc = d
+
+	subscribe := func(subject string, h nats.MsgHandler) error {
+		sub, err := m.cfg.Conn.Subscribe(subject, m.guard(h))
+		if err != nil {
+			return fmt.Errorf("lease: subscribe %s: %w", subject, err)
+		}
+		m.subs = append(m.subs, sub)
+		return nil
+	}
+	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize, d.snapshot: m.handleSnapshot}
+	for _, e := range d.endpoints() {
+		if err := subscribe(e.subject, e.timed(admin[e])); err != nil {
+			return err
+		}
+	}
+	answers := []struct {
+		verb string
+		h    nats.MsgHandler
+	}{
+		{"PING", func(msg *nats.Msg) { m.answer(msg, d.ping) }},
+		{"INFO", func(msg *nats.Msg) { m.answer(msg, d.info) }},
+		{"STATS", m.handleServiceStats},
+	}
+	for _, a := range answers {
+		for _, subject := range []string{
+			"$SRV." + a.verb,
+			"$SRV." + a.verb + "." + lease.ServiceName,
+			"$SRV." + a.verb + "." + lease.ServiceName + "." + d.identity.ID,
+		} {
+			if err := subscribe(subject, a.h); err != nil {
+				return err
+			}
+		}
+	}
+	m.ops.Add(1)
+	go func() { // ends with m.ctx; Close waits for it
+		defer m.ops.Done()
+		d.hist.run(m.ctx, m.poolPoints)
+	}()
+	return nil
+}
+
+func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
+
+// answer sends data to msg's reply subject; guard has checked it.
+func (m *Manager) answer(msg *nats.Msg, data []byte) { m.publishReply(msg.Reply, nil, data) }
+
+func (m *Manager) handleServiceStats(msg *nats.Msg) {
+	d := m.disc
+	st := micro.Stats{ServiceIdentity: d.identity, Type: micro.StatsResponseType, Started: d.started}
+	for _, e := range d.endpoints() {
+		st.Endpoints = append(st.Endpoints, e.figures())
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		m.log.Error("encoding service stats", "err", err)
+		return
+	}
+	m.answer(msg, data)
+}
+
+// timed counts h's requests and time, as micro does per endpoint. The
+// request counts before h answers, so whoever got the answer sees it
+// counted.
+func (e *endpoint) timed(h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		start := time.Now()
+		e.mu.Lock()
+		e.requests++
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			e.processing += time.Since(start)
+			e.mu.Unlock()
+		}()
+		h(msg)
+	}
+}
+
+func (e *endpoint) failed(code, description string) {
+	e.mu.Lock()
+	e.errors++
+	e.lastError = code + ":" + description
+	e.mu.Unlock()
+}
+
+func (e *endpoint) figures() *micro.EndpointStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &micro.EndpointStats{Name: e.name, Subject: e.subject, NumRequests: e.requests, NumErrors: e.errors,
+		LastError: e.lastError, ProcessingTime: e.processing}
+	if e.requests > 0 {
+		s.AverageProcessingTime = e.processing / time.Duration(e.requests)
+	}
+	return s
+}
+
+// respondResize answers a resize. An error also goes in the headers micro
+// uses (Nats-Service-Error, Nats-Service-Error-Code), so micro-aware
+// tools see it, and counts in the endpoint's figures.
+func (m *Manager) respondResize(reply string, r lease.Reply) {
+	if r.Error == nil || reply == "" {
+		m.respond(reply, r)
+		return
+	}
+	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
+	if m.disc != nil {
+		m.disc.resize.failed(code, desc)
+	}
+	data, err := appendReply(nil, &r)
+	if err != nil {
+		m.log.Error("encoding a reply", "err", err)
+		return
+	}
+	m.publishReply(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
+}
+
+// serviceErrorCode maps a wire code to the HTTP-like status micro services
+// put in Nats-Service-Error-Code.
+func serviceErrorCode(c lease.Code) string {
+	switch c {
+	case lease.CodeBadRequest:
+		return "400"
+	case lease.CodeUnknownPool:
+		return "404"
+	case lease.CodePoolBusy, lease.CodeConflict:
+		return "409"
+	case lease.CodeUnavailable:
+		return "503"
+	default:
+		return "500"
+	}
+}
+
+// headerSafe keeps a header value on one line: messages quote client input
+// with %q, but an error's text may hold anything.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+}

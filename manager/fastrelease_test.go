@@ -1,0 +1,365 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/natsconn"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// fastRelease is a secure server with a manager that has fast release on,
+// a 15s TTL (the default) and one pool of one slot.
+func fastRelease(t *testing.T) (*harness.SecureServer, *harness.Node) {
+	t.Helper()
+	return fastReleaseTTL(t, 15*time.Second)
+}
+
+// fastReleaseTTL is fastRelease with another TTL.
+func fastReleaseTTL(t *testing.T, ttl time.Duration) (*harness.SecureServer, *harness.Node) {
+	t.Helper()
+	srv := harness.StartSecureServer(t)
+	cfg := manager.Config{Node: node, TTL: ttl, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}},
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
+	return srv, harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg)
+}
+
+// proxiedClient is executorClient through p: its connection can be reset,
+// refused or stalled as a network can.
+func proxiedClient(t *testing.T, srv *harness.SecureServer, p *harness.Proxy, opts ...nats.Option) (*lease.Client, *nats.Conn) {
+	t.Helper()
+	nc := harness.ConnectAuth(t, p.URL(), natsconn.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleExecutor),
+		InboxPrefix: config.RoleExecutor.InboxPrefix()}, opts...)
+	c, err := lease.NewClient(nc, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nc
+}
+
+func executorClient(t *testing.T, srv *harness.SecureServer, opts ...nats.Option) (*lease.Client, *nats.Conn) {
+	t.Helper()
+	nc := srv.Connect(t, config.RoleExecutor, opts...)
+	c, err := lease.NewClient(nc, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nc
+}
+
+// heldAndQueued is pool p's slot held by one executor client and a second
+// one queued for it.
+func heldAndQueued(t *testing.T, srv *harness.SecureServer) (l *lease.Lease, holderNC *nats.Conn, got <-chan *lease.Lease, errc <-chan error) {
+	t.Helper()
+	holder, holderNC := executorClient(t, srv)
+	l, err := holder.Acquire(t.Context(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := executorClient(t, srv)
+	got, errc, _ = harness.QueuedAcquire(t, waiter, t.Context(), "p", 1)
+	return l, holderNC, got, errc
+}
+
+// awaitGrant waits up to within for the queued acquire's lease, releases
+// it, and returns how long it took.
+func awaitGrant(t *testing.T, got <-chan *lease.Lease, errc <-chan error, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case w := <-got:
+		_ = w.Release(t.Context())
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(within):
+		t.Fatalf("%s: not granted within %v", what, within)
+	}
+	return time.Since(start)
+}
+
+// A holder whose connection closes (its process died: the kernel closes
+// the socket) gives its slot to the next waiter a grace after, not a TTL.
+// Closed by its own client while it lives, the holder has given the lease
+// up by then.
+func TestFastReleaseFreesAClosedHoldersSlots(t *testing.T) {
+	srv, _ := fastRelease(t)
+	l, holderNC, got, errc := heldAndQueued(t, srv)
+	if l.FastRelease() != lease.DefaultDisconnectGrace {
+		t.Fatalf("lease granted with fast release %v, want %v", l.FastRelease(), lease.DefaultDisconnectGrace)
+	}
+	if rec := l.Record(); rec.ConnServer != holderNC.ConnectedServerId() {
+		t.Fatalf("lease bound to %q, want the holder's server %q", rec.ConnServer, holderNC.ConnectedServerId())
+	}
+	holderNC.Close()
+	closed := time.Now()
+	select {
+	case w := <-got:
+		d := time.Since(closed)
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("the waiter was granted %v after the close while the holder still relied on its lease", d)
+		}
+		if !errors.Is(l.Err(), lease.ErrConnectionDropped) {
+			t.Fatalf("the holder's lease ended with %v, want %v", l.Err(), lease.ErrConnectionDropped)
+		}
+		t.Logf("closed holder's slot granted to the waiter after %v (TTL 15s, grace %v)", d.Round(time.Millisecond), lease.DefaultDisconnectGrace)
+		_ = w.Release(t.Context())
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(7 * time.Second):
+		t.Fatal("the slot of a closed holder was not granted within half the TTL")
+	}
+}
+
+// A queued request whose connection closes leaves the queue: the one
+// behind it is granted as soon as the slot is free.
+func TestFastReleaseDropsAClosedQueuedRequest(t *testing.T) {
+	srv, n := fastRelease(t)
+	ctx := t.Context()
+	holder, _ := executorClient(t, srv)
+	l, err := holder.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, goneNC := executorClient(t, srv)
+	_, goneErr, _ := harness.QueuedAcquire(t, gone, ctx, "p", 1)
+	next, _ := executorClient(t, srv)
+	got, errc, pos := harness.QueuedAcquire(t, next, ctx, "p", 1)
+	if pos != 2 {
+		t.Fatalf("queued at %d, want 2", pos)
+	}
+	goneNC.Close()
+	harness.Eventually(t, 5*time.Second, "the closed requester's request leaves the queue", func() bool {
+		return harness.PoolStats(t, n.Manager, "p").QueuedRequests == 1
+	})
+	select {
+	case err := <-goneErr:
+		t.Fatalf("the closed requester heard %v on a closed connection", err)
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-got:
+		_ = w.Release(ctx)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request behind a dropped one was not granted")
+	}
+}
+
+// A holder whose connection is reset while its process lives (the server
+// sees a close at the holder's end, as for a dead process) reconnects and
+// moves its lease to the new connection before the grace ends: it keeps
+// the lease, and nobody else is granted the slot.
+func TestFastReleaseReconnectKeepsTheLease(t *testing.T) {
+	srv, n := fastRelease(t)
+	ctx := t.Context()
+	p := harness.StartProxy(t, srv.Server.Addr().String())
+	holder, holderNC := proxiedClient(t, srv, p, nats.ReconnectWait(10*time.Millisecond))
+	l, err := holder.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := executorClient(t, srv)
+	got, errc, _ := harness.QueuedAcquire(t, waiter, ctx, "p", 1)
+	for range 3 {
+		before, err := holderNC.GetClientID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Reset()
+		harness.Eventually(t, 5*time.Second, "the lease moves to the new connection", func() bool {
+			for _, rec := range n.Manager.Leases() {
+				if rec.ID == l.ID() {
+					return rec.ConnID != before && rec.ConnID != 0
+				}
+			}
+			return false
+		})
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost over reconnects: %v", l.Err())
+	case w := <-got:
+		t.Fatalf("the waiter was granted the slot of a live holder: %+v", w.Record())
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(2 * lease.DefaultDisconnectGrace):
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose connection is reset while it lives and that cannot
+// reconnect (a middlebox reset it, then the path failed) stops relying on
+// its lease before the manager gives the slot to the next waiter: never two
+// holders.
+func TestFastReleaseCutOffHolderStopsFirst(t *testing.T) {
+	srv, _ := fastRelease(t)
+	ctx := t.Context()
+	p := harness.StartProxy(t, srv.Server.Addr().String())
+	holder, _ := proxiedClient(t, srv, p)
+	l, err := holder.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := executorClient(t, srv)
+	got, errc, _ := harness.QueuedAcquire(t, waiter, ctx, "p", 1)
+	p.Refuse()
+	p.Reset()
+	var lost time.Time
+	select {
+	case <-l.Done():
+		lost = time.Now()
+		if !errors.Is(l.Err(), lease.ErrConnectionDropped) {
+			t.Fatalf("Done closed with %v, want %v", l.Err(), lease.ErrConnectionDropped)
+		}
+	case <-got:
+		t.Fatal("the waiter was granted before the cut-off holder gave up its lease")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut-off holder's lease did not end")
+	}
+	select {
+	case w := <-got:
+		margin := time.Since(lost)
+		t.Logf("holder gave up %v before the waiter's grant", margin.Round(time.Millisecond))
+		_ = w.Release(ctx)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not granted the cut-off holder's slot")
+	}
+	_ = l.Release(context.Background())
+}
+
+// leaseEnd waits on sub (the pool's events) for the event that ended lease
+// id, and returns it.
+func leaseEnd(t *testing.T, sub *nats.Subscription, id string, within time.Duration) lease.Event {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("no event ended lease %s within %v: %v", id, within, err)
+		}
+		var ev lease.Event
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.LeaseID == id && (ev.Kind == lease.EventReleased || ev.Kind == lease.EventExpired) {
+			return ev
+		}
+	}
+}
+
+// A connection its server closes (kicked here; a server stopping, or one
+// that found the client stale or slow, likewise) says nothing about the
+// holder, which may be working and about to reconnect: nothing is freed
+// early. The lease ends by its TTL; the holder that could not reconnect
+// gave it up before.
+func TestServerClosedConnectionFreesNothing(t *testing.T) {
+	srv, n := fastReleaseTTL(t, 2*time.Second)
+	ctx := t.Context()
+	events, err := n.Conn.SubscribeSync(lease.EventFilter(lease.DefaultPrefix, node, "p", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, holderNC := executorClient(t, srv, nats.NoReconnect())
+	l, err := holder.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cid, err := holderNC.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.DisconnectClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	ev := leaseEnd(t, events, l.ID(), 10*time.Second)
+	if ev.Kind != lease.EventExpired {
+		t.Fatalf("the kicked holder's lease ended by %q (code %q), want by its TTL (%q)", ev.Kind, ev.Code, lease.EventExpired)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the record expired while the kicked holder, unable to reconnect, still relied on it")
+	}
+}
+
+// A stalled connection (the server or the path holds every byte, the
+// connection stays open) costs no lease: nobody can free it meanwhile, so
+// the holder keeps working through a stall far longer than the grace.
+// Under the old rule (lost 3/4 of the grace after the last answer) it was
+// lost.
+func TestStalledConnectionKeepsTheLease(t *testing.T) {
+	srv, _ := fastRelease(t)
+	ctx := t.Context()
+	p := harness.StartProxy(t, srv.Server.Addr().String())
+	holder, _ := proxiedClient(t, srv, p)
+	l, err := holder.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	stall := 3 * lease.DefaultDisconnectGrace
+	time.Sleep(stall) // the fault's length, not a wait for something to happen
+	if err := l.Err(); err != nil {
+		t.Fatalf("a %v stall cost the lease: %v", stall, err)
+	}
+	p.Resume()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release after the stall: %v", err)
+	}
+}
+
+// A connection that drops while a renewal waits for an answer (the
+// manager is stalled) ends the lease by the dropped clock, not when the
+// renewal gives up at the TTL deadline: Done must close while the slot
+// could still be freed a grace after the drop.
+func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
+	srv := harness.StartSecureServer(t)
+	pm := harness.StartProxy(t, srv.Server.Addr().String())
+	mnc := harness.ConnectAuth(t, pm.URL(), natsconn.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),
+		InboxPrefix: config.RoleManager.InboxPrefix()})
+	cfg := manager.Config{Node: node, TTL: 3 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}},
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
+	harness.StartManagerConn(t, mnc, cfg)
+	ph := harness.StartProxy(t, srv.Server.Addr().String())
+	holder, _ := proxiedClient(t, srv, ph)
+	l, err := holder.Acquire(t.Context(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm.Stall() // renewals go unanswered from now on
+	// The first renewal goes out TTL/3 after the grant; let it wait.
+	time.Sleep(l.TTL()/3 + 300*time.Millisecond)
+	ttlDeadline := l.Deadline() // the connection lives: the TTL's
+	ph.Refuse()
+	ph.Reset()
+	select {
+	case <-l.Done():
+		if lost := time.Now(); !lost.Before(ttlDeadline) || !errors.Is(l.Err(), lease.ErrConnectionDropped) {
+			t.Fatalf("lease ended at its TTL deadline %v (now %v) with %v; want it ended by the dropped clock", ttlDeadline, lost, l.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease did not end")
+	}
+	pm.Resume()
+}

@@ -1,0 +1,179 @@
+package manager_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/slotlease/slotlease/config"
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// forgeAdvisory makes the server publish each body on subject, in role's
+// account, with nothing but role's rights: it writes body into a KV bucket
+// of that account (the executor may write the job results bucket) and
+// asks JetStream for it by a direct get (last by subject) without headers
+// whose reply subject is subject. Publish permissions do not cover reply
+// subjects. It returns once the server has answered every direct get: a
+// last one, on the forger's own inbox, comes after them.
+func forgeAdvisory(t *testing.T, srv *harness.SecureServer, role config.Role, subject string, bodies ...[]byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bucket := jobs.NamesFor(lease.DefaultPrefix).Results
+	// The bucket leasemgr would have made at start, in the forger's account.
+	admin := srv.ConnectJobsAdmin(t)
+	if role == config.RoleManager {
+		admin = srv.Connect(t, config.RoleManager)
+	}
+	ajs, err := natsjs.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: bucket}); err != nil {
+		t.Fatal(err)
+	}
+	attacker := srv.Connect(t, role)
+	js, err := natsjs.New(attacker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range bodies {
+		if _, err := kv.Put(ctx, fmt.Sprintf("forged%d", i), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(i int) string { return fmt.Sprintf("$JS.API.DIRECT.GET.KV_%s.$KV.%s.forged%d", bucket, bucket, i) }
+	for i := range bodies { // in one burst
+		if err := attacker.PublishRequest(get(i), subject, []byte(`{"no_hdr":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := attacker.Request(get(0), []byte(`{"no_hdr":true}`), 10*time.Second); err != nil {
+		t.Fatalf("the direct gets were not answered: %v", err)
+	}
+}
+
+func advisoryFor(server string, cid uint64) []byte {
+	return fmt.Appendf(nil, `{"type":"io.nats.server.advisory.v1.client_disconnect","server":{"id":%q},"client":{"id":%d}}`, server, cid)
+}
+
+// An advisory the server was made to publish by a client, naming a live
+// holder's connection, frees nothing: the manager asks the connection's
+// server before it believes a close. Without that check the waiter would
+// be granted the live holder's slot: two holders of a one-slot pool.
+func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
+	srv, n := fastRelease(t)
+	l, _, got, errc := heldAndQueued(t, srv)
+	spyNC := srv.Connect(t, config.RoleManager)
+	spy, err := spyNC.SubscribeSync(jetstream.ExecutorDisconnectSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spyNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rec := l.Record()
+
+	// An executor's forgery stays in the executors' account: the server
+	// publishes it there, on a subject nobody imports.
+	forgeAdvisory(t, srv, config.RoleExecutor, jetstream.ExecutorDisconnectSubject, advisoryFor(rec.ConnServer, rec.ConnID))
+	if err := spyNC.Flush(); err != nil { // after anything the server sent the spy before
+		t.Fatal(err)
+	}
+	if k, _, _ := spy.Pending(); k != 0 {
+		t.Fatalf("an executor's forged advisory reached the managers' account (%d messages)", k)
+	}
+
+	// Defence in depth: an advisory published in the managers' account
+	// (by a manager here; by any client of a single-account NATS) reaches
+	// the manager, and the close check is what stops it.
+	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, advisoryFor(rec.ConnServer, rec.ConnID))
+	if _, err := spy.NextMsg(5 * time.Second); err != nil {
+		t.Fatalf("the forged advisory did not reach the advisory subject (%v): this test no longer tries the check", err)
+	}
+
+	select {
+	case w := <-got:
+		t.Fatalf("a forged advisory freed a live holder's slot: the waiter was granted it too (%+v)", w.Record())
+	case err := <-errc:
+		t.Fatal(err)
+	case <-l.Done():
+		t.Fatalf("the live holder lost its lease to a forged advisory: %v", l.Err())
+	case <-time.After(4 * lease.DefaultDisconnectGrace):
+	}
+	if q := harness.PoolStats(t, n.Manager, "p"); q.InUse != 1 || q.QueuedRequests != 1 {
+		t.Fatalf("pool after the forged advisory: %+v, want 1 in use and 1 queued", q)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	awaitGrant(t, got, errc, 5*time.Second, "the released slot")
+}
+
+// A flood of forged advisories (published in the managers' account, as any
+// client of a single-account NATS could) costs the manager one check per
+// live holder at most, frees nothing, and does not stop a real close from
+// freeing its holder's slot at once.
+func TestForgedDisconnectFloodIsBounded(t *testing.T) {
+	srv, n := fastRelease(t)
+	l, holderNC, got, errc := heldAndQueued(t, srv)
+	spy := srv.Connect(t, config.RoleManager)
+	asks, err := spy.SubscribeSync("$SYS.REQ.ACCOUNT.PING.CONNZ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	advisories, err := spy.SubscribeSync(jetstream.ExecutorDisconnectSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := l.Record()
+	var bodies [][]byte
+	for i := range 1000 {
+		bodies = append(bodies, advisoryFor(rec.ConnServer, uint64(100000+i))) // nobody's
+		if i%10 == 0 {
+			bodies = append(bodies, advisoryFor(rec.ConnServer, rec.ConnID)) // the live holder's
+		}
+	}
+	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, bodies...)
+	for range bodies {
+		if _, err := advisories.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("not every forged advisory reached the advisory subject: %v", err)
+		}
+	}
+	time.Sleep(2 * lease.DefaultDisconnectGrace)
+	select {
+	case w := <-got:
+		t.Fatalf("forged advisories freed a live holder's slot: the waiter was granted it too (%+v)", w.Record())
+	case <-l.Done():
+		t.Fatalf("the live holder lost its lease to forged advisories: %v", l.Err())
+	default:
+	}
+	if q := harness.PoolStats(t, n.Manager, "p"); q.InUse != 1 || q.QueuedRequests != 1 {
+		t.Fatalf("pool after the flood: %+v, want 1 in use and 1 queued", q)
+	}
+	// The holder's connection was asked about a few times (one check,
+	// asked again while the server lists it open), nobody's never.
+	if k, _, _ := asks.Pending(); k == 0 || k > 2*4 {
+		t.Fatalf("%d connection checks for %d forged advisories naming 1 bound connection, want 1 to 8", k, len(bodies))
+	}
+
+	// A real close, right after the flood, still frees the slot at once.
+	holderNC.Close()
+	d := awaitGrant(t, got, errc, 5*time.Second, "a real close after a flood of forged advisories")
+	t.Logf("the waiter was granted the closed holder's slot %v after the close", d.Round(time.Millisecond))
+}

@@ -1,0 +1,191 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
+)
+
+// startGrantLocked writes the lease record of a request whose slots were
+// granted in memory. The holder hears of the grant only once the write is
+// acknowledged.
+func (m *Manager) startGrantLocked(r *request) {
+	r.state = granting
+	m.stopTimer(r)
+	m.ops.Add(1)
+	go m.grant(r)
+}
+
+// startGrantsLocked starts the grants of waiters p just granted, except
+// those whose client abandoned them: their slots go to the next. Then it
+// arms p's rate timer for the waiter after them.
+func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
+	defer m.armRateLocked(p)
+	for len(rs) > 0 {
+		var next []*pools.Waiter
+		now := time.Now().UnixNano()
+		for _, w := range rs {
+			r := w.Value.(*request)
+			if abandoned(r, now) {
+				next = append(next, m.dropAbandonedLocked(r, now)...)
+				continue
+			}
+			m.startGrantLocked(r)
+		}
+		rs = next
+	}
+}
+
+func (m *Manager) grant(r *request) {
+	defer m.ops.Done()
+	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
+	defer span.End()
+	now := time.Now()
+	rec := lease.Record{
+		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
+		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
+		Term: m.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+	}
+	m.mu.Lock()
+	c := r.conn
+	m.mu.Unlock()
+	if c.known() && m.cfg.DisconnectEvents != "" {
+		// Fast release: the lease is bound to the connection the request
+		// came on, and the holder is told the grace it must keep.
+		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, m.cfg.DisconnectGrace.Milliseconds()
+	}
+	key := lease.RecordKey(m.cfg.Node, r.pool.name, r.id)
+	data := appendRecord(make([]byte, 0, 384), &rec)
+	var rev uint64
+	var err error
+	if m.ctx.Err() != nil {
+		// Closing, perhaps because leadership is about to lapse: write
+		// nothing new, so a successor's count stays complete.
+		err = errors.New("lease manager is shutting down")
+	}
+	if err == nil {
+		started := time.Now()
+		rev, err = m.writeGrant(key, data, r.entry.await())
+		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
+			// Ambiguous: the write may be stored though its acknowledgement
+			// was lost. The slots stay taken until the store says.
+			rev, err = m.resolveGrant(key, r.id, started, err)
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := r.pool
+	m.dropWaitingLocked(r)
+	if fencedOut(err) {
+		// The term is over: nothing was sent. The holder hears nothing
+		// and retries with the successor, which restores its queue entry
+		// if it has one. The slots stay taken here: this manager grants
+		// nothing more.
+		m.log.Warn("grant not stored: this manager's leadership term is over", "key", key)
+		natstrace.Fail(span, string(lease.CodeUnavailable), err.Error())
+		return
+	}
+	if err != nil {
+		// Nothing was stored: the slots go back, the holder may retry
+		// (anew, so its queue entry goes too).
+		m.log.Warn("storing a grant failed", "key", key, "err", err)
+		if !m.closed {
+			m.journal.dropLocked(r)
+		}
+		granted := p.p.ReleaseFor(r.tenant, r.slots)
+		if !m.closed {
+			m.startGrantsLocked(p, granted)
+		}
+		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
+		natstrace.Fail(span, string(e.Code), e.Message)
+		m.respond(r.reply, errReply(e))
+		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		return
+	}
+	if m.ctx.Err() != nil {
+		// Stored, but this manager is closing, perhaps past its leadership
+		// deadline: a successor may not have counted this record and will
+		// delete it. Tell the holder nothing but to retry; after a restart
+		// of this same manager the retry finds the record.
+		e := errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+		natstrace.Fail(span, string(e.Code), e.Message)
+		m.respond(r.reply, errReply(e))
+		return
+	}
+	rec.Token = rev
+	h := &held{key: key, rec: rec, rev: rev, pool: p}
+	m.leases[key] = h
+	natstrace.SetAttributes(span, natstrace.Token(rev))
+	if m.cfg.GrantLatency != nil {
+		m.cfg.GrantLatency(p.name, time.Since(r.since))
+	}
+	if m.knownClosedLocked(c) {
+		m.freeOnCloseLocked(h) // its connection closed while the record was written
+	}
+	if r.state == grantCancelled {
+		// The holder gave up while the write was in flight: give it back.
+		m.startReleaseLocked(h, lease.EventCancelled)
+		return
+	}
+	m.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
+	m.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
+		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+}
+
+// resolveGrant finds out whether a grant write that failed ambiguously was
+// stored: it reads the key until the store answers, or until the record,
+// had it been stored, would have expired. It returns the grant's revision if
+// the record is this grant, else writeErr.
+func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error) (uint64, error) {
+	backoff := 50 * time.Millisecond
+	for time.Since(started) < m.cfg.TTL+time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		data, rev, err := m.cfg.Store.Get(ctx, key)
+		cancel()
+		if errors.Is(err, ErrStoreNotFound) {
+			return 0, writeErr
+		}
+		if err == nil {
+			var v storedValue
+			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == m.cfg.Instance && v.Token == 0 {
+				m.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
+				return rev, nil
+			}
+			return 0, writeErr // the queue entry is still there, or another record
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+	return 0, writeErr
+}
+
+// writeGrant stores a grant: over its queue entry (conditional on the
+// entry's revision) when the request was queued, else as a new key.
+func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+	defer cancel()
+	if entryRev == 0 {
+		rev, err := m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		if !errors.Is(err, ErrStoreExists) {
+			return rev, err
+		}
+		if entryRev, err = m.journal.stale(ctx, key); err != nil {
+			return 0, err
+		}
+	}
+	rev, err := m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+	if errors.Is(err, ErrStoreRevision) {
+		// The entry expired (its TTL, QueueEntryTTL, lapsed while the
+		// request waited) or was replaced. Create writes over an expiry
+		// marker and refuses anything live, so this never writes over
+		// another grant.
+		return m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+	}
+	return rev, err
+}

@@ -1,0 +1,408 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+)
+
+// PoolConfig names a pool, its capacity in slots, and its queue policy
+// (the zero Options: strict FIFO, unbounded queue).
+type PoolConfig struct {
+	Name     string
+	Capacity int64
+	Options  pools.Options
+}
+
+// Config wires a Manager. Conn, Store, Node and Pools are required.
+type Config struct {
+	Node   string
+	Prefix string // DefaultPrefix if empty
+	Pools  []PoolConfig
+	TTL    time.Duration // lease TTL, whole seconds; 15s if zero
+	Conn   *nats.Conn
+	Store  Store
+	Events EventSink    // NopEvents if nil
+	Logger *slog.Logger // slog.Default() if nil
+	// StoreTimeout bounds one store call; 5s if zero.
+	StoreTimeout time.Duration
+	// Instance identifies this manager process in the records it writes; a
+	// fresh unique id if empty.
+	Instance string
+	// RebuildStall is how long the start-up rebuild may go without a
+	// record from the store before Start gives up (3s if zero); keep it
+	// well under LEADER_TTL for quick takeovers.
+	RebuildStall time.Duration
+	// PoolStore keeps runtime pool changes (resize) across restarts, under
+	// the node's key. Optional: without it, resizes last until the restart.
+	PoolStore Store
+	// GrantLatency, if set, is told the time from each acquire's arrival
+	// until its grant was stored (leasemetrics.Metrics.ObserveGrantLatency).
+	GrantLatency func(pool string, d time.Duration)
+	// Fence, if set, is the leadership term this manager serves (from
+	// RunLeader): every store write, reply and event is checked against it,
+	// and records carry its term. nil for a standalone manager.
+	Fence Fence
+	// RecordRefused, if set, is told the reason of every stored record the
+	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
+	// called with the manager's lock held and must not block.
+	RecordRefused func(reason string)
+	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
+	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
+	ReplyPrefixes []string
+	// ReplyRefused, if set, counts each request refused for its reply
+	// subject, or ignored for having none (leasemetrics.Metrics.ReplyRefusals).
+	ReplyRefused func()
+	// DisconnectEvents, if set, turns fast release on (disconnect.go): it
+	// is the subject on which the NATS server's client disconnect
+	// advisories for the holders' account reach this manager
+	// ($SYS.ACCOUNT.<account>.DISCONNECT, imported from the system
+	// account). Only the server may be able to publish there: a forged
+	// advisory frees a live holder's lease early. Empty: the TTL alone.
+	DisconnectEvents string
+	// DisconnectGrace is how long after a holder's connection closed its
+	// leases are freed (DefaultDisconnectGrace if zero), between
+	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
+	DisconnectGrace time.Duration
+	// EmbeddedServer says that the NATS server Conn is connected to runs
+	// in this process and stops when it does (leasemgr without NATS_URL).
+	// A clean stop then tells the holders so (stop.go), and they do not
+	// hold that server's going against their leases.
+	EmbeddedServer bool
+	// MaxQueuedPerConn bounds the requests one client connection may have
+	// waiting on this node, over all pools (connqueue.go);
+	// rules.DefaultMaxQueuedPerConnection if zero.
+	MaxQueuedPerConn int
+	// ServedBy and Warnings, if set, go into every stats reply: the node
+	// of the process serving (for the cluster pools' manager, whose Node is
+	// ClusterNode), and what an operator should know about the pools (the
+	// cluster pool candidates' disagreements). Warnings must not block.
+	ServedBy string
+	Warnings func() []string
+	// ClusterPools, if set, returns the names of the cluster pools the live
+	// candidates list (package candidacy), nil while they are not known
+	// yet; stats replies carry them, so a client learns at once that a
+	// pool is neither the node's nor the cluster's.
+	ClusterPools func() []string
+}
+
+// Manager serves the lease protocol for one node: it owns the node's pools,
+// queues requests (FIFO, by priority or by weighted fair share, per pool),
+// and keeps every grant in the Store with a TTL.
+//
+// Lease safety rests on three rules kept here:
+//   - slots are taken from the pool before the record is written, and the
+//     holder hears of a grant only after the Store acknowledged the write;
+//   - slots come back only when the record is gone from the Store (deleted
+//     by a release, or expired and seen by the watcher), never before;
+//   - on start, every record in the Store is counted before any request is
+//     served.
+//
+// So the slots counted in memory are always at least the slots held in the
+// Store, and a pool never grants past its capacity.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	// ctx ends when Close begins; release retries stop with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	pools map[string]*pool
+	// removed holds the pools a resize removed (and not added back), so
+	// that their holders and latecomers are told so, not that the node
+	// never had them.
+	removed map[string]bool
+	leases  map[string]*held // by record key; every live record of this node
+	closed  bool
+	// ownMark is how this instance's name appears in the values it
+	// writes, for telling its own writes from others' without decoding.
+	ownMark []byte
+	// deposed is set, and deposedCh closed, once a record of a later
+	// leadership term was seen: see Deposed.
+	deposed   atomic.Bool
+	deposedCh chan struct{}
+
+	subs      []*nats.Subscription
+	replies   *replyRule // which reply subjects are answered; see replyto.go
+	disc      *discovery // $SRV answers; see discovery.go
+	watcher   Watcher
+	watchDone chan struct{}
+	ready     chan struct{} // closed once the Store's records are counted
+	ops       sync.WaitGroup
+
+	delta     poolDelta              // runtime pool changes; guarded by mu
+	lastOrder int64                  // guarded by mu; see nextOrderLocked
+	progress  atomic.Int64           // unix ns of the watch's last change; see Start
+	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
+	refusals  refusalLog             // log lines about refused records; guarded by mu
+
+	journal *journal    // the queue entries' writes and deletes
+	gone    disconnects // fast release; guarded by mu
+	stop    stopState   // a clean stop (stop.go); guarded by mu
+	// stopServer is the id of the server that stops with this manager,
+	// once a clean stop was announced (ServerStopping); nil before.
+	stopServer atomic.Pointer[string]
+	// queuedBy counts the waiting requests of each connection
+	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
+	// of requests with owner o in the pools' waiting maps.
+	queuedBy map[string]int
+}
+
+// New validates cfg and builds a Manager. Call Start to serve.
+func New(cfg Config) (*Manager, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.Node),
+		leases:    make(map[string]*held),
+		restored:  make(map[string]restoredReq),
+		watchDone: make(chan struct{}),
+		ready:     make(chan struct{}),
+		deposedCh: make(chan struct{}),
+		gone:      newDisconnects(),
+		queuedBy:  make(map[string]int),
+	}
+	m.ownMark = ownMark(cfg.Instance, m.term())
+	if cfg.Fence != nil {
+		// Every write is checked against the fence right before it is sent.
+		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.serving}
+		if cfg.PoolStore != nil {
+			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
+		}
+	}
+	if m.pools, err = cfg.newPools(); err != nil {
+		return nil, err
+	}
+	if m.replies, err = cfg.replyRule(); err != nil {
+		return nil, err
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, timeout: cfg.StoreTimeout, log: m.log, ctx: m.ctx, mu: &m.mu, value: m.entryLocked}
+	return m, nil
+}
+
+// Start counts the leases already in the Store (so grants made before a
+// restart stay valid and are respected), then subscribes to the node's
+// request subjects. It returns once the manager is serving. If it fails,
+// it has undone everything it started (the watch, grants of restored queue
+// entries, subscriptions), as Close does: the Manager cannot be started
+// again.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.start(ctx); err != nil {
+		_ = m.Close()
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) start(ctx context.Context) error {
+	if err := m.loadDelta(ctx); err != nil {
+		return err
+	}
+	w, err := m.startWatch(ctx)
+	if err != nil {
+		return fmt.Errorf("lease: watch lease records: %w", err)
+	}
+	m.watcher = w
+	m.progress.Store(time.Now().UnixNano())
+	go m.watch(w)
+	// The rebuild must keep moving: a watch that stalls (a connection reset
+	// while it delivers; nats.go notices the gap only seconds later) would
+	// hold a takeover while this manager keeps its leadership. Give up
+	// instead, so the caller (RunLeader) retries with a fresh watch, or a
+	// standby steps in.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-m.ready:
+			waiting = false
+		case <-ctx.Done():
+			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
+		case <-m.watchDone:
+			return errors.New("lease: the lease record watch ended before the state was rebuilt")
+		case <-tick.C:
+			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
+				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
+			}
+		}
+	}
+
+	handlers := map[string]nats.MsgHandler{
+		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbAcquire): m.handleAcquire,
+		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRenew):   m.handleRenew,
+		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRelease): m.handleRelease,
+		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbCancel):  m.handleCancel,
+	}
+	for subj, h := range handlers {
+		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
+		if err != nil {
+			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
+		}
+		// A burst of requests must queue in the client, not be dropped as
+		// a slow consumer.
+		_ = sub.SetPendingLimits(1<<20, 1<<30)
+		m.subs = append(m.subs, sub)
+	}
+	if err := m.subscribeDisconnects(); err != nil {
+		m.unsubscribe()
+		return err
+	}
+	if err := m.serveDiscovery(); err != nil {
+		m.unsubscribe()
+		return err
+	}
+	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
+		return fmt.Errorf("lease: subscribe: %w", err)
+	}
+	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount(), "fast_release", m.cfg.DisconnectEvents != "")
+	return nil
+}
+
+// guard keeps the reply rule (replyto.go) for a request handler: a request
+// without a reply subject, or whose reply subject is not an inbox, is
+// dropped before the handler sees it. The handler runs under protect.
+func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
+	h = m.protect(h)
+	return func(msg *nats.Msg) {
+		if msg.Reply == "" {
+			m.replies.ignoreNoReply(m.log, msg.Subject)
+			return
+		}
+		if !m.replies.allowed(msg.Reply) {
+			m.replies.refuse(m.log, msg.Subject, msg.Reply)
+			return
+		}
+		h(msg)
+	}
+}
+
+// protect keeps a bug in one handler from taking the process down with
+// input from the network: it logs the panic and answers an internal error
+// to the reply subject, if any. The server's advisories, which come
+// without a reply, are handled under protect alone.
+func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		defer func() {
+			if r := recover(); r != nil {
+				m.log.Error("handler panic", "subject", echo.Clip(msg.Subject), "panic", r)
+				m.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeInternal, "internal error")})
+			}
+		}()
+		h(msg)
+	}
+}
+
+func (m *Manager) unsubscribe() {
+	for _, s := range m.subs {
+		_ = s.Unsubscribe()
+	}
+	m.subs = nil
+}
+
+// Close stops serving: queued requests are told the manager is unavailable
+// (their clients retry with the same request id), store operations in flight
+// finish, and the watch stops. Leases stay in the Store and are picked up by
+// the next manager for this node.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.stopDisconnectTimersLocked()
+	m.mu.Unlock()
+
+	m.unsubscribe()
+	m.cancel()
+	m.replies.flush(m.log)
+
+	// Queued requests stay queued: their entries are in the store, and the
+	// next manager for this node restores them in order. Their clients keep
+	// polling with the same request id.
+	m.mu.Lock()
+	for _, p := range m.pools {
+		p.stopRate()
+		for _, r := range p.waiting {
+			m.stopTimer(r)
+		}
+	}
+	m.mu.Unlock()
+
+	m.ops.Wait()
+	var err error
+	if m.watcher != nil {
+		err = m.watcher.Stop()
+		<-m.watchDone
+	}
+	m.journal.wait()                         // after the watch: restoring the queue may drop entries
+	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
+	return err
+}
+
+// Stats returns every pool's figures, sorted by name.
+func (m *Manager) Stats() []lease.PoolStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.statsLocked()
+}
+
+func (m *Manager) statsLocked() []lease.PoolStats {
+	out := make([]lease.PoolStats, 0, len(m.pools))
+	for _, p := range m.pools {
+		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	// A fair pool's configured weights, within one budget per reply so
+	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
+	// limit: pools past it go without (executors then weigh only the
+	// tenants holding or waiting, whose weights Tenants carries).
+	budget := lease.MaxStatsWeights
+	for i := range out {
+		if out[i].Policy != pools.PolicyFair {
+			continue
+		}
+		o := m.pools[out[i].Name].p.Options()
+		out[i].DefaultWeight = o.DefaultWeight
+		if len(o.Weights) <= budget {
+			out[i].Weights = o.Weights
+			budget -= len(o.Weights)
+		}
+	}
+	return out
+}
+
+// Leases returns a copy of every live lease record of this node, without
+// their secrets.
+func (m *Manager) Leases() []lease.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]lease.Record, 0, len(m.leases))
+	for _, h := range m.leases {
+		out = append(out, h.rec.Public())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
+	return out
+}
+
+func (m *Manager) leaseCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
+}

@@ -1,0 +1,475 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// start is one grant as its record says: when the manager granted it, and
+// how many slots.
+type start struct {
+	at    time.Time
+	slots int64
+	who   string
+}
+
+// startLog collects the grants of a run.
+type startLog struct {
+	mu  sync.Mutex
+	all []start
+}
+
+func (s *startLog) add(l *lease.Lease) {
+	r := l.Record()
+	s.mu.Lock()
+	s.all = append(s.all, start{at: r.GrantedAt, slots: r.Slots, who: r.Tenant})
+	s.mu.Unlock()
+}
+
+func (s *startLog) sorted() []start {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.all)
+	slices.SortFunc(out, func(a, b start) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// checkFrom checks every window from t0 (taken before the pool was made,
+// when its bucket started empty): the slots granted by t0+t never exceed
+// burst + rate*t. A record's granted_at is stamped after the grant took its
+// tokens, so this holds exactly, with no slack. It returns the slots
+// granted by t0+span.
+func checkFrom(t *testing.T, starts []start, t0 time.Time, r pools.Rate, burst int64, span time.Duration) int64 {
+	t.Helper()
+	var n, within int64
+	for _, s := range starts {
+		n += s.slots
+		el := s.at.Sub(t0)
+		if bound := float64(burst) + float64(r.Slots)*float64(el)/float64(r.Per); float64(n) > bound {
+			t.Errorf("%d slots started by t=%v, over the bound %.2f of burst %d + rate %v", n, el.Round(time.Millisecond), bound, burst, r)
+		}
+		if el <= span {
+			within = n
+		}
+	}
+	return within
+}
+
+// checkWindows checks every window between two grants: the slots granted
+// in [a, b] never exceed burst + rate*(b-a+slack). slack covers the few
+// milliseconds between a grant taking its tokens and its record being
+// stamped, which differ from grant to grant.
+func checkWindows(t *testing.T, starts []start, r pools.Rate, burst int64, slack time.Duration) {
+	t.Helper()
+	for i := range starts {
+		var n int64
+		for j := i; j < len(starts); j++ {
+			n += starts[j].slots
+			d := starts[j].at.Sub(starts[i].at) + slack
+			if bound := float64(burst) + float64(r.Slots)*float64(d)/float64(r.Per); float64(n) > bound {
+				t.Errorf("%d slots started in %v from t=%v, over the bound %.2f", n, d-slack, starts[i].at.Format("15:04:05.000"), bound)
+				return
+			}
+		}
+	}
+}
+
+// hammer runs clients that acquire, hold for hold(), release and acquire
+// again until ctx ends, logging every grant. inUse counts what is held as
+// the holders see it; the most seen is returned.
+func hammer(ctx context.Context, t *testing.T, cs []*lease.Client, pool string, slots int64, hold func() time.Duration, opts func(i int) []lease.AcquireOption, log *startLog) (maxInUse int64) {
+	t.Helper()
+	var inUse, most atomic.Int64
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				var o []lease.AcquireOption
+				if opts != nil {
+					o = opts(i)
+				}
+				l, err := c.Acquire(ctx, pool, slots, o...)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("client %d: %v", i, err)
+					}
+					return
+				}
+				log.add(l)
+				n := inUse.Add(slots)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				if d := hold(); d > 0 {
+					time.Sleep(d)
+				}
+				inUse.Add(-slots) // before the release: the manager frees later
+				_ = l.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return most.Load()
+}
+
+func clients(t *testing.T, url string, n int, name func(i int) string) []*lease.Client {
+	t.Helper()
+	conns := []*nats.Conn{harness.Connect(t, url), harness.Connect(t, url)}
+	out := make([]*lease.Client, n)
+	for i := range out {
+		c, err := lease.NewClient(conns[i%len(conns)], node, lease.WithHolder(name(i)), lease.WithPollInterval(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		out[i] = c
+	}
+	return out
+}
+
+// The issue's figure: a 10/s pool with burst 5 under 50 competing clients,
+// for 30 s. Starts never exceed 5 + 10t in any window from the start, nor
+// the rate in any window between two grants, and the achieved rate is
+// within 5% of 10/s.
+func TestRateSpreadsStartsUnderLoad(t *testing.T) {
+	r := pools.Rate{Slots: 10, Per: time.Second}
+	const burst, span = 5, 30 * time.Second
+	t0 := time.Now()
+	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "api", Capacity: pools.MaxCapacity, Options: pools.Options{Rate: r, Burst: burst}})
+	cs := clients(t, srv.URL, 50, func(i int) string { return fmt.Sprintf("c%d", i) })
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(span+time.Second))
+	defer cancel()
+	var log startLog
+	hammer(ctx, t, cs, "api", 1, func() time.Duration { return 0 }, nil, &log)
+	starts := log.sorted()
+	n := checkFrom(t, starts, t0, r, burst, span)
+	checkWindows(t, starts, r, burst, 100*time.Millisecond)
+	achieved := float64(n) / span.Seconds()
+	t.Logf("%d starts in %v: %.2f/s (rate 10/s, burst 5; at most %.2f/s from empty)", n, span, achieved, (burst+10*span.Seconds())/span.Seconds())
+	if achieved < 9.5 || achieved > 10.5 {
+		t.Errorf("achieved %.2f/s, want within 5%% of 10/s", achieved)
+	}
+}
+
+// Capacity and rate together: never more than the capacity held at once,
+// never more starts than the rate allows, and both limits reached.
+func TestRateAndCapacityTogether(t *testing.T) {
+	r := pools.Rate{Slots: 20, Per: time.Second}
+	const capacity, burst, span = 3, 2, 6 * time.Second
+	t0 := time.Now()
+	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "api", Capacity: capacity, Options: pools.Options{Rate: r, Burst: burst}})
+	cs := clients(t, srv.URL, 12, func(i int) string { return fmt.Sprintf("c%d", i) })
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(span))
+	defer cancel()
+	var log startLog
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	hold := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(10+rng.IntN(290)) * time.Millisecond
+	}
+	most := hammer(ctx, t, cs, "api", 1, hold, nil, &log)
+	starts := log.sorted()
+	n := checkFrom(t, starts, t0, r, burst, span)
+	checkWindows(t, starts, r, burst, 100*time.Millisecond)
+	t.Logf("%d starts in %v (rate 20/s), at most %d held at once (capacity %d)", n, span, most, capacity)
+	if most > capacity {
+		t.Errorf("%d held at once, capacity %d", most, capacity)
+	}
+	if most < capacity {
+		t.Errorf("at most %d held at once: the capacity %d never bound, so the test shows nothing", most, capacity)
+	}
+	if n < int64(span.Seconds())*5 {
+		t.Errorf("only %d starts in %v", n, span)
+	}
+}
+
+// Slots are a weight: 1,500-slot requests on a 90,000/m bucket (burst one
+// second's worth, 1,500) start about once a second, a request over the
+// burst is refused at once, and a try-acquire says when the bucket allows it.
+func TestRateWeightedRequests(t *testing.T) {
+	r := pools.Rate{Slots: 90000, Per: time.Minute}
+	const span = 5 * time.Second
+	t0 := time.Now()
+	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "llm-tpm", Capacity: pools.MaxCapacity, Options: pools.Options{Rate: r}})
+	if s := harness.PoolStats(t, n.Manager, "llm-tpm"); s.Rate != "90000/m" || s.Burst != 1500 || s.Tokens >= 1500 {
+		t.Fatalf("stats: rate %q burst %d tokens %d, want 90000/m, 1500 (one second's worth), and a bucket filling from empty", s.Rate, s.Burst, s.Tokens)
+	}
+	c := harness.Client(t, srv.URL, node)
+	_, err := c.Acquire(context.Background(), "llm-tpm", 1501)
+	if !errors.Is(err, lease.ErrExceedsCapacity) || !strings.Contains(err.Error(), "starts at most 1500 at once (rate 90000/m, burst 1500)") {
+		t.Fatalf("1501 slots: %v, want exceeds_capacity naming the burst", err)
+	}
+	cs := clients(t, srv.URL, 4, func(i int) string { return fmt.Sprintf("c%d", i) })
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(span))
+	defer cancel()
+	var log startLog
+	hammer(ctx, t, cs, "llm-tpm", 1500, func() time.Duration { return 0 }, nil, &log)
+	starts := log.sorted()
+	got := checkFrom(t, starts, t0, r, 1500, span)
+	checkWindows(t, starts, r, 1500, 100*time.Millisecond)
+	t.Logf("%d slots in %d starts in %v (90000/m is 1500/s)", got, got/1500, span)
+	if got < 4*1500 {
+		t.Errorf("%d slots started in %v, want at least 4 x 1500", got, span)
+	}
+
+	// Right after a grant emptied the bucket, a try-acquire is told when
+	// the rate lets it in: within a second (1,500 slots at 1,500/s).
+	l, err := c.Acquire(context.Background(), "llm-tpm", 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(context.Background())
+	_, err = c.Acquire(context.Background(), "llm-tpm", 1500, lease.NoWait())
+	var le *lease.Error
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs <= 0 || le.RetryAfterMs > 1000 || !strings.Contains(le.Message, "rate 90000/m") {
+		t.Fatalf("try-acquire on an empty bucket: %#v, want would_wait with retry_after_ms in (0, 1000] and the rate in the message", err)
+	}
+	time.Sleep(time.Duration(le.RetryAfterMs) * time.Millisecond)
+	l, err = c.Acquire(context.Background(), "llm-tpm", 1500, lease.NoWait())
+	if err != nil {
+		t.Fatalf("try-acquire after retry_after_ms (%d): %v", le.RetryAfterMs, err)
+	}
+	_ = l.Release(context.Background())
+}
+
+// Fair share by tenant under a rate: weights 3:1 give 3:1 starts.
+func TestRateKeepsTenantShares(t *testing.T) {
+	r := pools.Rate{Slots: 25, Per: time.Second}
+	const span = 8 * time.Second
+	t0 := time.Now()
+	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "api", Capacity: pools.MaxCapacity,
+		Options: pools.Options{Policy: pools.PolicyFair, Weights: map[string]int{"a": 3, "b": 1}, Rate: r, Burst: 1}})
+	tenant := func(i int) string { return string(rune('a' + i%2)) }
+	cs := clients(t, srv.URL, 12, tenant)
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(span))
+	defer cancel()
+	var log startLog
+	hammer(ctx, t, cs, "api", 1, func() time.Duration { return 0 }, func(i int) []lease.AcquireOption {
+		return []lease.AcquireOption{lease.WithTenant(tenant(i))}
+	}, &log)
+	starts := log.sorted()
+	checkFrom(t, starts, t0, r, 1, span)
+	count := map[string]int{}
+	for _, s := range starts[min(len(starts), 10):] { // past the first round, while both queue
+		count[s.who]++
+	}
+	ratio := float64(count["a"]) / float64(max(1, count["b"]))
+	t.Logf("starts: a %d, b %d, ratio %.2f (weights 3:1)", count["a"], count["b"], ratio)
+	if ratio < 2.7 || ratio > 3.3 {
+		t.Errorf("a:b starts %d:%d = %.2f, want 3 within 10%%", count["a"], count["b"], ratio)
+	}
+}
+
+// A restart starts the bucket empty: no burst of extra starts after it,
+// and the windows around it keep the rate.
+func TestRateAcrossARestart(t *testing.T) {
+	r := pools.Rate{Slots: 10, Per: time.Second}
+	const burst, span = 5, 8 * time.Second
+	pc := manager.PoolConfig{Name: "api", Capacity: pools.MaxCapacity, Options: pools.Options{Rate: r, Burst: burst}}
+	t0 := time.Now()
+	srv := harness.StartServer(t)
+	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{pc}}
+	first := harness.StartManager(t, srv.URL, cfg)
+	cs := clients(t, srv.URL, 20, func(i int) string { return fmt.Sprintf("c%d", i) })
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(span))
+	defer cancel()
+	var log startLog
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hammer(ctx, t, cs, "api", 1, func() time.Duration { return 0 }, nil, &log)
+	}()
+	time.Sleep(3 * time.Second) // the first manager's bucket has been spent and refilled
+	if err := first.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restart := time.Now()
+	harness.StartManager(t, srv.URL, cfg)
+	<-done
+	starts := log.sorted()
+	n := checkFrom(t, starts, t0, r, burst, span)
+	checkWindows(t, starts, r, burst, 100*time.Millisecond)
+	var after []start
+	for _, s := range starts {
+		if s.at.After(restart) {
+			after = append(after, s)
+		}
+	}
+	// From the restart on, the bucket started empty: burst 0.
+	m := checkFrom(t, after, restart, r, 0, span)
+	t.Logf("%d starts in %v, %d of them in the %v after the restart", n, span, m, t0.Add(span).Sub(restart).Round(time.Millisecond))
+	if len(after) == 0 {
+		t.Fatal("nothing started after the restart")
+	}
+}
+
+// A resize gives, changes and takes away a rate; the change is stored and
+// outlives a restart, and is shown in stats and events.
+func TestRateResize(t *testing.T) {
+	srv := harness.StartServer(t)
+	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 10}}}
+	n := harness.StartManager(t, srv.URL, cfg)
+	c := harness.Client(t, srv.URL, node)
+	nc := harness.Connect(t, srv.URL)
+	events, err := nc.SubscribeSync(lease.EventSubject(lease.DefaultPrefix, node, "p", lease.EventResized))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the subscription is in place before the first resize
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// A slow rate: the waiters queue behind it.
+	if _, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": {Rate: "1/h"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := harness.PoolStats(t, n.Manager, "p"); s.Rate != "1/h" || s.Burst != 1 || s.Tokens != 0 {
+		t.Fatalf("after rate 1/h: %+v", s.Stats)
+	}
+	_, err = c.Acquire(ctx, "p", 1, lease.NoWait())
+	var le *lease.Error
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 3_599_000 {
+		t.Fatalf("try on 1/h: %v, want would_wait, retry after about an hour", err)
+	}
+	var gots []<-chan *lease.Lease
+	var errcs []<-chan error
+	for range 3 {
+		got, errc, _ := harness.QueuedAcquire(t, c, ctx, "p", 1)
+		gots, errcs = append(gots, got), append(errcs, errc)
+	}
+	// A faster rate lets them in as its tokens come.
+	start := time.Now()
+	if _, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": {Rate: "20/s", Burst: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range gots {
+		l := mustGrant(t, gots[i], errcs[i])
+		defer l.Release(ctx)
+	}
+	if d := time.Since(start); d < 140*time.Millisecond {
+		t.Errorf("3 starts at 20/s from an empty bucket took %v, want at least 150ms", d)
+	}
+	// Taken away, then given anew: the bucket starts empty again.
+	for _, rs := range []lease.RateSetting{{Rate: lease.RateOff}, {Rate: "1/h", Burst: 3}} {
+		if _, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": rs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errc, _ := harness.QueuedAcquire(t, c, ctx, "p", 1)
+	_, bigErr, _ := harness.QueuedAcquire(t, c, ctx, "p", 3)
+	// A waiter over a lowered burst is refused.
+	if _, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": {Burst: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bigErr; !errors.Is(err, lease.ErrExceedsCapacity) || !strings.Contains(err.Error(), "rate 1/h starts at most 2 at once") {
+		t.Fatalf("3-slot waiter after the burst went down to 2: %v", err)
+	}
+	// Restarted, the manager keeps the stored rate (and starts empty).
+	if err := n.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = harness.StartManager(t, srv.URL, cfg)
+	if s := harness.PoolStats(t, n.Manager, "p"); s.Rate != "1/h" || s.Burst != 2 || s.Tokens != 0 {
+		t.Fatalf("after a restart: %+v, want the stored rate 1/h burst 2, empty", s.Stats)
+	}
+	// The rate taken away lets the waiter in at once.
+	if _, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": {Rate: lease.RateOff}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the queued request failed: %v", err)
+	default:
+	}
+	harness.Eventually(t, 10*time.Second, "the queued request granted once the rate is off", func() bool {
+		s := harness.PoolStats(t, n.Manager, "p")
+		return s.Rate == "" && s.InUse == 4
+	})
+
+	var msgs []string
+	want := []string{"rate off -> 1/h burst 1", "rate 1/h burst 1 -> 20/s burst 2", "rate 20/s burst 2 -> off", "rate off -> 1/h burst 3",
+		"rate 1/h burst 3 -> 1/h burst 2", "rate 1/h burst 2 -> off"}
+	for range want {
+		m, err := events.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("resized events: %v (got %q)", err, msgs)
+		}
+		var ev lease.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, ev.Message)
+	}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("resized events %q, want %q", msgs, want)
+	}
+
+	// Bad rates are refused, naming the pool and what is wrong.
+	for _, tc := range []struct {
+		rs   lease.RateSetting
+		want string
+	}{
+		{lease.RateSetting{Rate: "60/min"}, `rates: pool "p": rate "60/min": unit "min" is not s, m or h`},
+		{lease.RateSetting{Rate: "0/s"}, `rates: pool "p": rate must be a positive integer`},
+		{lease.RateSetting{Rate: "off", Burst: 2}, `rates: pool "p": a burst without a rate`},
+		{lease.RateSetting{Burst: 2}, `rates: pool "p" has no rate whose burst to change: give the rate too`},
+		{lease.RateSetting{}, `rates: pool "p": give a rate (e.g. 60/m, or "off"), a burst, or both`},
+		{lease.RateSetting{Rate: "1/h", Burst: 1 << 40}, `too large`},
+	} {
+		_, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"p": tc.rs}})
+		if !errors.Is(err, lease.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rate %+v: %v, want bad_request containing %q", tc.rs, err, tc.want)
+		}
+	}
+
+	// A rate on a pool that does not exist adds one with only a rate.
+	stats, err := resize(t, c, lease.ResizeRequest{Rates: map[string]lease.RateSetting{"embed": {Rate: "5/s"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(stats, func(s lease.PoolStats) bool { return s.Name == "embed" })
+	if i < 0 || stats[i].Capacity != pools.MaxCapacity || stats[i].Rate != "5/s" || stats[i].Burst != 5 {
+		t.Fatalf("a rate on a new pool: %+v", stats)
+	}
+}
+
+// queue_full from a pool whose queue waits for the rate says when the rate
+// lets the next waiter in, not the TTL/3 hint; would_wait counts what a
+// fifo queue starts first.
+func TestRateRetryHints(t *testing.T) {
+	srv, _ := startNode(t, 6*time.Second, manager.PoolConfig{Name: "p", Capacity: 10,
+		Options: pools.Options{Rate: pools.Rate{Slots: 2, Per: time.Minute}, Burst: 1, MaxQueue: 1}})
+	c := harness.Client(t, srv.URL, node)
+	ctx := context.Background()
+	_, err := c.Acquire(ctx, "p", 1, lease.NoWait())
+	var le *lease.Error
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 {
+		t.Fatalf("try on an empty 2/m bucket: %v, want would_wait, retry after about 30 s", err)
+	}
+	harness.QueuedAcquire(t, c, ctx, "p", 1)
+	_, err = c.Acquire(ctx, "p", 1, lease.NoWait())
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 59_000 || le.RetryAfterMs > 60_000 {
+		t.Fatalf("try behind one queued: %v, want would_wait, retry after about 60 s (the queued one starts first)", err)
+	}
+	_, err = c.Acquire(ctx, "p", 1)
+	if !errors.As(err, &le) || le.Code != lease.CodeQueueFull || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 || !strings.Contains(le.Message, "rate 2/m, 0 of 1 tokens") {
+		t.Fatalf("queue full behind the rate: %v, want queue_full, retry after about 30 s (not the TTL/3 hint of 2 s)", err)
+	}
+}

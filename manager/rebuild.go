@@ -1,0 +1,234 @@
+package manager
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
+)
+
+// startWatch starts the lease record watch, giving up after RebuildStall
+// (a watch set up over a connection that resets meanwhile can hang for the
+// JetStream API timeout); a watch that comes up later is stopped.
+func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
+	type result struct {
+		w   Watcher
+		err error
+	}
+	done := make(chan result)
+	// The watch lives until Close (m.ctx), not only for Start's ctx; its
+	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
+	// which stops a watch that came up after Start gave up on it.
+	wctx, stop := context.WithCancel(m.ctx)
+	stopSetup := context.AfterFunc(ctx, stop)
+	defer stopSetup()
+	m.ops.Add(1)
+	go func() {
+		defer m.ops.Done()
+		w, err := m.cfg.Store.Watch(wctx, lease.NodeKeys(m.cfg.Node))
+		select {
+		case done <- result{w, err}:
+		case <-wctx.Done():
+			if err == nil {
+				_ = w.Stop()
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.w, r.err
+	case <-wctx.Done():
+		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
+	case <-time.After(m.cfg.RebuildStall):
+		stop() // ends the set-up; Close (which Start calls next) waits for it
+		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
+	}
+}
+
+// watch applies the Store's view: first it counts every stored lease of this
+// node, then it frees leases whose records expire or are deleted by others.
+func (m *Manager) watch(w Watcher) {
+	defer close(m.watchDone)
+	rebuilt := false
+	for ch := range w.Changes() {
+		m.progress.Store(time.Now().UnixNano())
+		switch ch.Op {
+		case ChangeCaughtUp:
+			if !rebuilt {
+				rebuilt = true
+				m.restoreQueue()
+				close(m.ready)
+			}
+		case ChangePut:
+			m.observePut(ch, rebuilt)
+		case ChangeDelete, ChangeExpire:
+			m.mu.Lock()
+			delete(m.restored, ch.Key)
+			h := m.leases[ch.Key]
+			// Our own release owns the slots while its delete is in flight.
+			if h != nil && !h.releasing && ch.Rev > h.rev {
+				kind := lease.EventExpired
+				if ch.Op == ChangeDelete {
+					kind = lease.EventReleased
+				} else {
+					_, span := telemetry.StartSpan(context.Background(), natstrace.SpanExpire, natstrace.Node(m.cfg.Node),
+						natstrace.Pool(h.rec.Pool), natstrace.LeaseID(h.rec.ID), natstrace.Token(h.rec.Token), natstrace.Slots(h.rec.Slots))
+					span.End()
+				}
+				m.freeLocked(h, kind, "")
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
+// observePut counts every stored lease while rebuilding. After that, an
+// unknown put is either this manager's own write for a lease it has already
+// let go (ignored), or a grant a previous instance stored after this one
+// took over (counted, so it cannot be granted twice).
+func (m *Manager) observePut(ch Change, rebuilt bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	stored, ok := m.acceptRecord(ch, rebuilt)
+	if !ok {
+		return
+	}
+	if h := m.leases[ch.Key]; h != nil {
+		if ch.Rev > h.rev {
+			h.rev = ch.Rev
+		}
+		m.checkTermLocked(ch)
+		return
+	}
+	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
+		// This instance's own write (a grant whose acknowledgement is on
+		// its way, or a queue entry), as decoding would show below, but
+		// without the cost on every write of a busy manager. A string
+		// value cannot hold the unescaped mark, so no other record has it.
+		return
+	}
+	if stored == nil { // recognised as this instance's without decoding
+		return
+	}
+	rec := *stored
+	if m.cfg.Fence != nil && rec.Term > m.term() {
+		m.depose(ch.Key, rec.Term)
+		return
+	}
+	if rec.Queued {
+		// A queue entry: restored in order once the rebuild is complete.
+		// Later ones are this manager's own, or a predecessor's last words
+		// whose clients will poll again.
+		if !rebuilt {
+			m.restored[ch.Key] = restoredReq{entry: rec, rev: ch.Rev}
+		}
+		return
+	}
+	if rebuilt {
+		if m.closed || !m.mayDeleteLocked(ch.Key, rec.Record) {
+			// Closing (maybe deposed): the records a successor writes are
+			// not ours to judge. Or our own write, or not provably older.
+			return
+		}
+		// A grant another instance stored after this one took over: its
+		// write was delayed past that instance's leadership deadline, and
+		// that instance, past its deadline, told nobody of it (see grant).
+		// Its slots may already be granted here, so it must not count:
+		// delete it.
+		m.log.Warn("deleting a grant another manager instance stored after this one took over", "key", ch.Key, "manager", rec.Manager)
+		m.ops.Add(1)
+		go func() {
+			defer m.ops.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+			defer cancel()
+			if err := m.cfg.Store.Delete(ctx, ch.Key, ch.Rev); err != nil && !errors.Is(err, ErrStoreNotFound) && !errors.Is(err, ErrStoreRevision) {
+				m.log.Warn("deleting a late grant failed; it expires with its TTL", "key", ch.Key, "err", err)
+			}
+		}()
+		return
+	}
+	if rec.Token == 0 {
+		rec.Token = ch.Rev
+	}
+	delete(m.restored, ch.Key)
+	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool]}
+	m.leases[ch.Key] = h
+	if h.pool == nil {
+		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
+		return
+	}
+	h.pool.p.RestoreFor(rec.Tenant, rec.Slots)
+}
+
+// restoreQueue queues the stored entries found while rebuilding, in their
+// original order, after the restored leases were counted.
+func (m *Manager) restoreQueue() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	entries := make([]restoredReq, 0, len(m.restored))
+	for _, e := range m.restored {
+		entries = append(entries, e)
+	}
+	m.restored = nil
+	slices.SortFunc(entries, func(a, b restoredReq) int {
+		return cmp.Or(cmp.Compare(a.entry.QueuedAt, b.entry.QueuedAt), cmp.Compare(a.rev, b.rev))
+	})
+	for _, e := range entries {
+		v := e.entry
+		p := m.pools[v.Pool]
+		r := &request{
+			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: unixNano(v.WaitUntil),
+			entry: entry{has: true, rev: e.rev},
+			// Its client has had no manager to re-send to: count from now.
+			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
+		}
+		if p == nil {
+			// The pool was removed meanwhile: refuse the request, drop its entry.
+			r.pool = &pool{name: v.Pool}
+			m.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
+			m.journal.dropLocked(r)
+			continue
+		}
+		m.lastOrder = max(m.lastOrder, v.QueuedAt)
+		e := exceeds(p, v.Slots)
+		if e == nil && r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil {
+			e = errorf(lease.CodeWaitExpired, "not granted within the wait deadline")
+		}
+		var w *pools.Waiter
+		var granted bool
+		var position int
+		if e == nil {
+			var err error
+			if w, granted, position, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
+				// A tenant cap or a queue limit lowered since it queued: its
+				// client hears why, and the entry goes.
+				e = m.enqueueError(p, lease.AcquireRequest{Slots: v.Slots}, err)
+			}
+		}
+		if e != nil {
+			m.respond(r.reply, errReply(e))
+			m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+			m.journal.dropLocked(r)
+			continue
+		}
+		r.w = w
+		m.addWaitingLocked(r)
+		if granted {
+			m.startGrantLocked(r)
+		} else {
+			m.queuedLocked(r, position, true)
+		}
+	}
+	if len(entries) > 0 {
+		m.log.Info("restored queued requests", "count", len(entries))
+	}
+}

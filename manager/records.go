@@ -1,0 +1,174 @@
+package manager
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/rules"
+)
+
+// Only records this product's managers wrote are honoured. Anyone with
+// write access to the lease bucket (a misconfigured account, a stolen
+// credential, an operator's stray `nats kv put`) could otherwise store a
+// record naming the current instance without a TTL: the next rebuild would
+// count its slots, and they would never come back. A record is refused
+// (not counted, not restored to the queue, and not deleted either: it is
+// not provably this manager's to delete) when:
+//
+//   - it was stored without a TTL (RefusedNoTTL): every record a manager
+//     writes, grant or queue entry, carries one, so nothing it honours can
+//     hold slots forever;
+//   - it does not decode as a lease record or queue entry (RefusedUnreadable);
+//   - it decodes but is not one a manager writes: no slots, an invalid id
+//     (RefusedShape);
+//   - its key is not <node>.<pool>.<id> of its own content, or it names
+//     another node (RefusedKey);
+//   - it names no manager instance (RefusedForeign).
+//
+// Each refusal is logged and counted (Config.RecordRefused, the
+// lease_records_refused_total{node,reason} metric).
+
+// Reasons a stored record is refused, the reason label of
+// lease_records_refused_total.
+const (
+	RefusedUnreadable = "unreadable"
+	RefusedShape      = "shape"
+	RefusedKey        = "key"
+	RefusedNoTTL      = "no_ttl"
+	RefusedForeign    = "foreign"
+	// RefusedStaleLeader: a leadership key nobody renewed for longer than
+	// the leadership TTL was taken over (leader.go).
+	RefusedStaleLeader = "stale_leader"
+	// RefusedPoolDelta: stored runtime pool changes that no manager wrote
+	// (resize.go) were not applied.
+	RefusedPoolDelta = "pool_delta"
+	// RefusedCandidate: a cluster pool candidate's record that no
+	// candidate wrote was not reported (package candidacy).
+	RefusedCandidate = "candidate"
+)
+
+// RefusalReasons lists every refusal reason, for pre-creating metric series.
+var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, RefusedNoTTL, RefusedForeign, RefusedStaleLeader, RefusedPoolDelta, RefusedCandidate}
+
+// maxLoggedKey bounds a refused record's key in a log line: the key was
+// chosen by whoever wrote the record.
+const maxLoggedKey = 128
+
+// acceptRecord checks a stored put before anything else looks at it. It
+// returns the decoded record and whether it may be honoured. Called with
+// m.mu held.
+//
+// A busy manager sees each of its own writes come back through the watch;
+// decoding them all would cost a JSON decode per grant and renewal. So
+// after the rebuild, a value that carries a TTL and this instance's mark
+// under a key this instance holds a lease or a request for is taken as its
+// own without decoding (nil, true). Anything else with the mark, such as a
+// write for a lease already let go, or a forgery naming this instance
+// (its id is public), is decoded and checked like any other record.
+func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
+	if ch.TTL <= 0 {
+		m.refuse(ch.Key, RefusedNoTTL, "it was stored without a TTL, so it would never expire")
+		return nil, false
+	}
+	if rebuilt && bytes.Contains(ch.Value, m.ownMark) && m.knownKeyLocked(ch.Key) {
+		return nil, true
+	}
+	var rec storedValue
+	if err := json.Unmarshal(ch.Value, &rec); err != nil {
+		m.refuse(ch.Key, RefusedUnreadable, "it is not a lease record: "+err.Error())
+		return nil, false
+	}
+	switch {
+	case rec.Slots <= 0:
+		m.refuse(ch.Key, RefusedShape, "it holds no slots")
+		return nil, false
+	case rules.ValidRequestID(rec.ID) != nil || rec.Pool == "":
+		m.refuse(ch.Key, RefusedShape, "its id or pool is invalid")
+		return nil, false
+	case rec.Node != m.cfg.Node || ch.Key != lease.RecordKey(rec.Node, rec.Pool, rec.ID):
+		m.refuse(ch.Key, RefusedKey, "its key does not match the node, pool and id it names")
+		return nil, false
+	case rec.Manager == "":
+		m.refuse(ch.Key, RefusedForeign, "it names no manager instance: no manager wrote it")
+		return nil, false
+	}
+	return &rec, true
+}
+
+// knownKeyLocked reports whether key is that of a lease this manager holds
+// or of a request it has not finished: a write of its own is expected there.
+func (m *Manager) knownKeyLocked(key string) bool {
+	if m.leases[key] != nil {
+		return true
+	}
+	node := m.cfg.Node
+	if len(key) <= len(node) || key[:len(node)] != node || key[len(node)] != '.' {
+		return false
+	}
+	pool, id, ok := strings.Cut(key[len(node)+1:], ".")
+	if !ok {
+		return false
+	}
+	p := m.pools[pool]
+	return p != nil && p.waiting[id] != nil
+}
+
+// refusalLogEvery bounds the log lines about refused records: whoever can
+// write to the bucket could otherwise flood the log. The metric counts
+// every refusal.
+const refusalLogEvery = 10 * time.Second
+
+// refusalLog is when each reason was last logged, and how many refusals
+// went unlogged since. Guarded by Manager.mu.
+type refusalLog struct {
+	last    map[string]time.Time
+	skipped map[string]int
+}
+
+// refuse reports a refused record: a count, and a log line unless one for
+// the same reason was written in the last refusalLogEvery. Called with
+// m.mu held.
+func (m *Manager) refuse(key, reason, why string) {
+	if m.cfg.RecordRefused != nil {
+		m.cfg.RecordRefused(reason)
+	}
+	l := &m.refusals
+	if l.last == nil {
+		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if now.Sub(l.last[reason]) < refusalLogEvery {
+		l.skipped[reason]++
+		return
+	}
+	if len(key) > maxLoggedKey {
+		key = key[:maxLoggedKey] + "...(truncated)"
+	}
+	m.log.Warn("refusing a lease record no manager wrote; it is not counted", "key", key, "reason", reason, "why", why,
+		"unlogged_since_last", l.skipped[reason])
+	l.last[reason] = now
+	l.skipped[reason] = 0
+}
+
+// QueueEntryTTL is the TTL of a queue entry without a wait deadline. A
+// request queued longer than this keeps its place in this manager's memory,
+// but a successor no longer restores it: its client's next poll queues it
+// again, at the tail.
+const QueueEntryTTL = 24 * time.Hour
+
+// queueEntryTTL is QueueEntryTTL; tests shorten it (export_test.go).
+var queueEntryTTL = QueueEntryTTL
+
+// entryTTL is the TTL of r's queue entry: until its wait deadline and one
+// lease TTL more (time for the grant to replace it), or QueueEntryTTL.
+// Whole seconds, as the store keeps them.
+func (m *Manager) entryTTL(r *request) time.Duration {
+	d := queueEntryTTL
+	if r.waitUntil != 0 {
+		d = min(time.Until(time.Unix(0, r.waitUntil))+m.cfg.TTL, queueEntryTTL)
+	}
+	return max(d.Truncate(time.Second)+time.Second, time.Second)
+}

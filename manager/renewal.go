@@ -1,0 +1,190 @@
+package manager
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slotlease/slotlease/internal/echo"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/rules"
+	"github.com/slotlease/slotlease/telemetry"
+	"github.com/slotlease/slotlease/telemetry/natstrace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// poolLocked returns the pool a request names, or the error to answer it
+// with: the manager is closing, or has no such pool.
+func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
+	if m.closed {
+		return nil, m.closingError()
+	}
+	if p := m.pools[name]; p != nil {
+		return p, nil
+	}
+	if m.removed[name] {
+		return nil, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", echo.Clip(name), m.cfg.Node)
+	}
+	names := slices.Sorted(maps.Keys(m.pools))
+	if m.cfg.ClusterPools != nil && m.cfg.Node != lease.ClusterNode {
+		if cluster := m.cfg.ClusterPools(); cluster != nil {
+			return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names), echo.List(cluster))
+		}
+	}
+	return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names))
+}
+
+// closingError answers requests that arrive once Close has begun.
+func (m *Manager) closingError() *lease.Error {
+	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+}
+
+// lookupLocked finds the lease a renew or release names and checks its token.
+func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, secret string) (*held, *lease.Error) {
+	poolName := poolToken(subject)
+	if _, e := m.poolLocked(poolName); e != nil {
+		return nil, e
+	}
+	if leaseID == "" {
+		return nil, errorf(lease.CodeBadRequest, "lease_id is required")
+	}
+	if err := rules.ValidRequestID(leaseID); err != nil {
+		return nil, errorf(lease.CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))
+	}
+	h := m.leases[lease.RecordKey(m.cfg.Node, poolName, leaseID)]
+	if h == nil || h.releasing {
+		return nil, errorf(lease.CodeLeaseNotFound, "no live lease %q in pool %q on node %s", leaseID, poolName, m.cfg.Node)
+	}
+	if h.rec.Token != token {
+		return nil, errorf(lease.CodeTokenMismatch, "lease %q has a different fencing token than %d", leaseID, token)
+	}
+	if !secretMatches(h.rec.Secret, secret) {
+		return nil, errorf(lease.CodeTokenMismatch, "lease %q was acquired with a different secret", leaseID)
+	}
+	return h, nil
+}
+
+// secretMatches compares in constant time, so timing tells nothing.
+func secretMatches(want, got string) bool {
+	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+}
+
+func (m *Manager) handleRenew(msg *nats.Msg) {
+	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
+	var req lease.RenewRequest
+	if e := decode(msg.Data, &req); e != nil {
+		natstrace.Fail(span, string(e.Code), e.Message)
+		span.End()
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+	m.mu.Lock()
+	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
+	if e == nil {
+		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID)
+	}
+	if e != nil {
+		m.mu.Unlock()
+		natstrace.Fail(span, string(e.Code), e.Message)
+		span.End()
+		m.respond(msg.Reply, errReply(e))
+		return
+	}
+	m.ops.Add(1)
+	m.mu.Unlock()
+	go m.renew(msg.Reply, h, time.Now(), span)
+}
+
+// renew rewrites the record with a fresh TTL, conditional on the revision we
+// know: a record that expired meanwhile is never brought back. received is
+// when the request arrived; renewals of one lease run one at a time
+// (renewSeq).
+func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Span) {
+	defer m.ops.Done()
+	defer span.End()
+	fail := func(e *lease.Error) {
+		natstrace.Fail(span, string(e.Code), e.Message)
+		m.respond(reply, errReply(e))
+	}
+	h.renewal.lock()
+	defer h.renewal.unlock()
+	if rec, ok := h.renewal.since(received); ok {
+		m.mu.Lock()
+		m.stopRenewedLocked(h)
+		m.mu.Unlock()
+		m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		return
+	}
+	started := time.Now()
+	for attempt := 0; ; attempt++ {
+		m.mu.Lock()
+		rec, rev := h.rec, h.rev
+		m.mu.Unlock()
+		rec.ExpiresAt = time.Now().Add(m.cfg.TTL).UTC()
+		data := appendRecord(make([]byte, 0, 384), &rec)
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+		newRev, err := m.cfg.Store.Renew(ctx, h.key, data, m.cfg.TTL, rev)
+		cancel()
+		switch {
+		case err == nil:
+			m.mu.Lock()
+			// >=: the store's watch (rebuild.go) usually reports this very
+			// write before its acknowledgement gets here, and has already
+			// taken its revision. Renewals of a lease run one at a time, so
+			// nothing newer of this renewal's kind can be in h.rev.
+			if newRev >= h.rev {
+				h.rev = newRev
+				h.rec.ExpiresAt = rec.ExpiresAt
+			}
+			m.stopRenewedLocked(h)
+			m.mu.Unlock()
+			h.renewal.stored(started, rec)
+			m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			return
+		case errors.Is(err, ErrStoreRevision):
+			// Either an earlier renewal moved the revision (one whose
+			// acknowledgement was lost, or a concurrent one) or the record
+			// is gone: expired or released. Only the store can tell.
+			if attempt < maxRenewRereads && m.stillStored(h) {
+				continue
+			}
+			fail(errorf(lease.CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID))
+			return
+		default:
+			fail(errorf(lease.CodeUnavailable, "storing the renewal failed: %v", err))
+			return
+		}
+	}
+}
+
+// stillStored reads h's key and, if it still holds this lease (same token),
+// adopts its revision and reports true. An expired lease is never brought
+// back: its key is gone or holds another grant.
+func (m *Manager) stillStored(h *held) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+	defer cancel()
+	data, rev, err := m.cfg.Store.Get(ctx, h.key)
+	if err != nil {
+		return false
+	}
+	var v storedValue
+	if json.Unmarshal(data, &v) != nil || v.Queued || (v.Token != 0 && v.Token != h.rec.Token) || (v.Token == 0 && rev != h.rec.Token) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases[h.key] != h || h.releasing {
+		return false
+	}
+	if rev > h.rev {
+		h.rev = rev
+	}
+	return true
+}

@@ -1,0 +1,159 @@
+package manager
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
+	"github.com/slotlease/slotlease/telemetry"
+)
+
+// pool is one named pool's state. Guarded by Manager.mu.
+type pool struct {
+	name string
+	p    *pools.Pool
+	// waiting holds every acquire that has no stored lease yet: queued, or
+	// granted in memory with its record being written. Keyed by request id.
+	waiting map[string]*request
+	// releasing counts the slots of leases whose delete is in flight.
+	releasing int64
+	// unpersisted are queued requests whose entry was not written because
+	// releases in flight covered the whole queue (see persistQueuedLocked).
+	unpersisted []*request
+	// rate wakes the waiters of a pool with a start rate (rate.go); nil
+	// until first armed.
+	rate *time.Timer
+}
+
+// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
+// pool's queue is unbounded.
+func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
+	if o.MaxQueue == 0 {
+		o.MaxQueue = rules.DefaultMaxQueue
+	}
+	pp, err := pools.NewWithOptions(capacity, o)
+	if err != nil {
+		return nil, fmt.Errorf("lease: pool %q: %w", name, err)
+	}
+	return &pool{name: name, p: pp, waiting: make(map[string]*request)}, nil
+}
+
+// request is an acquire from the moment it is accepted until its lease is
+// stored, or it ends with an error. Guarded by Manager.mu.
+type request struct {
+	id, holder string
+	secret     string
+	tenant     string
+	priority   int
+	slots      int64
+	pool       *pool
+	reply      string // where answers go; a retried acquire may move it
+	conn       conn   // the connection its latest send came on, if said
+	owner      string // the connection it first came on, as counted (connqueue.go)
+	since      time.Time
+	w          *pools.Waiter
+	timer      *time.Timer // wait deadline, nil if none
+	state      reqState
+	// pollMs is the client's re-send promise (AcquireRequest.PollMs), and
+	// lastSeen the unix ns of the latest send: see abandoned.
+	pollMs, lastSeen int64
+	// trace holds the acquire's spans (nil with tracing off). Once it is
+	// granting, only the grant goroutine touches it.
+	trace *telemetry.AcquireTrace
+
+	// A request that has to wait is persisted as a queue entry under its
+	// lease key, so a successor manager restores the queue in order.
+	order     int64 // position in the node's enqueue order (queued_at)
+	waitUntil int64 // wait deadline in unix ns, 0 if none
+	entry     entry // its queue entry in the journal, if any
+}
+
+// reqState is where a request is on its way to a lease. A request leaves
+// its pool's waiting map when it ends (granted and stored, refused,
+// cancelled, expired or dropped); until then it is in one of these states.
+type reqState uint8
+
+const (
+	// queued: accepted and waiting in its pool's queue for slots.
+	queued reqState = iota
+	// granting: its slots are taken in memory and its record is being
+	// written; the holder hears of the grant once the store acknowledges.
+	granting
+	// grantCancelled: granting, and then cancelled (by its holder, or its
+	// pool was removed): the lease is given back as soon as it is stored.
+	grantCancelled
+)
+
+// waiting reports whether r still waits in its pool's queue: it has not
+// ended and its slots are not granted.
+func (r *request) waiting() bool { return r.pool.waiting[r.id] == r && r.state == queued }
+
+// held is a live lease record. Guarded by Manager.mu.
+type held struct {
+	key       string
+	rec       lease.Record
+	rev       uint64 // latest stored revision, for conditional renew and delete
+	pool      *pool  // nil if the record names a pool this node no longer has
+	releasing bool   // a delete is in flight; that path frees the slots
+	// releaseCode is the event code of that release: why the manager let
+	// the lease go ("" for the holder's own release).
+	releaseCode lease.Code
+	renewal     renewSeq
+}
+
+// poolToken returns the pool token of a request subject
+// <prefix>.<node>.<pool>.<verb>.
+func poolToken(subject string) string {
+	i := strings.LastIndexByte(subject, '.')
+	if i < 0 {
+		return ""
+	}
+	s := subject[:i]
+	return s[strings.LastIndexByte(s, '.')+1:]
+}
+
+// sameRequest checks that a retry repeats the request it retries.
+func sameRequest(req lease.AcquireRequest, holder, secret string, slots int64) *lease.Error {
+	if holder != req.Holder || !secretMatches(secret, req.Secret) {
+		return errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
+	}
+	if slots != req.Slots {
+		return errorf(lease.CodeConflict, "request id %q was sent before for %d slots, not %d", req.RequestID, slots, req.Slots)
+	}
+	return nil
+}
+
+func (r *request) poolRequest() pools.Request {
+	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Value: r}
+}
+
+// abandoned reports whether r's client broke its promise to re-send r at
+// least every pollMs: no send for 3 x pollMs + 1s, so three polls in a row
+// were lost, or the client is gone.
+func abandoned(r *request, now int64) bool {
+	return r.pollMs > 0 && now-r.lastSeen > 3*r.pollMs*int64(time.Millisecond)+int64(time.Second)
+}
+
+func (m *Manager) stopTimer(r *request) {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// positionLocked is r's place in its pool's queue for a queued reply.
+// Finding it walks the queue; on deep queues the reply goes without it
+// (0) rather than cost O(depth) on every poll.
+func positionLocked(r *request) int {
+	if r.pool.p.Stats().QueuedRequests > maxPositionWalk {
+		return 0
+	}
+	return r.pool.p.Position(r.w)
+}
+
+// maxPositionWalk bounds the queue depth up to which a poll is answered
+// with the request's position.
+const maxPositionWalk = 1024

@@ -1,0 +1,130 @@
+package manager_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// withholdCaughtUp passes the real watch on without its caught-up marker,
+// so the rebuild never completes, and closes done when its forwarding
+// goroutine has ended.
+type withholdCaughtUp struct {
+	manager.Store
+	done chan struct{}
+}
+
+type heldBackWatcher struct {
+	manager.Watcher
+	out chan manager.Change
+}
+
+func (h *heldBackWatcher) Changes() <-chan manager.Change { return h.out }
+
+func (s *withholdCaughtUp) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
+	w, err := s.Store.Watch(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	h := &heldBackWatcher{Watcher: w, out: make(chan manager.Change)}
+	go func() {
+		defer close(s.done)
+		defer close(h.out)
+		for ch := range w.Changes() {
+			if ch.Op != manager.ChangeCaughtUp {
+				h.out <- ch
+			}
+		}
+	}()
+	return h, nil
+}
+
+// A Start that fails after its watch began (the rebuild stalls) returns
+// only once the watch has ended: nothing it started keeps running.
+func TestFailedStartStopsItsWatch(t *testing.T) {
+	srv := harness.StartServer(t)
+	st := harness.StartManagerStore(t, srv.URL)
+	storeRecord(t, st, "before", "old", 0) // something for the watch to deliver
+	ws := &withholdCaughtUp{Store: st, done: make(chan struct{})}
+	m, err := manager.New(manager.Config{Node: node, TTL: 5 * time.Second, Conn: harness.Connect(t, srv.URL), Store: ws,
+		Logger: harness.Logger(), RebuildStall: 300 * time.Millisecond, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "delivered nothing") {
+		t.Fatalf("Start with a stalled rebuild: %v", err)
+	}
+	// Start returned after the manager's watch loop saw the watch's end;
+	// the forwarding goroutine closes done just after that.
+	select {
+	case <-ws.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch still runs after Start failed")
+	}
+	if m.Serving() {
+		t.Fatal("a manager whose Start failed reports Serving")
+	}
+}
+
+// closeOnCaughtUp closes conn as the rebuild completes, so Start fails
+// while subscribing, and slows grant writes (a queued grant replaces its
+// entry with Renew) so one is still in flight when it fails.
+type closeOnCaughtUp struct {
+	manager.Store
+	conn interface{ Close() }
+}
+
+func (s *closeOnCaughtUp) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
+	w, err := s.Store.Watch(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	h := &heldBackWatcher{Watcher: w, out: make(chan manager.Change)}
+	go func() {
+		defer close(h.out)
+		for ch := range w.Changes() {
+			if ch.Op == manager.ChangeCaughtUp {
+				s.conn.Close()
+			}
+			h.out <- ch
+		}
+	}()
+	return h, nil
+}
+
+func (s *closeOnCaughtUp) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
+	time.Sleep(300 * time.Millisecond)
+	return s.Store.Renew(ctx, key, value, ttl, rev)
+}
+
+// A Start that fails after the rebuild restored a queued request has
+// finished that request's grant write before it returns: nothing it
+// started writes to the store afterwards.
+func TestFailedStartLeavesNoGrantRunning(t *testing.T) {
+	srv := harness.StartServer(t)
+	st := harness.StartManagerStore(t, srv.URL)
+	entry := []byte(`{"id":"waiting","node":"` + node + `","pool":"p","slots":1,"holder":"h","manager":"old","queued":true,"reply_to":"_INBOX.x","queued_at":1}`)
+	if _, err := st.Create(context.Background(), lease.RecordKey(node, "p", "waiting"), entry, 0); err != nil {
+		t.Fatal(err)
+	}
+	nc := harness.Connect(t, srv.URL)
+	m, err := manager.New(manager.Config{Node: node, TTL: 5 * time.Second, Conn: nc, Store: &closeOnCaughtUp{Store: st, conn: nc},
+		Logger: harness.Logger(), Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err == nil {
+		t.Fatal("Start succeeded on a closed connection")
+	}
+	before := lastSeq(t, harness.Connect(t, srv.URL))
+	time.Sleep(quiet)
+	if after := lastSeq(t, harness.Connect(t, srv.URL)); after != before {
+		t.Fatalf("the store moved from sequence %d to %d after Start had failed", before, after)
+	}
+}

@@ -1,0 +1,117 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// A clean stop. A manager told to stop (Run's context ended: SIGTERM to
+// leasemgr, an upgrade, a restart) is not one that crashed: it can tell
+// its holders, so that the time until it or its successor serves costs
+// them nothing. Before it closes:
+//
+//   - it frees nothing more because a connection closed: the frees
+//     pending are dropped, and closes confirmed from now on are ignored
+//     (disconnect.go). A holder that dies meanwhile is freed by its TTL.
+//   - it publishes EventStopping on every pool. A Client holding leases of
+//     the node renews them at once (wake.go), so each holder's deadline
+//     starts about a full TTL (less the margin) from now: the restart has
+//     that long before any running work is stopped.
+//   - it waits for those renewals, at most stopWait, and answers them
+//     with ServerStopping when its NATS server runs in its process and
+//     stops with it (Config.EmbeddedServer: leasemgr's embedded
+//     server). A holder told so does not hold the close of its connection
+//     to that server against its lease (liveness.go): the only manager
+//     that could have freed the lease on that close has stopped freeing,
+//     and no manager can have that server confirm a close once it is
+//     gone (closecheck.go asks the connection's own server).
+//
+// A manager deposed, or whose fence lapsed, announces nothing: it may no
+// longer speak for the node.
+
+// stopWaitMax bounds how long a clean stop waits for its holders'
+// renewals; stopWait also keeps it under a tenth of the TTL.
+const stopWaitMax = time.Second
+
+func stopWait(ttl time.Duration) time.Duration { return min(stopWaitMax, ttl/10) }
+
+// stopState is a clean stop's progress. Guarded by Manager.mu.
+type stopState struct {
+	announced bool // EventStopping went out; no more frees on a close
+	// waiting holds the leases not renewed since the announcement, and
+	// done closes when it is empty.
+	waiting map[*held]struct{}
+	done    chan struct{}
+}
+
+// announceStop runs a clean stop's announcement and waits, bounded, for
+// the holders' renewals. The manager keeps serving meanwhile.
+func (m *Manager) announceStop() {
+	m.mu.Lock()
+	if m.closed || m.stop.announced || !m.serving() {
+		m.mu.Unlock()
+		return
+	}
+	m.stop.announced = true
+	m.stopDisconnectTimersLocked()
+	if m.cfg.EmbeddedServer {
+		if id := m.cfg.Conn.ConnectedServerId(); id != "" {
+			m.stopServer.Store(&id)
+		}
+	}
+	m.stop.waiting = make(map[*held]struct{}, len(m.leases))
+	for _, h := range m.leases {
+		if !h.releasing {
+			m.stop.waiting[h] = struct{}{}
+		}
+	}
+	done := make(chan struct{})
+	m.stop.done = done
+	if len(m.stop.waiting) == 0 {
+		close(done)
+	}
+	for _, p := range m.pools {
+		m.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
+	}
+	leases := len(m.stop.waiting)
+	m.mu.Unlock()
+
+	started := time.Now()
+	limit := time.NewTimer(stopWait(m.cfg.TTL))
+	defer limit.Stop()
+	tick := time.NewTicker(25 * time.Millisecond) // the fence can lapse meanwhile
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			m.log.Info("stopping: holders renewed", "leases", leases, "took", time.Since(started).Round(time.Millisecond))
+			return
+		case <-limit.C:
+			m.mu.Lock()
+			left := len(m.stop.waiting)
+			m.mu.Unlock()
+			m.log.Info("stopping: not every holder renewed in time; the others keep the deadline of their last renewal", "leases", leases, "not_renewed", left)
+			return
+		case <-tick.C:
+			if !m.serving() {
+				return
+			}
+		}
+	}
+}
+
+// stopRenewedLocked notes that h was renewed, or ended, since a clean
+// stop's announcement.
+func (m *Manager) stopRenewedLocked(h *held) {
+	if m.stop.waiting == nil {
+		return
+	}
+	if _, ok := m.stop.waiting[h]; !ok {
+		return
+	}
+	delete(m.stop.waiting, h)
+	if len(m.stop.waiting) == 0 {
+		close(m.stop.done)
+	}
+}

@@ -1,0 +1,79 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/slotlease/slotlease/lease"
+)
+
+// Store keeps lease records with a per-key TTL. The jetstream package
+// implements it over a JetStream KV bucket; every write is acknowledged by
+// the server before the call returns, which is what makes a grant durable
+// before the holder hears of it.
+type Store interface {
+	// Create stores a new key with a TTL. ErrStoreExists if the key is live.
+	Create(ctx context.Context, key string, value []byte, ttl time.Duration) (rev uint64, err error)
+	// Renew rewrites a key with a fresh TTL, only if its latest revision is
+	// rev. ErrStoreRevision otherwise (the record expired or changed).
+	Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (newRev uint64, err error)
+	// Delete removes a key only if its latest revision is rev, so a stale
+	// caller cannot delete a newer owner's record. ErrStoreRevision otherwise.
+	Delete(ctx context.Context, key string, rev uint64) error
+	// Put writes a key unconditionally, without a TTL.
+	Put(ctx context.Context, key string, value []byte) (rev uint64, err error)
+	// Get returns a live key. ErrStoreNotFound if absent, deleted or expired.
+	Get(ctx context.Context, key string) (value []byte, rev uint64, err error)
+	// Watch streams the latest state of the keys matching filter and then
+	// every change. It sends one Change with Op ChangeCaughtUp once the
+	// initial state has been delivered.
+	Watch(ctx context.Context, filter string) (Watcher, error)
+}
+
+// Watcher is a running watch. Changes is closed when the watch ends.
+type Watcher interface {
+	Changes() <-chan Change
+	Stop() error
+}
+
+// ChangeOp says what happened to a key.
+type ChangeOp int
+
+const (
+	ChangePut      ChangeOp = iota + 1 // created or renewed
+	ChangeDelete                       // deleted or purged by a client
+	ChangeExpire                       // its TTL lapsed (or an operator purged it)
+	ChangeCaughtUp                     // the initial state has been delivered
+)
+
+// Change is one entry of a watch.
+type Change struct {
+	Op    ChangeOp
+	Key   string
+	Value []byte
+	Rev   uint64
+	// TTL is the time to live the value was stored with (its Nats-TTL
+	// header); 0 if it has none and never expires. The manager refuses
+	// records without one (see acceptRecord).
+	TTL time.Duration
+}
+
+// Store errors, returned wrapped by implementations.
+var (
+	ErrStoreExists   = errors.New("store: key exists")
+	ErrStoreRevision = errors.New("store: revision mismatch")
+	ErrStoreNotFound = errors.New("store: key not found")
+)
+
+// EventSink receives every lease event. Publish must not block for long: it
+// is called on the request path.
+type EventSink interface {
+	Publish(ev lease.Event)
+}
+
+// NopEvents discards events.
+type NopEvents struct{}
+
+// Publish does nothing.
+func (NopEvents) Publish(lease.Event) {}
