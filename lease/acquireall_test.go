@@ -52,6 +52,7 @@ func inUse(t *testing.T, c *lease.Client, pool string) int64 {
 // node's pools, then the cluster's; a refused pool leaves nothing held;
 // bad sets are refused before anything is asked.
 func TestAcquireAllIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	url, _ := setNodes(t, 2, "n1")
 	c := harness.Client(t, url, "n1")
 	cc := harness.Client(t, url, lease.ClusterNode)
@@ -123,6 +124,7 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 // When one lease of a set is lost, Done closes, Err names it, and Release
 // still gives the others back.
 func TestLeaseSetEndsWithItsFirstLoss(t *testing.T) {
+	t.Parallel()
 	url, cluster := setNodes(t, 1, "n1")
 	c := harness.Client(t, url, "n1")
 	ctx := context.Background()
@@ -164,6 +166,7 @@ func TestLeaseSetEndsWithItsFirstLoss(t *testing.T) {
 // (each keeps being granted), no pool is ever over its capacity, and a
 // waiter's position names the pool it waits in and what it holds.
 func TestAcquireAllNeverDeadlocks(t *testing.T) {
+	t.Parallel()
 	url, _ := setNodes(t, 1, "n1", "n2")
 	var over atomic.Int64
 	nc := harness.Connect(t, url)

@@ -13,6 +13,7 @@ import (
 // environment parser (issue 32). A program that only acquires a slot was
 // 21 MB with them, 10 MB without.
 func TestClientDependencies(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)

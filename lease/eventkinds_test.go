@@ -15,6 +15,7 @@ import (
 // TestEventKindsListsEveryKind: every EventKind constant declared in the
 // package is in lease.EventKinds, so leasemgr watch -h names them all.
 func TestEventKindsListsEveryKind(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)

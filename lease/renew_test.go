@@ -68,6 +68,7 @@ func leaseOfFrozenManager(t *testing.T) (*harness.Server, *lease.Lease, <-chan *
 // next manager renews the lease long before the request timeout, which is
 // here longer than the whole TTL.
 func TestRenewalResentReachesTheNextManager(t *testing.T) {
+	t.Parallel()
 	srv, l, frozen := leaseOfFrozenManager(t)
 	deadline := l.Deadline()
 	// The heartbeat's renewal (due TTL/3 after the acquire) goes to the
@@ -98,6 +99,7 @@ func TestRenewalResentReachesTheNextManager(t *testing.T) {
 // first attempt's send time, the only one it can be sure the record's write
 // came after.
 func TestLateAnswerToFirstRenewalAttemptCounts(t *testing.T) {
+	t.Parallel()
 	srv, l, frozen := leaseOfFrozenManager(t)
 	deadline := l.Deadline()
 	var attempts []*nats.Msg
@@ -173,6 +175,7 @@ func (g *renewGate) Renew(ctx context.Context, key string, value []byte, ttl tim
 // that was frozen) are all answered "renewed" once it moves again: they do
 // not fail each other's compare-and-set into lease_not_found.
 func TestPiledUpRenewalAttemptsAllRenew(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	var g *renewGate
 	harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: renewTTL, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},

@@ -37,6 +37,7 @@ func acquireRaw(t *testing.T, nc *nats.Conn, id string, hdr nats.Header) lease.R
 // connection, is still counted as itself. Another connection still
 // queues, and one more fits when a waiting request ends.
 func TestQueuedRequestsPerConnectionAreBounded(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartSecureServer(t)
 	const limit = 5
 	n := harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), manager.Config{Node: node,

@@ -55,6 +55,7 @@ func fill(t *testing.T, v reflect.Value) {
 // it with encoding/json (so by its json tags) and checks the strict decoder
 // reads it back whole: a field added without decoder support fails here.
 func TestDecodeKnowsEveryField(t *testing.T) {
+	t.Parallel()
 	for _, proto := range requestTypes {
 		typ := reflect.TypeOf(proto).Elem()
 		t.Run(typ.Name(), func(t *testing.T) {
@@ -88,6 +89,7 @@ func TestDecodeKnowsEveryField(t *testing.T) {
 // allows (escapes, whitespace, null, negative numbers), the strict decoder
 // reads what encoding/json reads.
 func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
+	t.Parallel()
 	bodies := []string{
 		`{}`,
 		` { "request_id" : "a-B_9=" , "holder":"h\u00e9\"\\\/x", "slots": 3 } `,
@@ -135,6 +137,7 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 // TestDecodeRefuses: every bad body is a bad_request whose message names
 // what is wrong, in wire terms.
 func TestDecodeRefuses(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("k", 5000)
 	cases := []struct {
 		name, body string

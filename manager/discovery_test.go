@@ -15,6 +15,7 @@ import (
 // Discovery is answered in every form micro answers it, with micro's JSON,
 // and resize errors carry micro's error headers.
 func TestDiscoveryAnswersLikeMicro(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	ask := func(subject string, data []byte, v any) {

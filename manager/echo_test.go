@@ -24,6 +24,7 @@ const maxAnswer = 2048
 // payload (the client heard nothing) and rejected events carried the whole
 // field into the event stream.
 func TestHugeFieldsGetBoundedAnswers(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	huge := strings.Repeat("é", 500_000) // ~1 MB, multi-byte so a careless cut breaks UTF-8

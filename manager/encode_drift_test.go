@@ -17,6 +17,7 @@ import (
 // every omitempty rule is checked against its own field. A field added to
 // Record, Event, pools.Stats or Reply without its encoder fails here.
 func TestEncodersCoverEveryField(t *testing.T) {
+	t.Parallel()
 	checkEveryField(t, func(r *lease.Record) ([]byte, error) { return appendRecord(nil, r), nil }, nil)
 	checkEveryField(t, func(e *lease.Event) ([]byte, error) { return AppendEvent(nil, e), nil }, nil)
 	// Replies with stats, a node or an error go through encoding/json;

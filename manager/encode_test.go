@@ -77,6 +77,7 @@ func randomString(r *rand.Rand) string {
 // extreme numbers, times in other zones, nil and set pointers. fillEvery walks
 // every field by reflection, so a field added later is covered too.
 func TestEncodersMatchEncodingJSON(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	leaf := randomLeaf(r)
 	keep := func() bool { return r.IntN(2) == 0 }

@@ -93,6 +93,7 @@ func awaitGrant(t *testing.T, got <-chan *lease.Lease, errc <-chan error, within
 // Closed by its own client while it lives, the holder has given the lease
 // up by then.
 func TestFastReleaseFreesAClosedHoldersSlots(t *testing.T) {
+	t.Parallel()
 	srv, _ := fastRelease(t)
 	l, holderNC, got, errc := heldAndQueued(t, srv)
 	if l.FastRelease() != lease.DefaultDisconnectGrace {
@@ -126,6 +127,7 @@ func TestFastReleaseFreesAClosedHoldersSlots(t *testing.T) {
 // A queued request whose connection closes leaves the queue: the one
 // behind it is granted as soon as the slot is free.
 func TestFastReleaseDropsAClosedQueuedRequest(t *testing.T) {
+	t.Parallel()
 	srv, n := fastRelease(t)
 	ctx := t.Context()
 	holder, _ := executorClient(t, srv)
@@ -167,6 +169,7 @@ func TestFastReleaseDropsAClosedQueuedRequest(t *testing.T) {
 // moves its lease to the new connection before the grace ends: it keeps
 // the lease, and nobody else is granted the slot.
 func TestFastReleaseReconnectKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	srv, n := fastRelease(t)
 	ctx := t.Context()
 	p := harness.StartProxy(t, srv.Server.Addr().String())
@@ -211,6 +214,7 @@ func TestFastReleaseReconnectKeepsTheLease(t *testing.T) {
 // its lease before the manager gives the slot to the next waiter: never two
 // holders.
 func TestFastReleaseCutOffHolderStopsFirst(t *testing.T) {
+	t.Parallel()
 	srv, _ := fastRelease(t)
 	ctx := t.Context()
 	p := harness.StartProxy(t, srv.Server.Addr().String())
@@ -274,6 +278,7 @@ func leaseEnd(t *testing.T, sub *nats.Subscription, id string, within time.Durat
 // early. The lease ends by its TTL; the holder that could not reconnect
 // gave it up before.
 func TestServerClosedConnectionFreesNothing(t *testing.T) {
+	t.Parallel()
 	srv, n := fastReleaseTTL(t, 2*time.Second)
 	ctx := t.Context()
 	events, err := n.Conn.SubscribeSync(lease.EventFilter(lease.DefaultPrefix, node, "p", ""))
@@ -309,6 +314,7 @@ func TestServerClosedConnectionFreesNothing(t *testing.T) {
 // Under the old rule (lost 3/4 of the grace after the last answer) it was
 // lost.
 func TestStalledConnectionKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	srv, _ := fastRelease(t)
 	ctx := t.Context()
 	p := harness.StartProxy(t, srv.Server.Addr().String())
@@ -334,6 +340,7 @@ func TestStalledConnectionKeepsTheLease(t *testing.T) {
 // renewal gives up at the TTL deadline: Done must close while the slot
 // could still be freed a grace after the drop.
 func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartSecureServer(t)
 	pm := harness.StartProxy(t, srv.Server.Addr().String())
 	mnc := harness.ConnectAuth(t, pm.URL(), natsconn.Auth{NKeySeed: config.AuthFile(srv.AuthDir, config.RoleManager),

@@ -100,6 +100,7 @@ const quiet = 1500 * time.Millisecond
 // publishes nothing, whatever it is sent: acquire (free slots and full
 // pool), renew, release and cancel.
 func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
+	t.Parallel()
 	fence := newTestFence(5)
 	srv, n := startFenced(t, fence)
 	nc := harness.Connect(t, srv.URL)
@@ -196,6 +197,7 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 // A deposed manager that resumes and sees its successor's grant (a higher
 // term) leaves it alone and stops serving; Run returns ErrLeadershipLost.
 func TestDeposedManagerLeavesSuccessorsGrantAndStops(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	nc := harness.Connect(t, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -249,6 +251,7 @@ func TestDeposedManagerLeavesSuccessorsGrantAndStops(t *testing.T) {
 // term began, when their term is lower (or absent, or its own instance id
 // from an earlier term); with its fence invalid it deletes nothing.
 func TestLeaderDeletesOnlyLowerTermLateGrants(t *testing.T) {
+	t.Parallel()
 	fence := newTestFence(5)
 	srv, n := startFenced(t, fence)
 	st := harness.StartManagerStore(t, srv.URL)

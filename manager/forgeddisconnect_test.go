@@ -73,6 +73,7 @@ func advisoryFor(server string, cid uint64) []byte {
 // server before it believes a close. Without that check the waiter would
 // be granted the live holder's slot: two holders of a one-slot pool.
 func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
+	t.Parallel()
 	srv, n := fastRelease(t)
 	l, _, got, errc := heldAndQueued(t, srv)
 	spyNC := srv.Connect(t, config.RoleManager)
@@ -126,6 +127,7 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 // live holder at most, frees nothing, and does not stop a real close from
 // freeing its holder's slot at once.
 func TestForgedDisconnectFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	srv, n := fastRelease(t)
 	l, holderNC, got, errc := heldAndQueued(t, srv)
 	spy := srv.Connect(t, config.RoleManager)

@@ -84,6 +84,7 @@ func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration,
 func (c *candidate) crash() { c.nc.Close() }
 
 func TestStandbyTakesOverWithoutLosingLeases(t *testing.T) {
+	t.Parallel()
 	const leaderTTL = time.Second
 	srv := harness.StartServer(t)
 	var overlap atomic.Int32
@@ -133,6 +134,7 @@ func TestStandbyTakesOverWithoutLosingLeases(t *testing.T) {
 }
 
 func TestAtMostOneActiveManagerPerNode(t *testing.T) {
+	t.Parallel()
 	const leaderTTL = time.Second
 	srv := harness.StartServer(t)
 	var overlap atomic.Int32
@@ -175,6 +177,7 @@ func TestAtMostOneActiveManagerPerNode(t *testing.T) {
 // An acquire sent while no manager serves the node (a takeover or restart in
 // progress) keeps asking and is granted once one does.
 func TestAcquireWaitsOutAMissingManager(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	c := harness.Client(t, srv.URL, node, lease.WithNoManagerWait(10*time.Second))
 	got := make(chan error, 1)
@@ -203,6 +206,7 @@ func TestAcquireWaitsOutAMissingManager(t *testing.T) {
 // twice the leadership TTL; a live leader's key, renewed every TTL/3, never
 // is.
 func TestForeignLeadershipKeyIsTakenOver(t *testing.T) {
+	t.Parallel()
 	const leaderTTL = time.Second
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

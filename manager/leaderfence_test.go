@@ -51,6 +51,7 @@ func (s *stallingRenewals) last() (time.Time, int) {
 // later than the send time of the last successful renewal + TTL - TTL/10,
 // while the renewal in flight still hangs and before serve's context ends.
 func TestLeaderFenceEndsAtTheDeadlineFromSendTime(t *testing.T) {
+	t.Parallel()
 	const leaderTTL = 4 * time.Second
 	const margin = leaderTTL / 10
 	srv := harness.StartServer(t)

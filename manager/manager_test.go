@@ -28,6 +28,7 @@ func startNode(t *testing.T, ttl time.Duration, pools ...manager.PoolConfig) (*h
 }
 
 func TestAcquireRelease(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "gpu", Capacity: 2})
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -74,6 +75,7 @@ func TestAcquireRelease(t *testing.T) {
 // Many concurrent acquirers never hold more than the capacity, in the
 // holders' own view and in the manager's.
 func TestConcurrentAcquirersNeverExceedCapacity(t *testing.T) {
+	t.Parallel()
 	const capacity = 4
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "io", Capacity: capacity})
 	var held, peak atomic.Int64
@@ -136,6 +138,7 @@ func mustGrant(t *testing.T, got <-chan *lease.Lease, errc <-chan error) *lease.
 }
 
 func TestFIFOMultiSlotHeadIsNotJumped(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 4})
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -177,6 +180,7 @@ func TestFIFOMultiSlotHeadIsNotJumped(t *testing.T) {
 }
 
 func TestFIFOOrderAcrossWaiters(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	const waiters = 6
@@ -221,6 +225,7 @@ func queueBehind(t *testing.T, c *lease.Client, pool string, opts [][]lease.Acqu
 }
 
 func TestWaitDeadlineRemovesWaiter(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -249,6 +254,7 @@ func TestWaitDeadlineRemovesWaiter(t *testing.T) {
 }
 
 func TestCancelRemovesWaiter(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	h, err := c.Acquire(context.Background(), "p", 1)
@@ -274,6 +280,7 @@ func TestCancelRemovesWaiter(t *testing.T) {
 
 // A cancel that races the grant: whichever wins, the slots come back.
 func TestCancelGrantRaceGivesSlotsBack(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	bg := context.Background()
@@ -318,6 +325,7 @@ func TestCancelGrantRaceGivesSlotsBack(t *testing.T) {
 }
 
 func TestRetriedAcquireReturnsSameLease(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	subj := lease.Subject("lease", node, "p", lease.VerbAcquire)
@@ -379,6 +387,7 @@ func TestRetriedAcquireReturnsSameLease(t *testing.T) {
 }
 
 func TestErrorCodesFromTheNetwork(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	c := harness.Client(t, srv.URL, node)
@@ -509,6 +518,7 @@ func startGated(t *testing.T, op string) (*harness.Server, *harness.Node, *gated
 }
 
 func TestCancelWhileGrantIsStoredReleasesIt(t *testing.T) {
+	t.Parallel()
 	srv, n, gs := startGated(t, "create")
 	nc := harness.Connect(t, srv.URL)
 	sub, err := nc.SubscribeSync(lease.EventFilter("lease", node, "p", ""))
@@ -549,6 +559,7 @@ func TestCancelWhileGrantIsStoredReleasesIt(t *testing.T) {
 }
 
 func TestCancelAfterGrantReleasesIt(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	r := harness.Request(t, nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "x", Holder: "h", Slots: 1})
@@ -581,6 +592,7 @@ func eventKinds(t *testing.T, sub *nats.Subscription, max int) []lease.EventKind
 }
 
 func TestRetryEdgeCases(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
@@ -626,6 +638,7 @@ func TestRetryEdgeCases(t *testing.T) {
 }
 
 func TestRetryWhileReleasingIsNoGrant(t *testing.T) {
+	t.Parallel()
 	srv, n, gd := startGated(t, "delete")
 	nc := harness.Connect(t, srv.URL)
 	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)

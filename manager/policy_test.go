@@ -33,6 +33,7 @@ func grantOrder(t *testing.T, c *lease.Client, pool string, opts [][]lease.Acqui
 }
 
 func TestPriorityPolicyOrder(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1, Options: pools.Options{Policy: pools.PolicyPriority, AgingStep: time.Hour}})
 	c := harness.Client(t, srv.URL, node)
 	if s := harness.PoolStats(t, n.Manager, "p"); s.Policy != pools.PolicyPriority {
@@ -52,6 +53,7 @@ func TestPriorityPolicyOrder(t *testing.T) {
 }
 
 func TestPriorityAgingPromotesOldLowRequest(t *testing.T) {
+	t.Parallel()
 	// One priority level is worth 300ms of waiting: a low request that has
 	// waited more than 600ms goes before a high one that just arrived.
 	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1, Options: pools.Options{Policy: pools.PolicyPriority, AgingStep: 300 * time.Millisecond}})
@@ -77,6 +79,7 @@ func TestPriorityAgingPromotesOldLowRequest(t *testing.T) {
 }
 
 func TestFairPolicyFollowsWeights(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1,
 		Options: pools.Options{Policy: pools.PolicyFair, Weights: map[string]int{"a": 3, "b": 1}}})
 	c := harness.Client(t, srv.URL, node, lease.WithPollInterval(time.Minute))
@@ -102,6 +105,7 @@ func TestFairPolicyFollowsWeights(t *testing.T) {
 }
 
 func TestQueueFullAndWouldWait(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 3*time.Second, manager.PoolConfig{Name: "p", Capacity: 1, Options: pools.Options{MaxQueue: 2}})
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -138,6 +142,7 @@ func TestQueueFullAndWouldWait(t *testing.T) {
 // Under every policy, many concurrent holders never exceed the capacity nor
 // a tenant its cap, and everything drains.
 func TestPoliciesNeverOverGrant(t *testing.T) {
+	t.Parallel()
 	for _, o := range []pools.Options{
 		{},
 		{Policy: pools.PolicyPriority, AgingStep: 50 * time.Millisecond},

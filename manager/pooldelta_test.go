@@ -19,6 +19,7 @@ import (
 // one that does not decode strictly is refused, logged and counted, and
 // the node serves its configured pools.
 func TestStoredPoolChangesNoManagerWrote(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

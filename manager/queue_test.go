@@ -78,6 +78,7 @@ func checkOrder(t *testing.T, order <-chan int, n int) {
 }
 
 func TestQueueSurvivesManagerRestartInOrder(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}}
 	first := harness.StartManager(t, srv.URL, cfg)
@@ -99,6 +100,7 @@ func TestQueueSurvivesManagerRestartInOrder(t *testing.T) {
 }
 
 func TestQueueSurvivesTakeoverInOrder(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	var overlap atomic.Int32
 	a := startCandidate(t, srv.URL, "a", time.Second, &overlap, manager.PoolConfig{Name: "p", Capacity: 1})
@@ -194,6 +196,7 @@ func wantQueued(t *testing.T, id string, sub *nats.Subscription, position int) {
 // longer cover the queue, every waiting request's entry is written, in queue
 // order, and each is told it waits.
 func TestQueuedBehindReleaseInFlight(t *testing.T) {
+	t.Parallel()
 	f := releaseInFlight(t)
 	entry := func(id string) (queuedAt int64, ok bool) {
 		data, _, err := f.n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
@@ -245,6 +248,7 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 // and is told it waits, as soon as that release's delete fails: it may wait
 // a while longer, and a successor should find it.
 func TestQueuedBehindFailingRelease(t *testing.T) {
+	t.Parallel()
 	f := releaseInFlight(t)
 	r2 := f.send("r2")
 	f.waitQueued(1)
@@ -293,6 +297,7 @@ func (g *entryGate) release() { g.opening.Do(func() { close(g.open) }) }
 // turn in order. An entry whose request left the queue before its turn is
 // never written.
 func TestQueueEntryWritesAreBounded(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	var g *entryGate
 	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 30 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
@@ -344,6 +349,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 // is dropped when its turn comes, and the slot goes to the next request;
 // one whose client keeps re-sending, or that promised nothing, is granted.
 func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
+	t.Parallel()
 	n, nc, events, acquire := rejectingPool(t)
 	for _, bad := range []int64{-1, lease.MaxPollMs + 1, 1 << 62} {
 		if r := harness.Request(t, nc, acquire, lease.AcquireRequest{RequestID: "poll-bad", Holder: "h", Slots: 1, PollMs: bad}); r.Status != lease.StatusError || r.Error.Code != lease.CodeBadRequest || !strings.Contains(r.Error.Message, "poll_ms") {
@@ -428,6 +434,7 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 // A client polling more rarely than poll_ms may promise makes no promise
 // rather than sending a poll_ms the manager refuses.
 func TestClientPollIntervalBeyondBound(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 30*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node, lease.WithPollInterval(48*time.Hour))
 	l, err := c.Acquire(context.Background(), "p", 1)
@@ -443,6 +450,7 @@ func TestClientPollIntervalBeyondBound(t *testing.T) {
 // 7.5e12 ms on overflowed the deadline into the past: the request was
 // queued and expired at once ("waited 0s").
 func TestWaitMsPastTheBoundIsRefused(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 30*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	acquire := lease.Subject("lease", node, "p", lease.VerbAcquire)
@@ -464,6 +472,7 @@ func TestWaitMsPastTheBoundIsRefused(t *testing.T) {
 // The client refuses a wait past MaxWaitMs itself, naming it, rather than
 // sending a request the manager would refuse.
 func TestClientRefusesWaitPastTheBound(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 30*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	client := harness.Client(t, srv.URL, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -485,6 +494,7 @@ func TestClientRefusesWaitPastTheBound(t *testing.T) {
 // figures after its slots were given back: it is the last event of the
 // change, and a watcher must not see the slot in use for good.
 func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
+	t.Parallel()
 	n, nc, events, acquire := rejectingPool(t)
 	holder := harness.Request(t, nc, acquire, lease.AcquireRequest{RequestID: "holder", Holder: "h", Slots: 1})
 	if holder.Status != lease.StatusGranted {
@@ -534,6 +544,7 @@ func rejectingPool(t *testing.T) (*harness.Node, *nats.Conn, *nats.Subscription,
 // client, which does not poll during the test, hears queue_full at once,
 // and the entry is deleted.
 func TestRestoredEntryRefusedIsAnswered(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}}
 	first := harness.StartManager(t, srv.URL, cfg)

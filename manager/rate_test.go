@@ -146,6 +146,7 @@ func clients(t *testing.T, url string, n int, name func(i int) string) []*lease.
 // the rate in any window between two grants, and the achieved rate is
 // within 5% of 10/s.
 func TestRateSpreadsStartsUnderLoad(t *testing.T) {
+	t.Parallel()
 	r := pools.Rate{Slots: 10, Per: time.Second}
 	const burst, span = 5, 30 * time.Second
 	t0 := time.Now()
@@ -168,6 +169,7 @@ func TestRateSpreadsStartsUnderLoad(t *testing.T) {
 // Capacity and rate together: never more than the capacity held at once,
 // never more starts than the rate allows, and both limits reached.
 func TestRateAndCapacityTogether(t *testing.T) {
+	t.Parallel()
 	r := pools.Rate{Slots: 20, Per: time.Second}
 	const capacity, burst, span = 3, 2, 6 * time.Second
 	t0 := time.Now()
@@ -203,6 +205,7 @@ func TestRateAndCapacityTogether(t *testing.T) {
 // second's worth, 1,500) start about once a second, a request over the
 // burst is refused at once, and a try-acquire says when the bucket allows it.
 func TestRateWeightedRequests(t *testing.T) {
+	t.Parallel()
 	r := pools.Rate{Slots: 90000, Per: time.Minute}
 	const span = 5 * time.Second
 	t0 := time.Now()
@@ -250,6 +253,7 @@ func TestRateWeightedRequests(t *testing.T) {
 
 // Fair share by tenant under a rate: weights 3:1 give 3:1 starts.
 func TestRateKeepsTenantShares(t *testing.T) {
+	t.Parallel()
 	r := pools.Rate{Slots: 25, Per: time.Second}
 	const span = 8 * time.Second
 	t0 := time.Now()
@@ -279,6 +283,7 @@ func TestRateKeepsTenantShares(t *testing.T) {
 // A restart starts the bucket empty: no burst of extra starts after it,
 // and the windows around it keep the rate.
 func TestRateAcrossARestart(t *testing.T) {
+	t.Parallel()
 	r := pools.Rate{Slots: 10, Per: time.Second}
 	const burst, span = 5, 8 * time.Second
 	pc := manager.PoolConfig{Name: "api", Capacity: pools.MaxCapacity, Options: pools.Options{Rate: r, Burst: burst}}
@@ -322,6 +327,7 @@ func TestRateAcrossARestart(t *testing.T) {
 // A resize gives, changes and takes away a rate; the change is stored and
 // outlives a restart, and is shown in stats and events.
 func TestRateResize(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 10}}}
 	n := harness.StartManager(t, srv.URL, cfg)
@@ -454,6 +460,7 @@ func TestRateResize(t *testing.T) {
 // lets the next waiter in, not the TTL/3 hint; would_wait counts what a
 // fifo queue starts first.
 func TestRateRetryHints(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 6*time.Second, manager.PoolConfig{Name: "p", Capacity: 10,
 		Options: pools.Options{Rate: pools.Rate{Slots: 2, Per: time.Minute}, Burst: 1, MaxQueue: 1}})
 	c := harness.Client(t, srv.URL, node)

@@ -92,6 +92,7 @@ func forge(t *testing.T, url, inst, round string) []string {
 // a restart. Each is refused and counted by reason, and the pool keeps
 // granting as if they were not there.
 func TestForgedRecordsAreRefused(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	const inst = "instance-1"
 	live := &refusals{n: map[string]int{}}
@@ -164,6 +165,7 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 // and queue entries alike, as the jetstream watch reports them: the next
 // manager would refuse any that did not.
 func TestManagerRecordsCarryTTLAndManager(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	refused := &refusals{n: map[string]int{}}
 	cfg := manager.Config{Node: node, TTL: 2 * time.Second, Instance: "me", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}, RecordRefused: refused.add}

@@ -68,6 +68,7 @@ func (s *spy) messages() []string {
 // inbox, or that has none, is neither acted on nor answered, and is
 // counted.
 func TestRepliesOnlyToInboxes(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	var refused atomic.Int64
 	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, Pools: []manager.PoolConfig{{Name: "default", Capacity: 2}},
@@ -206,6 +207,7 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 // is answered, one that is not configured is not, and prefixes that are
 // no inbox are refused when the manager is built.
 func TestReplyPrefixes(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	var refused atomic.Int64
 	harness.StartManager(t, srv.URL, manager.Config{Node: node, Pools: []manager.PoolConfig{{Name: "default", Capacity: 1}},
@@ -247,6 +249,7 @@ func TestReplyPrefixes(t *testing.T) {
 // prefixes; Config.Validate gives the same verdict without making a
 // manager.
 func TestNewRefusesReservedNodeAndHugeCapacity(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	nc := harness.Connect(t, srv.URL)
 	st := harness.StartManagerStore(t, srv.URL)

@@ -21,6 +21,7 @@ func resize(t *testing.T, c *lease.Client, req lease.ResizeRequest) ([]lease.Poo
 }
 
 func TestResizeGrowShrinkAndReject(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
@@ -75,6 +76,7 @@ func TestResizeGrowShrinkAndReject(t *testing.T) {
 }
 
 func TestResizeAddRemoveAndPersist(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}, {Name: "q", Capacity: 1}}}
 	n := harness.StartManager(t, srv.URL, cfg)
@@ -148,6 +150,7 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 }
 
 func TestResizeBadRequests(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	subj := lease.ResizeSubject("lease", node)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestMicroServiceFindsEveryNode(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	for _, n := range []string{"n1", "n2"} {
 		harness.StartManager(t, srv.URL, manager.Config{Node: n, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})

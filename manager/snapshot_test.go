@@ -16,6 +16,7 @@ import (
 // A snapshot lists a pool's holders and its waiters in grant order (here a
 // priority pool, so not arrival order), with history, and never a secret.
 func TestSnapshotHoldersWaitersInGrantOrder(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 5*time.Second,
 		manager.PoolConfig{Name: "gpu", Capacity: 2, Options: pools.Options{Policy: pools.PolicyPriority}},
 		manager.PoolConfig{Name: "io", Capacity: 8})
@@ -109,6 +110,7 @@ func TestSnapshotTooLargeLeavesHistoryOut(t *testing.T) {
 // past the holder's new deadline. The store's watch usually reports a
 // renewal's write before its acknowledgement arrives, which hid it.
 func TestSnapshotExpiryFollowsRenewals(t *testing.T) {
+	t.Parallel()
 	srv, _ := startNode(t, 3*time.Second, manager.PoolConfig{Name: "gpu", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -47,6 +47,7 @@ func (s *withholdCaughtUp) Watch(ctx context.Context, filter string) (manager.Wa
 // A Start that fails after its watch began (the rebuild stalls) returns
 // only once the watch has ended: nothing it started keeps running.
 func TestFailedStartStopsItsWatch(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	st := harness.StartManagerStore(t, srv.URL)
 	storeRecord(t, st, "before", "old", 0) // something for the watch to deliver
@@ -107,6 +108,7 @@ func (s *closeOnCaughtUp) Renew(ctx context.Context, key string, value []byte, t
 // finished that request's grant write before it returns: nothing it
 // started writes to the store afterwards.
 func TestFailedStartLeavesNoGrantRunning(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	st := harness.StartManagerStore(t, srv.URL)
 	entry := []byte(`{"id":"waiting","node":"` + node + `","pool":"p","slots":1,"holder":"h","manager":"old","queued":true,"reply_to":"_INBOX.x","queued_at":1}`)

@@ -15,6 +15,7 @@ import (
 // reply: a long TENANT_WEIGHTS over many fair pools cannot make the reply
 // too large to send.
 func TestStatsCarryWeightsWithinABudget(t *testing.T) {
+	t.Parallel()
 	weights := map[string]int{}
 	for i := range 2000 {
 		weights[fmt.Sprintf("tenant-%04d", i)] = 1 + i%5

@@ -48,6 +48,7 @@ func stopUnderALease(t *testing.T, embedded bool) (*lease.Lease, *nats.Conn) {
 // the close of their connections by the server that goes with it does not
 // count against their leases. Work outlives the restart.
 func TestCleanStopKeepsLeasesThroughTheServersStop(t *testing.T) {
+	t.Parallel()
 	l, _ := stopUnderALease(t, true)
 	// Three times the time the dropped clock allows: the lease is held.
 	time.Sleep(3 * lease.DefaultDisconnectGrace)
@@ -63,6 +64,7 @@ func TestCleanStopKeepsLeasesThroughTheServersStop(t *testing.T) {
 // holder whose connection drops and cannot come back gives its lease up
 // within the grace: nothing tells it the close cannot free its slot.
 func TestDroppedConnectionWithoutStopNoticeEndsTheLease(t *testing.T) {
+	t.Parallel()
 	l, _ := stopUnderALease(t, false)
 	select {
 	case <-l.Done():
@@ -79,6 +81,7 @@ func TestDroppedConnectionWithoutStopNoticeEndsTheLease(t *testing.T) {
 // server's going, even without a stop notice (a crash of leasemgr): that
 // drop freed nothing, so only the silent and TTL clocks count.
 func TestServerOnlyDropsKeepTheLeaseThroughACrash(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartSecureServer(t)
 	cfg := manager.Config{Node: node, TTL: 15 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}},
 		DisconnectEvents: jetstream.ExecutorDisconnectSubject}

@@ -16,6 +16,7 @@ import (
 // A grant nobody heartbeats (its holder crashed, or never heard of it)
 // expires with its TTL, and the next waiter gets the slots.
 func TestLapsedLeaseFreesSlotsForNextWaiter(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	nc := harness.Connect(t, srv.URL)
 	// The record is written after the request is sent, so it cannot expire
@@ -48,6 +49,7 @@ func TestLapsedLeaseFreesSlotsForNextWaiter(t *testing.T) {
 
 // Heartbeats keep a lease alive well past its TTL.
 func TestHeartbeatsKeepLeaseAlive(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	l, err := c.Acquire(context.Background(), "p", 1)
@@ -73,6 +75,7 @@ func TestHeartbeatsKeepLeaseAlive(t *testing.T) {
 // With its manager gone, a holder gives up at its own deadline, which comes
 // before the record's expiry in the store.
 func TestLeaseLostWhenManagerUnreachable(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, 2*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	l, err := c.Acquire(context.Background(), "p", 1)
@@ -102,6 +105,7 @@ func TestLeaseLostWhenManagerUnreachable(t *testing.T) {
 // A manager restart keeps granted leases: they are counted, keep renewing,
 // and fencing tokens keep growing.
 func TestRestartKeepsLeasesAndTokensGrow(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	cfg := manager.Config{Node: node, TTL: 2 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 3}}}
 	first := harness.StartManager(t, srv.URL, cfg)
@@ -148,6 +152,7 @@ func TestRestartKeepsLeasesAndTokensGrow(t *testing.T) {
 // A restart of the manager and its NATS server (same store directory): the
 // fencing token still grows and the lease record is still counted.
 func TestServerRestartKeepsTokensGrowing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := harness.StartServerAt(t, "127.0.0.1:-1", dir)
 	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}}
@@ -176,6 +181,7 @@ func TestServerRestartKeepsTokensGrowing(t *testing.T) {
 }
 
 func TestEventsForEveryTransition(t *testing.T) {
+	t.Parallel()
 	srv, n := startNode(t, time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
 	nc := harness.Connect(t, srv.URL)
 	sub, err := nc.SubscribeSync("lease.events.*.p.>")
@@ -262,6 +268,7 @@ func TestEventsForEveryTransition(t *testing.T) {
 // older grant, so that holder confirms first. Either way the holder's
 // deadline comes before the record's expiry.
 func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
+	t.Parallel()
 	// Long enough that neither a heartbeat (every TTL/3) nor the client's
 	// own "late grant" rule (TTL/3 after the first send) can renew within
 	// the test, even on a loaded machine.
