@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -35,6 +37,15 @@ func (d Tool) Ensure(tb testing.TB) string {
 	if p, err := exec.LookPath(filepath.Base(d.Path)); err == nil {
 		return p
 	}
+	// One apt-get at a time, across this machine's test processes too
+	// (tests and packages run in parallel): apt-get refuses to start while
+	// another holds dpkg's lock. The one that waited may find the program
+	// there already.
+	unlock := lockInstalls(tb)
+	defer unlock()
+	if _, err := os.Stat(d.Path); err == nil {
+		return d.Path
+	}
 	tb.Logf("%s is missing: installing Debian's %s package", d.Path, d.Pkg)
 	start := time.Now()
 	for _, args := range [][]string{{"update"}, {"install", "-y", d.Pkg}} {
@@ -54,6 +65,31 @@ func (d Tool) Ensure(tb testing.TB) string {
 	}
 	tb.Logf("installed %s in %v", d.Pkg, time.Since(start).Round(time.Second))
 	return d.Path
+}
+
+// installs serialises this process's installs; lockFile, all processes'.
+var installs sync.Mutex
+
+const lockFile = "/tmp/slotlease-debpkg.lock"
+
+// lockInstalls takes the install lock and returns what releases it.
+func lockInstalls(tb testing.TB) (unlock func()) {
+	tb.Helper()
+	installs.Lock()
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		installs.Unlock()
+		tb.Fatalf("install lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		installs.Unlock()
+		tb.Fatalf("install lock: %v", err)
+	}
+	return func() {
+		f.Close() // releases the flock
+		installs.Unlock()
+	}
 }
 
 // tail is the last n bytes of b.

@@ -15,6 +15,7 @@ import (
 // renewals (issue 31). TestOperatorClusterPage does the same on the
 // serving node of three.
 func TestPagesAccessibleOnOneNode(t *testing.T) {
+	t.Parallel()
 	chromium := ensureChromium(t)
 	env, httpAddr := managerEnv(t, "solo", "gpu=1,cpu=4", "15s")
 	startManager(t, env, httpAddr)

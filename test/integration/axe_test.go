@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,9 @@ var npmTool = debpkg.Tool{Path: "/usr/bin/npm", Pkg: "npm", SkipEnv: "SLOTLEASE_
 // from there after.
 func axeSource(t *testing.T) string {
 	t.Helper()
+	// Tests run in parallel: one runs npm ci, the others wait for it.
+	axeMu.Lock()
+	defer axeMu.Unlock()
 	pkg, err := os.ReadFile(filepath.Join(axeLock, "package.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +74,9 @@ func axeSource(t *testing.T) string {
 	}
 	return string(b)
 }
+
+// axeMu makes axeSource one install at a time.
+var axeMu sync.Mutex
 
 // axeViolation is one rule axe-core found broken, with where.
 type axeViolation struct {

@@ -48,6 +48,7 @@ exit 0
 // ended, with exact counts; the job SIGKILLed on its first attempt is
 // retried and counted once.
 func TestBatchFanOutWaitAcrossNodes(t *testing.T) {
+	t.Parallel()
 	roots := 4
 	if os.Getenv("BATCH_LONG") != "" {
 		roots = 20
@@ -139,6 +140,7 @@ func TestBatchFanOutWaitAcrossNodes(t *testing.T) {
 // Control through the CLI: cancel a queued and a running job, purge a
 // pool, a batch's --fail-fast, and wait's --timeout.
 func TestJobControlCLI(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "ctl", "p=1", "15s")
 	startManager(t, env, httpAddr)
 	dir := sharedDir(t)

@@ -31,6 +31,7 @@ import (
 // ignored (and counted); the node keeps serving with the same pools, the
 // held lease renews, and the waiter behind it is not granted.
 func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
+	t.Parallel()
 	const node, pool = "bounce", "gpu"
 	env, httpAddr := managerEnv(t, node, pool+"=1", "15s")
 	startManager(t, env, httpAddr)

@@ -11,6 +11,7 @@ import (
 // The waiting executor says its queue position when it changes, not at
 // every poll (every 5s) while nothing does (issue 31).
 func TestWaitingLineOnlyWhenItChanges(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "waitline", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	holder := start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", "12")
@@ -29,6 +30,7 @@ func TestWaitingLineOnlyWhenItChanges(t *testing.T) {
 // The holder of a pool removed with resize --force is told its pool was
 // removed, and exits 76 (issue 31).
 func TestForceRemovedPoolsHolderIsTold(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "forced", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	holder := start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", "60")
@@ -45,6 +47,7 @@ func TestForceRemovedPoolsHolderIsTold(t *testing.T) {
 // that only submit works there, instead of dialling the default address
 // and asking whether leasemgr runs (issue 31).
 func TestInJobCommandsSayOnlySubmitWorks(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "injob", "p=1", "15s")
 	startManager(t, env, httpAddr)
 	out := sharedDir(t)

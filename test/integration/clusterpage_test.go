@@ -42,6 +42,7 @@ func fresh(c httpapi.Cluster, node string) bool {
 // them too. Through the real leasemgr binaries, on one node and on two
 // that share NATS.
 func TestClusterViewShowsItsOwnNode(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "solo", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	c := clusterView(t, httpAddr)

@@ -67,6 +67,7 @@ func waitServed(t *testing.T, env []string) string {
 // executor nothing: the other candidate takes over with the lease, and
 // never grants api twice.
 func TestClusterPoolsServedAndTakenOver(t *testing.T) {
+	t.Parallel()
 	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
 	startManager(t, host, hostHTTP)
 	envA, _, procA := clusterNode(t, host, "ca", "gpu=1", "api=1")
@@ -149,6 +150,7 @@ func readSpan(t *testing.T, path string) runSpan {
 // which pool it waits in and what it holds meanwhile; bad --pool flags are
 // usage errors; nothing is held afterwards.
 func TestSeveralPoolsInOneRun(t *testing.T) {
+	t.Parallel()
 	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
 	startManager(t, host, hostHTTP)
 	env1, http1, _ := clusterNode(t, host, "g1", "gpu=1", "api=1")
@@ -233,6 +235,7 @@ func TestSeveralPoolsInOneRun(t *testing.T) {
 // and the cluster's api; the run's work is stopped by the api lease's
 // deadline, the run exits 76 naming it, and g1's gpu is free at once.
 func TestLosingOnePoolStopsTheWork(t *testing.T) {
+	t.Parallel()
 	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
 	startManager(t, host, hostHTTP)
 	env1, http1 := joinNode(t, host, "l1", "gpu=1")

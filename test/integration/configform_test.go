@@ -15,6 +15,7 @@ import (
 // unresolvable HTTP_ADDR used to fail with exit 1 after the embedded
 // server had started.
 func TestConfigFormRefusedBeforeStarting(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		set  string // VAR=value, over a good manager environment
 		says string

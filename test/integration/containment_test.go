@@ -112,6 +112,7 @@ var sandboxModes = []struct {
 }{{"default", nil}, {"plain", plainSandbox}}
 
 func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "contain", "gpu=4", "15s")
 	startManager(t, env, httpAddr)
 	cases := []struct {
@@ -135,6 +136,7 @@ func TestKilledExecutorRunLeavesNoWorker(t *testing.T) {
 }
 
 func TestKilledExecutorServeLeavesNoJob(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "containserve", "p=2", "15s")
 	startManager(t, env, httpAddr)
 	for _, mode := range sandboxModes {

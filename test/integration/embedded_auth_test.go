@@ -31,6 +31,7 @@ import (
 // executor role cannot touch lease state or events, the reader role
 // cannot write anything; the files are private and never printed.
 func TestEmbeddedServerSecureByDefault(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "sec", "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)
 	url := "nats://" + envValue(env, "NATS_LISTEN")
@@ -354,6 +355,7 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 // Credentials others could read are refused at start, by leasemgr and by
 // the executor, with a message naming the file and the fix.
 func TestEmbeddedCredentialsMustBePrivate(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "priv", "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)
 	_ = m.cmd.Process.Signal(syscall.SIGTERM)

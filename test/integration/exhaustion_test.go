@@ -35,6 +35,7 @@ while [ ! -e "$OUT/release" ]; do sleep 0.1; done`
 // in a user namespace of its own (as an ordinary user) whose
 // max_mnt_namespaces is lowered to 30 after its start-up check passed.
 func TestJobsRefusedWhenNamespacesRunOut(t *testing.T) {
+	t.Parallel()
 	var u *asuser.User
 	if os.Geteuid() == 0 {
 		u = asuser.New(t, asuser.Plain, 42203, 0)
@@ -109,6 +110,7 @@ func TestJobsRefusedWhenNamespacesRunOut(t *testing.T) {
 // waits for its slot, the namespaces run out: it exits 71 with a clear
 // error, and the command never ran.
 func TestExecutorRunRefusedWhenNamespacesRunOut(t *testing.T) {
+	t.Parallel()
 	var u *asuser.User
 	if os.Geteuid() == 0 {
 		u = asuser.New(t, asuser.Plain, 42204, 0)

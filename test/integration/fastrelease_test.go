@@ -17,6 +17,7 @@ func queuedIn(t *testing.T, httpAddr, pool string) int {
 // for `executor run` and for a job under `executor serve` (issue 15, fast
 // release); the worker tree is dead before that (containment, 500ms).
 func TestKilledHoldersSlotComesBackFast(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "fastrel", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	holders := map[string]func(m [4]string) *proc{
@@ -57,6 +58,7 @@ func TestKilledHoldersSlotComesBackFast(t *testing.T) {
 // An executor killed while its request is queued leaves the queue in about
 // the disconnect grace: the request behind it is not held up for it.
 func TestKilledQueuedExecutorLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "fastq", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	m := treeMarkers()
@@ -90,6 +92,7 @@ func killQueued(t *testing.T, p *proc, httpAddr, who string) {
 // path): work never outlives its lease. With and without namespaces and
 // cgroups.
 func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "frozen", "gpu=1", "3s")
 	env = append(env, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, env, httpAddr)
@@ -131,6 +134,7 @@ func TestFrozenExecutorsWorkDiesByItsDeadline(t *testing.T) {
 // The same for a job under `executor serve`: its worker dies at the lease
 // deadline while the serving executor is frozen.
 func TestFrozenServeJobDiesByItsDeadline(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "frozenserve", "gpu=1", "3s")
 	env = append(env, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, env, httpAddr)
@@ -165,6 +169,7 @@ func TestFrozenServeJobDiesByItsDeadline(t *testing.T) {
 // TTL; SIGKILLed while it waits, its request leaves the queue and does not
 // hold up the one behind it.
 func TestKilledGoClientsSlotComesBackFast(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "fastgo", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	says := func(p *proc, what string) func() bool {

@@ -54,6 +54,7 @@ func procRSS(t *testing.T, pid int) int {
 // DefaultMaxStreams streams and at most DefaultMaxConns connections; the
 // manager's descriptors stay bounded, and an executor still gets a slot.
 func TestFloodsAreBounded(t *testing.T) {
+	t.Parallel()
 	const node = "flood"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)

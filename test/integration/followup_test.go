@@ -39,6 +39,7 @@ fi`
 // read the credential directory; at --max-depth 3 the leaves are refused
 // with a clear error.
 func TestFollowUpsFromInsideJobs(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "fan", "p=4", "15s")
 	startManager(t, env, httpAddr)
 	out := sharedDir(t)
@@ -160,6 +161,7 @@ sleep 30`
 // submits with an executor built without -race: where the memory limit
 // is RLIMIT_AS, the race detector's reservations exceed any sane one.)
 func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "tight", "p=2", "15s")
 	startManager(t, env, httpAddr)
 	out := sharedDir(t)

@@ -31,6 +31,7 @@ func runHelp(t *testing.T, name string, args ...string) (stdout, stderr string, 
 // command's usage and every variable the program reads (issue 31); the
 // top-level help of each binary lists every variable it reads.
 func TestHelpIsCompleteAndExitsZero(t *testing.T) {
+	t.Parallel()
 	executorVars := config.VarNames(config.ReadByClients | config.ReadByExecutor)
 	clientVars := config.VarNames(config.ReadByClients)
 	managerVars := config.VarNames(config.ReadByManager)
@@ -87,6 +88,7 @@ func TestHelpIsCompleteAndExitsZero(t *testing.T) {
 // leasemgr watch -h names every event kind it can filter by, and an
 // unknown kind is refused naming them.
 func TestWatchKinds(t *testing.T) {
+	t.Parallel()
 	out, _, _ := runHelp(t, "leasemgr", "watch", "-h")
 	for _, k := range lease.EventKinds {
 		if !strings.Contains(out, string(k)) {
@@ -102,6 +104,7 @@ func TestWatchKinds(t *testing.T) {
 // leasemgr resize's name=capacity is a command-line argument, and its
 // error says so, not POOL_CAPACITIES (issue 31).
 func TestResizeNamesTheArgument(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := runHelp(t, "leasemgr", "resize", "prio=0")
 	if code != 2 || !strings.Contains(errOut, `argument "prio=0": capacity must be a positive integer`) || strings.Contains(errOut, "POOL_CAPACITIES") {
 		t.Errorf("leasemgr resize prio=0: exit %d, want 2 naming the argument:\n%s", code, errOut)

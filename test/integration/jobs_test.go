@@ -191,6 +191,7 @@ func TestJobsCLI(t *testing.T) {
 // once its claim lapses, and the killed node's slots come back within the
 // lease TTL plus 2s.
 func TestServeKilledMidJob(t *testing.T) {
+	t.Parallel()
 	envA, httpA := managerEnv(t, "a", "p=1", "2s")
 	envA = append(envA, "LEADER_TTL=1s") // LEASE_TTL must be longer (config refuses it otherwise)
 	startManager(t, envA, httpA)
@@ -246,6 +247,7 @@ func TestServeKilledMidJob(t *testing.T) {
 // says the second time that the job exists; another command under the same
 // key is refused with a usage error.
 func TestSubmitIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "idem", "p=1", "15s")
 	startManager(t, env, httpAddr)
 	submit := func(cmd ...string) (int, string) {

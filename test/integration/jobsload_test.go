@@ -17,6 +17,7 @@ import (
 // waited, exactly, for a known queue: one job of tenant r holds pool p's
 // only slot, so nothing else is taken.
 func TestJobsShowsTenantsAndOldestReady(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "load", "p=1,q=1", "15s")
 	startManager(t, env, httpAddr)
 	dir := openTempDir(t) // the holder, with ids of its own, must see stop

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/test/asuser"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 var binDir string
@@ -36,6 +39,9 @@ func TestMain(m *testing.M) {
 	if t := flag.Lookup("test.timeout"); t != nil && t.Value.String() == defaultTimeout.String() {
 		_ = flag.Set("test.timeout", packageTimeout.String())
 	}
+	// Most tests wait on the binaries they start, each with its own server
+	// and ports (freePort): six at once (docs/testing.md).
+	harness.DefaultParallel("6")
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
 	if err == nil {
 		// The binaries run as ordinary users too (asuser).
@@ -161,16 +167,35 @@ func sharedDir(t *testing.T) string {
 	return d
 }
 
-// freePort returns a loopback port nobody listens on right now.
+// freePort returns a loopback port nobody listens on right now, below
+// Linux's ephemeral range (32768 up), so no outgoing connection of a
+// parallel test takes it before the program the test starts binds it, and
+// never one this process handed out before.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + rand.IntN(12000)
+		if portsGiven[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

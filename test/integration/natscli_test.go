@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,6 +21,9 @@ const natscliVersion = "v0.5.0"
 // time on two cores).
 func natsCLI(t *testing.T) string {
 	t.Helper()
+	// Tests run in parallel: one builds, the others wait for it.
+	natsCLIMu.Lock()
+	defer natsCLIMu.Unlock()
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -55,6 +59,9 @@ func natsCLI(t *testing.T) string {
 	}
 	return dir
 }
+
+// natsCLIMu makes natsCLI one build at a time.
+var natsCLIMu sync.Mutex
 
 func fileExists(path string) bool {
 	_, err := os.Stat(path)

@@ -20,6 +20,7 @@ import (
 // role's rights (issue 31: `nats micro ls` worked only with manager.nk,
 // and the docs named no inbox prefix).
 func TestNATSContextPerRole(t *testing.T) {
+	t.Parallel()
 	natsDir := natsCLI(t)
 	u := asuser.New(t, asuser.Plain, 42205, 0)
 	nats := u.Executable(t, filepath.Join(natsDir, "nats"))

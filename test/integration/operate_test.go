@@ -15,6 +15,7 @@ import (
 // joins it with NATS_URL. pools --all finds both through the micro service,
 // and watch --since replays what happened before it started.
 func TestPoolsAllAndWatchSince(t *testing.T) {
+	t.Parallel()
 	env1, http1 := managerEnv(t, "alpha", "gpu=1", "15s")
 	startManager(t, env1, http1)
 	var url string

@@ -32,6 +32,7 @@ import (
 // alpha's manager, marking the node stale meanwhile; no secret appears in
 // the DOM or in any /v1/* response. It writes docs/operator-cluster.png.
 func TestOperatorClusterPage(t *testing.T) {
+	t.Parallel()
 	chromium := ensureChromium(t)
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -373,6 +374,7 @@ func streamFor(t *testing.T, url string, d time.Duration, act func()) string {
 // that node's pools, and sorted by saturation the full pools come first.
 // It writes docs/operator-50-nodes.png.
 func TestOperatorClusterPageAt50Nodes(t *testing.T) {
+	t.Parallel()
 	chromium := ensureChromium(t)
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -20,6 +20,7 @@ var promtool = debpkg.Tool{Path: "/usr/bin/promtool", Pkg: "prometheus", SkipEnv
 // names, help texts. The traffic first, so the histograms have samples and
 // the rejection series carries its code.
 func TestMetricsPassPromtool(t *testing.T) {
+	t.Parallel()
 	tool := promtool.Ensure(t)
 	const node = "prom"
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3", "15s")

@@ -15,6 +15,7 @@ import (
 // told when to come back, a request over the burst refused, and a rate
 // changed at runtime.
 func TestRateLimitsAsAUserRunsThem(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "rt", "api=2", "15s")
 	env = append(env, "POOL_RATES=api=120/m,embed=5/s,slow=1/h", "POOL_RATE_BURST=api=2")
 	startManager(t, env, httpAddr)
@@ -97,6 +98,7 @@ func TestRateLimitsAsAUserRunsThem(t *testing.T) {
 // start, and at most 2t in the t after the kill: the new manager's bucket
 // started empty, so the takeover let no burst through.
 func TestClusterRateAcrossATakeover(t *testing.T) {
+	t.Parallel()
 	host, hostHTTP := managerEnv(t, "host", "gpu=1", "6s")
 	startManager(t, host, hostHTTP)
 	rate := []string{"POOL_RATES=api=120/m", "POOL_RATE_BURST=api=20"}

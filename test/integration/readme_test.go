@@ -13,6 +13,7 @@ import (
 // server (issue 31: its nats.Connect(nats.DefaultURL) was refused by the
 // embedded server, which admits no anonymous client).
 func TestReadmeGoClientRuns(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +51,7 @@ func TestReadmeGoClientRuns(t *testing.T) {
 // NATS_URL=nats://localhost:<port> names the embedded server listening on
 // 127.0.0.1:<port>, and finds the credentials it made (issue 31).
 func TestLocalhostFindsTheEmbeddedCredentials(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "lh", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	_, port, _ := strings.Cut(envValue(env, "NATS_LISTEN"), ":")

@@ -28,6 +28,7 @@ func refusedCount(t *testing.T, httpAddr, node, reason string) float64 {
 // the real leasemgr while it serves and again when it restarts: the slot
 // stays free, an executor gets it, and /metrics counts the refusals.
 func TestForgedRecordIsRefusedByLeasemgr(t *testing.T) {
+	t.Parallel()
 	const node = "forged"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)

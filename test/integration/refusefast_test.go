@@ -13,6 +13,7 @@ import (
 // lists; one that a candidate lists is waited for, as during a takeover;
 // a node without a manager is given up after the time the message states.
 func TestUnknownPoolsAndNodesAreRefusedFast(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "quick", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 

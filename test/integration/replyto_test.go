@@ -64,6 +64,7 @@ func replyToLeadershipKey(t *testing.T, nc *nats.Conn, node string, subjs []stri
 // for good. Now it answers nothing, counts the refusal, keeps its key and
 // keeps serving executors.
 func TestReplyToLeadershipKeyRefused(t *testing.T) {
+	t.Parallel()
 	const node = "victim"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)
@@ -133,6 +134,7 @@ func TestReplyToLeadershipKeyRefused(t *testing.T) {
 // and `leasemgr pools` run with the manager's own settings (its own
 // NATS_INBOX_PREFIX) is answered without listing it.
 func TestReplyPrefixesBinaries(t *testing.T) {
+	t.Parallel()
 	const node = "prefixed"
 	// Executors' own inbox prefixes belong to a real nats-server's layout:
 	// the embedded server's executor role may use only "_INBOX". So the

@@ -8,6 +8,7 @@ import (
 )
 
 func TestResizeCommand(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "rs", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 
@@ -46,6 +47,7 @@ func TestResizeCommand(t *testing.T) {
 }
 
 func TestPolicyConfigShowsInPools(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "pol", "gpu=1,io=2", "15s")
 	env = append(env, "POOL_POLICIES=gpu=fair,io=priority", "POOL_MAX_QUEUE=io=5", "TENANT_CAPS=gpu=1", "TENANT_WEIGHTS=a:3")
 	startManager(t, env, httpAddr)

@@ -110,6 +110,7 @@ func restartGap(t *testing.T) time.Duration {
 // the new server's connections, the waiter keeps its place and starts only
 // once a holder has ended, and the jobs succeed.
 func TestRestartKeepsRunningWork(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "restart", "gpu=4,cpu=2", "15s")
 	mgr := startManager(t, env, httpAddr)
 	dir := sharedDir(t)
@@ -212,6 +213,7 @@ func TestRestartKeepsRunningWork(t *testing.T) {
 // every connection stays open) for 3s stops no running work: nobody can
 // free a slot meanwhile, and the holders' deadlines are the TTL's.
 func TestStalledManagerStopsNoWork(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "stall", "gpu=2,cpu=1", "15s")
 	mgr := startManager(t, env, httpAddr)
 	dir := sharedDir(t)
@@ -263,6 +265,7 @@ func TestStalledManagerStopsNoWork(t *testing.T) {
 // TTL. The new manager waits for the old leadership key to expire, then
 // restores the leases.
 func TestCrashedManagerKeepsRunningWork(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "crash", "gpu=2,cpu=1", "15s")
 	mgr := startManager(t, env, httpAddr)
 	dir := sharedDir(t)

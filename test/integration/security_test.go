@@ -613,6 +613,7 @@ func waitServing(t *testing.T, url, node string) {
 }
 
 func TestLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	env, url := simpleManagerEnv(t, "LOG_FORMAT=json", "LOG_LEVEL=debug")
 	m := start(t, env, "leasemgr")
 	waitServing(t, url, "logs")
@@ -653,6 +654,7 @@ func TestLogFormatJSON(t *testing.T) {
 // LOG_LEVEL=warn drops the info lines a normal start prints; text is the
 // default format.
 func TestLogLevelWarnText(t *testing.T) {
+	t.Parallel()
 	env, url := simpleManagerEnv(t, "LOG_LEVEL=warn")
 	m := start(t, env, "leasemgr")
 	waitServing(t, url, "logs")
@@ -678,6 +680,7 @@ func TestLogLevelWarnText(t *testing.T) {
 // A bad value of each security or log variable stops both programs at
 // start-up with exit code 2 and a message naming the variable.
 func TestAuthAndLogBadValuesExit2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	creds := filepath.Join(dir, "user.creds")
 	notPEM := filepath.Join(dir, "not.pem")

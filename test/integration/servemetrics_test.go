@@ -14,6 +14,7 @@ import (
 // at 0 from the start, and the build information (issue 31: it exported
 // none).
 func TestServeExportsMetrics(t *testing.T) {
+	t.Parallel()
 	tool := promtool.Ensure(t)
 	env, httpAddr := managerEnv(t, "servemetrics", "p=1", "15s")
 	startManager(t, env, httpAddr)

@@ -51,6 +51,7 @@ func startDown(t *testing.T, port int, userinfo string) (*proc, string) {
 // A manager started while its NATS server is down keeps retrying set-up
 // and serves once the server is up, instead of exiting.
 func TestManagerStartsWhileNATSIsDown(t *testing.T) {
+	t.Parallel()
 	port := downPort(t)
 	m, httpAddr := startDown(t, port, "")
 	srv := harness.StartServerAt(t, fmt.Sprintf("127.0.0.1:%d", port), t.TempDir())
@@ -77,6 +78,7 @@ func TestManagerStartsWhileNATSIsDown(t *testing.T) {
 // SIGTERM while set-up is still retrying ends the manager cleanly. The
 // retries' log lines do not show the password in NATS_URL.
 func TestManagerStopsCleanlyDuringSetUpRetries(t *testing.T) {
+	t.Parallel()
 	m, _ := startDown(t, downPort(t), "mgr:s3cret-pw@")
 	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ func without(env []string, key string) []string {
 // old store over: a pool resized before the upgrade keeps its size
 // (issue 31).
 func TestDefaultStoreInStateDirCarriesTheOldOneOver(t *testing.T) {
+	t.Parallel()
 	tmp := t.TempDir()
 	env, httpAddr := managerEnv(t, "xdg", "gpu=1", "15s")
 	home := envValue(env, "HOME")

@@ -10,6 +10,7 @@ import (
 // slots than the pool holds died after its attempts), naming what is
 // wrong; --no-pool-check queues it anyway.
 func TestSubmitRefusesJobsThatCanNeverRun(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "chk", "gpu=1", "15s")
 	env = append(env, "POOL_RATES=api=60/m", "POOL_RATE_BURST=api=2")
 	startManager(t, env, httpAddr)

@@ -31,6 +31,7 @@ func tempEntries(t *testing.T, dir, prefix string) []string {
 // working directory; a served job's command channel, with its socket)
 // behind, and the next run of the user removes them (issue 31).
 func TestCrashLeavesNoTempFiles(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "tmpfiles", "gpu=1", "15s")
 	startManager(t, env, httpAddr)
 	tmp := openTempDir(t) // the worker, with ids of its own, enters its working directory in it

@@ -25,6 +25,7 @@ import (
 // still there and runs, the resize is still applied, and the credentials
 // are the same files.
 func TestUpgradeKeepsJobsPoolsAndCredentials(t *testing.T) {
+	t.Parallel()
 	const node = "upg"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
 	store := envValue(env, "NATS_STORE_DIR")

@@ -17,6 +17,7 @@ import (
 // says the same in its NATS service info (nats micro info leasemgr) and
 // in slotlease_build_info on /metrics, from the first scrape (issue 31).
 func TestVersionAgreesEverywhere(t *testing.T) {
+	t.Parallel()
 	versions := map[string]buildinfo.JSON{}
 	for _, bin := range []string{"leasemgr", "executor"} {
 		out, errOut, code := runHelp(t, bin, "version", "--json")

@@ -78,6 +78,7 @@ func httpNodePools(t *testing.T, httpAddr string) lease.NodePools {
 // The README's walk-through: gpu=1, two executors at once, the second waits
 // for the first, and watch shows the events.
 func TestWalkthrough(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "laptop", "gpu=1", "15s")
 	m := startManager(t, env, httpAddr)
 	watch := start(t, env, "leasemgr", "watch")
@@ -145,6 +146,7 @@ func TestWalkthrough(t *testing.T) {
 }
 
 func TestExecutorExitCodes(t *testing.T) {
+	t.Parallel()
 	// A short lease TTL, so that "lease lost" comes soon; LEASE_TTL must be
 	// longer than LEADER_TTL (config refuses it otherwise).
 	env, httpAddr := managerEnv(t, "codes", "gpu=1", "2s")
@@ -202,6 +204,7 @@ func TestExecutorExitCodes(t *testing.T) {
 }
 
 func TestBadConfigurationStopsBeforeStarting(t *testing.T) {
+	t.Parallel()
 	env, _ := managerEnv(t, "bad", "gpu=0", "15s")
 	p := start(t, env, "leasemgr")
 	if code := p.Wait(t, 10*time.Second); code != 2 {
@@ -227,6 +230,7 @@ func TestBadConfigurationStopsBeforeStarting(t *testing.T) {
 // A lease TTL between LEADER_TTL and the rule's 2 x LEADER_TTL + 4s works,
 // as tests with fast expiry want, with a warning at start.
 func TestShortLeaseTTLWarns(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "short", "gpu=1", "3s")
 	m := startManager(t, append(env, "LEADER_TTL=1s"), httpAddr)
 	if out := m.Output(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "LEASE_TTL=3s is below 2 x LEADER_TTL + 4s = 6s") {
@@ -237,6 +241,7 @@ func TestShortLeaseTTLWarns(t *testing.T) {
 // An executor killed with SIGKILL while holding slots: they go to the next
 // waiter within TTL + 2s, because nobody renews the lease any more.
 func TestKilledExecutorSlotsGoToNextWaiter(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	srv := harness.StartServer(t)
 	n := harness.StartManager(t, srv.URL, manager.Config{Node: "crash", TTL: ttl, Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 2}}})

@@ -40,6 +40,7 @@ import (
 // driver is needed. A screenshot of the page is left in
 // /tmp/slotlease-webui.png.
 func TestWebUI(t *testing.T) {
+	t.Parallel()
 	chromium := ensureChromium(t)
 
 	srv := harness.StartServer(t)

@@ -128,6 +128,7 @@ var eventLine = regexp.MustCompile(`^(lease\.events\.\S+)\s+(\{.*\})$`)
 // what the section shows, but for times and the manager's id (issue 31:
 // its examples failed with "Authorization Violation").
 func TestProtocolWorkedExample(t *testing.T) {
+	t.Parallel()
 	natsDir := natsCLI(t)
 	blocks := docSection(t, "docs/protocol.md", "## 11. Worked example with the `nats` CLI")
 	if len(blocks) < 3 || blocks[0].lang != "sh" || blocks[1].lang != "sh" {

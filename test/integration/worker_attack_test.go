@@ -220,6 +220,7 @@ func attackReport(t *testing.T, out string) []string {
 // attempt must fail. As root, and as users without and with subordinate
 // ids.
 func TestWorkerCannotReachSecrets(t *testing.T) {
+	t.Parallel()
 	attacker := buildAttacker(t)
 	for name, user := range stacks(t) {
 		t.Run(name, func(t *testing.T) { workerAttack(t, user(t), attacker) })
@@ -316,6 +317,7 @@ func checkAttack(t *testing.T, out string) {
 // whoever runs the stack. Its report goes to a directory its spec makes
 // writable (mode 1777, so the worker's ids may write there).
 func TestJobCannotReachSecrets(t *testing.T) {
+	t.Parallel()
 	attacker := buildAttacker(t)
 	for name, user := range stacks(t) {
 		t.Run(name, func(t *testing.T) { jobAttack(t, user(t), attacker) })
@@ -369,6 +371,7 @@ func jobAttack(t *testing.T, u *asuser.User, attacker string) {
 // EXECUTOR_UNCONFINED=1 the executor says once which secret paths the
 // worker can read, and runs it.
 func TestExecutorRefusesWhereWorkersCannotBeConfined(t *testing.T) {
+	t.Parallel()
 	s := newAttackSetup(t, nil)
 	natsPort := freePort(t)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
