@@ -57,6 +57,7 @@ func hold(exec, id string, token uint64, slots int64, from, to int, outcome Hold
 }
 
 func TestAuditChecks(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		build func(h *history, in *AuditInput)
@@ -177,6 +178,7 @@ func TestAuditChecks(t *testing.T) {
 }
 
 func TestAuditOrphanIsCountedAndStrictFails(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	h.grant(100, "orphan", 1, "m1")
 	b := h.grant(200, "b", 1, "m1")
@@ -194,6 +196,7 @@ func TestAuditOrphanIsCountedAndStrictFails(t *testing.T) {
 }
 
 func TestAuditStalledTakeoverIsCountedAndStrictFails(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	a := h.grant(100, "a", 1, "m1")
 	h.gone(9000, lease.RecordKey("n1", "p", "a"))
@@ -218,6 +221,7 @@ func TestAuditStalledTakeoverIsCountedAndStrictFails(t *testing.T) {
 }
 
 func TestAuditRefusedRenewalIsCountedAndStrictFails(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	a := h.grant(100, "a", 1, "m1")
 	h.gone(9000, lease.RecordKey("n1", "p", "a")) // the record lived on
@@ -237,6 +241,7 @@ func TestAuditRefusedRenewalIsCountedAndStrictFails(t *testing.T) {
 // checkWriters flags each record no manager of the run wrote, and nothing
 // a manager wrote.
 func TestAuditWriters(t *testing.T) {
+	t.Parallel()
 	rec := func(id, manager string) []byte {
 		b, _ := json.Marshal(storedRecord{ID: id, Node: "n1", Pool: "p", Slots: 1, Manager: manager})
 		return b

@@ -22,6 +22,7 @@ import (
 // managers' account, the held lease keeps its slot and the waiter behind
 // it is not granted.
 func TestJetStreamAnswersOnTheCluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st := Settings{Replicas: 3, Logger: harness.Logger()}

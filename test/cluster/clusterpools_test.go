@@ -32,6 +32,7 @@ var apiPool = manager.PoolConfig{Name: "api", Capacity: 2, Options: pools.Option
 // and the manager serving the cluster pools, crashed mid-run, costs no
 // lease. 15 s in the normal run, 60 s with CLUSTER_POOLS_LONG=1.
 func TestClusterPoolsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	run := 15 * time.Second
 	if os.Getenv("CLUSTER_POOLS_LONG") != "" {
 		run = 60 * time.Second

@@ -31,6 +31,7 @@ import (
 // One fresh seed of EMBEDDED_DURATION (20s); EMBEDDED_SEEDS=n (or a list)
 // runs more.
 func TestEmbeddedFaultSuite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs real processes for about 40s")
 	}

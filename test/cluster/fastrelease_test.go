@@ -23,6 +23,7 @@ import (
 // lease, or, if it could not move it within the grace, gives it up before
 // the slot goes to the waiter (then only at the TTL). Never both at once.
 func TestFastReleaseAcrossTheCluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st := Settings{LeaseTTL: 8 * time.Second, Logger: harness.Logger()}

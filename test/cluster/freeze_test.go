@@ -124,6 +124,7 @@ func (w *freezeWorker) hold(node string) (h Hold, ran bool, err error) {
 // any moment, and no lease lost. FREEZE_REPEAT=n runs the sequence n times;
 // FREEZE_LOG=1 prints the managers' logs.
 func TestManagerFreezeNoOvergrant(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs real processes for about 20s")
 	}

@@ -63,6 +63,7 @@ func freezeSuiteSeeds(t *testing.T, name string) []uint64 {
 // In the normal run: one fresh seed of freezes, FREEZE_DURATION (15s) long.
 // FREEZE_SEEDS=n (or a list) and SERVER_FAULT_SEEDS=n choose more.
 func TestFreezeSuite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs real processes for about 30s")
 	}

@@ -125,6 +125,7 @@ func (p *pair) acquireOther(t *testing.T) *lease.Lease {
 // slots until a read of the key shows whether the write was stored, and
 // keeps the grant if it was.
 func TestLostGrantAckIsNotOrphaned(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, 8*time.Second)
 	key := lease.RecordKey("node1", "gpu", "victim")
 	p.a.Proxy.CutOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
@@ -153,6 +154,7 @@ func TestLostGrantAckIsNotOrphaned(t *testing.T) {
 // stored late, and a successor deletes, rather than counts, grants another
 // instance stored after it took over. This reproduction now checks that.
 func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, 8*time.Second)
 	key := lease.RecordKey("node1", "gpu", "late")
 	p.a.Proxy.StallOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
@@ -192,6 +194,7 @@ func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 // RebuildStall, and RunLeader retries soon after; this reproduction now
 // checks the takeover stays short and the lease is kept.
 func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, 4*time.Second) // the fault suite's timings
 	c, err := lease.NewClient(p.nc, "node1", lease.WithRequestTimeout(300*time.Millisecond))
 	if err != nil {
@@ -233,6 +236,7 @@ func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
 // Problem 4 is fixed (deletes are retried until stored); this reproduction
 // now checks the fix and would show a phantom waiter again if it came back.
 func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, 4*time.Second)
 	holder := p.acquireOther(t)
 	// A waiter queues without a wait deadline, then gives up; the delete
@@ -312,6 +316,7 @@ func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
 // Problem 5 is fixed (a renewal on a revision mismatch reads the key); this
 // reproduction now checks the fix.
 func TestRenewalAfterLostAckKeepsLease(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, 6*time.Second)
 	c, err := lease.NewClient(p.nc, "node1", lease.WithRequestTimeout(300*time.Millisecond))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // auditor, told the true capacity, sees the over-grant in the KV records
 // and in the holders' own view.
 func TestAuditorCatchesCapacityOvergrant(t *testing.T) {
+	t.Parallel()
 	rep := injectedRun(t, 3, nil)
 	assertViolation(t, rep, "over-grant (KV view): node1.gpu")
 	assertViolation(t, rep, "over-grant (holders' view): node1.gpu")
@@ -29,6 +30,7 @@ func TestAuditorCatchesCapacityOvergrant(t *testing.T) {
 // Holders release before the next one is granted, so only the KV view can
 // see it.
 func TestAuditorCatchesRecordOutlivingFreedSlots(t *testing.T) {
+	t.Parallel()
 	rep := injectedRun(t, 1, func(s manager.Store) manager.Store { return dropDeletes{s} })
 	assertViolation(t, rep, "over-grant (KV view): node1.gpu")
 	for _, v := range rep.Violations {

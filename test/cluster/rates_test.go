@@ -16,6 +16,7 @@ import (
 // whose new manager starts with a full bucket right after the old one
 // used its tokens fails; so does a burst above the burst.
 func TestAuditRates(t *testing.T) {
+	t.Parallel()
 	type grant struct {
 		stampMs, writeMs int
 		slots            int64

@@ -23,6 +23,7 @@ import (
 // alone but lost 2 of 16 leases once inside a full race-built `go test
 // ./...` on two shared cores (a stall of half a second at the wrong time).
 func TestRollingRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("restarts three servers and six managers under load, about a minute")
 	}
