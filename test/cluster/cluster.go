@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/natsconn"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // Cluster is a JetStream cluster of embedded servers on 127.0.0.1. Each
@@ -350,22 +350,20 @@ func (c *Cluster) Shutdown() {
 	wg.Wait()
 }
 
-// freePorts returns n distinct ports that were free a moment ago.
+// ports are this package's: 26000-31999 (test/integration has
+// 20000-25999).
+var ports = &harness.Ports{Lo: 26000, Hi: 32000}
+
+// freePorts returns n distinct ports nobody listens on right now and that
+// no other cluster of this package was given (harness.Ports).
 func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			_ = ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	out := make([]int, n)
+	for i := range out {
+		p, err := ports.Free()
 		if err != nil {
 			return nil, err
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		out[i] = p
 	}
-	return ports, nil
+	return out, nil
 }

@@ -36,7 +36,9 @@ type pair struct {
 
 func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Starting a cluster beside the other suites can take a while; two
+	// minutes only catch one that never comes up.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)

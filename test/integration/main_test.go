@@ -6,12 +6,9 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -167,35 +164,19 @@ func sharedDir(t *testing.T) string {
 	return d
 }
 
-// freePort returns a loopback port nobody listens on right now, below
-// Linux's ephemeral range (32768 up), so no outgoing connection of a
-// parallel test takes it before the program the test starts binds it, and
-// never one this process handed out before.
+// ports are this package's: 20000-25999 (test/cluster has 26000-31999).
+var ports = &harness.Ports{Lo: 20000, Hi: 26000}
+
+// freePort returns a loopback port nobody listens on right now and that
+// no other test of this package was given (harness.Ports).
 func freePort(t *testing.T) int {
 	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if portsGiven[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		portsGiven[p] = true
-		return p
+	p, err := ports.Free()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free loopback port between 20000 and 32000")
-	return 0
+	return p
 }
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

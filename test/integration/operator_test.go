@@ -309,7 +309,7 @@ func (s clusterState) hasEvent(kind, node, pool, holder string, replayed bool) b
 }
 
 const readClusterPage = `(() => {
-  if (!document.body || !document.getElementById('pools')) return '{}';
+  if (document.readyState === 'loading') return '{}'; // not parsed yet: parts may be missing
   const text = (el, f) => { const x = el.querySelector('[data-field="' + f + '"]'); return x ? x.textContent : ''; };
   const nodes = {};
   for (const g of document.querySelectorAll('#pools tr.group[data-node]')) nodes[g.dataset.node] = g.dataset.stale;

@@ -200,7 +200,7 @@ func (s pageState) hasRow(kind, pool, holder string) bool {
 }
 
 const readPage = `(() => {
-  if (!document.body || !document.getElementById('node')) return '{}'; // not loaded yet
+  if (document.readyState === 'loading') return '{}'; // not parsed yet: parts may be missing
   const f = (pool, name) => {
     const el = document.querySelector('[data-pool="' + pool + '"] [data-field="' + name + '"]');
     return el ? el.textContent : null;

@@ -1,0 +1,46 @@
+package harness
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// Ports hands out loopback ports for servers and programs a test starts
+// on a port of its own choosing, from [Lo, Hi). Keep the range below
+// Linux's ephemeral ports (32768 up), so that no outgoing connection of a
+// parallel test takes a port between its choice and its use, and give each
+// test package that runs beside others a range of its own: a port is never
+// handed out twice by one Ports, and packages are separate processes.
+type Ports struct {
+	Lo, Hi int
+
+	mu    sync.Mutex
+	given map[int]bool
+}
+
+// Free returns a port in the range that nobody listens on right now and
+// that p never handed out before.
+func (p *Ports) Free() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.given == nil {
+		p.given = make(map[int]bool)
+	}
+	for range 1000 {
+		port := p.Lo + rand.IntN(p.Hi-p.Lo)
+		if p.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		p.given[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port in [%d, %d)", p.Lo, p.Hi)
+}
