@@ -53,6 +53,7 @@ func nextEvent(t *testing.T, ch chan jobs.Event) jobs.Event {
 // that is cancelled is stopped through its sandbox, its slot comes back,
 // and it is stored cancelled, not retried.
 func TestCancelQueuedAndRunning(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	n := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
@@ -115,6 +116,7 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 // Purge cancels every waiting job of a pool, deletes their messages and
 // counts them; the running job and other pools are left alone.
 func TestPurgeLeavesRunningJobs(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}, {Name: "other", Capacity: 1}}})
 	q := openQueue(t, srv.URL)

@@ -22,6 +22,7 @@ import (
 // 10% of its weight's (a 150, b 50). In submission order b would start
 // none of them.
 func TestTenantSharesThroughTheQueue(t *testing.T) {
+	t.Parallel()
 	const measured, perA, perB = 200, 165, 60
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
@@ -86,6 +87,7 @@ func TestTenantSharesThroughTheQueue(t *testing.T) {
 // deletes idle ones after 15 minutes) is made again: the tenant's next job
 // still runs.
 func TestTenantConsumerComesBack(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)

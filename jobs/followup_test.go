@@ -70,6 +70,7 @@ func followUp(t *testing.T, socket, token, specJSON string) jobs.FollowUpReply {
 // the job may not set, requests beyond the job's limits and beyond the
 // depth limit, each with a clear answer; the channel dies with the job.
 func TestFollowUpChannel(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
@@ -154,6 +155,7 @@ func TestFollowUpChannel(t *testing.T) {
 // with) has the parent's flags and at most its limits and attempts, and a
 // child asking for less keeps its own.
 func TestFollowUpInheritsLimits(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseSpec(t *testing.T) {
+	t.Parallel()
 	s, err := jobs.ParseSpec([]byte(`{"pool":"gpu","command":["sh","-c","exit 0"],"timeout":"90s","env":{"A":"b"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,7 @@ func TestParseSpec(t *testing.T) {
 }
 
 func TestOrder(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
 	const aging = time.Minute
@@ -85,6 +87,7 @@ func TestOrder(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
 	for i, w := range want {
 		if got := jobs.Backoff(i+1, time.Second, 5*time.Second); got != w {
@@ -94,6 +97,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
+	t.Parallel()
 	n := jobs.NamesFor("acme.prod")
 	if n.Stream != "acme_prod_jobs" || n.Results != "acme_prod_job_results" || n.Dead != "acme_prod_job_dead" {
 		t.Fatalf("names: %+v", n)

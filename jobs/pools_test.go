@@ -16,6 +16,7 @@ import (
 // after the other, each record names its p lease, and nothing is held
 // afterwards.
 func TestJobHoldsItsFurtherPools(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
 		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})

@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(followUpEnv); spec != "" {
 		os.Exit(submitFollowUpAndExit(spec))
 	}
+	// The tests wait on jobs and servers, each with its own: six at once.
+	harness.DefaultParallel("6")
 	os.Exit(m.Run())
 }
 
@@ -196,6 +198,7 @@ func capacityWatch(t *testing.T, url, pool string) (violations *atomic.Int64, ev
 // 200 jobs. Every job ends succeeded with a stored result, no pool ever
 // holds more than its capacity, and every node runs a fair share.
 func TestThreeNodesDrain(t *testing.T) {
+	t.Parallel()
 	const total = 200
 	srv := harness.StartServer(t)
 	nodes := []string{"n1", "n2", "n3"}
@@ -245,6 +248,7 @@ func TestThreeNodesDrain(t *testing.T) {
 // dead-letter bucket with its last error; so does a job that can never get
 // a lease on the node that takes it.
 func TestDeadLetter(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	q := openQueue(t, srv.URL)
@@ -320,6 +324,7 @@ func startedOrder(t *testing.T, q *jobs.Queue, names map[string]string) []string
 // then low; and none is taken (hoarded) while the slot is busy. With aging,
 // a low job that waited two aging periods goes before a fresh high one.
 func TestPriorityAndAging(t *testing.T) {
+	t.Parallel()
 	setup := func(t *testing.T, aging time.Duration) (*jobs.Queue, *lease.Lease) {
 		srv := harness.StartServer(t)
 		harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
@@ -385,6 +390,7 @@ func TestPriorityAndAging(t *testing.T) {
 // grace period, and stops and gives back one that does not: it releases its
 // lease at once, and another server runs it without it using up an attempt.
 func TestShutdownGraceAndGiveBack(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	n := harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 10 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}})
 	q := openQueue(t, srv.URL)
@@ -447,6 +453,7 @@ func TestShutdownGraceAndGiveBack(t *testing.T) {
 // Submitting with a client-chosen id is idempotent, and an unknown id is
 // ErrNotFound.
 func TestSubmitIdempotentAndNotFound(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	q := openQueue(t, srv.URL)
 	s := spec("p", "true")

@@ -20,6 +20,7 @@ import (
 // submitted first, in whatever state it is now (here still queued);
 // another spec under the same id is refused.
 func TestResubmitReturnsTheExistingJob(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	q := openQueue(t, srv.URL)
 	ctx := context.Background()
@@ -58,6 +59,7 @@ func TestResubmitReturnsTheExistingJob(t *testing.T) {
 // job of each tenant runs (without tenants the pool would show two jobs of
 // the tenant "").
 func TestJobTenantReachesTheLease(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
 		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2, Options: pools.Options{Policy: pools.PolicyFair, TenantCap: 1}}}})
@@ -90,6 +92,7 @@ func TestJobTenantReachesTheLease(t *testing.T) {
 // opening it as leasemgr does adds the subjects, after which the job is
 // stored under its tenant's subject.
 func TestOldStreamGetsTenantSubjects(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	ctx := context.Background()
 	names := jobs.NamesFor(lease.DefaultPrefix)
@@ -133,6 +136,7 @@ func TestOldStreamGetsTenantSubjects(t *testing.T) {
 // whether b's job exists or what state it is in. Ids that look like a
 // tenant's scope are refused for jobs without a tenant.
 func TestJobIDsAreScopedByTenant(t *testing.T) {
+	t.Parallel()
 	srv := harness.StartServer(t)
 	q := openQueue(t, srv.URL)
 	ctx := context.Background()

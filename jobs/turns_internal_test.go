@@ -9,6 +9,7 @@ import (
 // weights, whatever the job sizes; a tenant that stops waiting banks
 // nothing.
 func TestTurnsShareByWeight(t *testing.T) {
+	t.Parallel()
 	weights := map[string]int64{"t_a": 3, "t_b": 1}
 	weight := func(k string) int64 { return weights[k] }
 	for _, tc := range []struct {
@@ -53,6 +54,7 @@ func TestTurnsShareByWeight(t *testing.T) {
 }
 
 func TestTenantKeysAndSubjects(t *testing.T) {
+	t.Parallel()
 	n := NamesFor("lease")
 	long := strings.Repeat("x", 65)
 	for _, tc := range []struct{ tenant, key string }{

@@ -43,6 +43,7 @@ func servedNode(t *testing.T) (*jobs.Queue, context.Context) {
 // counting follow-ups made at any depth, also one made by the batch's last
 // running job as it ends.
 func TestWaitCountsFollowUpsMadeAtTheEnd(t *testing.T) {
+	t.Parallel()
 	q, ctx := servedNode(t)
 
 	// root -> child (submitted as root's last act) -> grandchild (the
@@ -91,6 +92,7 @@ func TestWaitCountsFollowUpsMadeAtTheEnd(t *testing.T) {
 // With FailFast, the first dead job of the batch cancels the rest; the
 // summary says which failed.
 func TestWaitFailFast(t *testing.T) {
+	t.Parallel()
 	q, ctx := servedNode(t)
 	long := spec("p", "sleep", "60")
 	long.Batch = "ff"
