@@ -32,16 +32,29 @@ export function bins() {
   return binDir;
 }
 
-/** A loopback port nobody listens on right now. */
-export function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.on("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => res(port));
+/**
+ * A loopback port nobody listens on right now, from 14000-19999: below
+ * Linux's ephemeral ports, so no outgoing connection takes it before the
+ * program given it binds it, and apart from the Go test packages' ranges
+ * (test/harness's Ports), which run beside this suite. Never the same one
+ * twice in this process.
+ */
+const given = new Set();
+export async function freePort() {
+  for (let i = 0; i < 1000; i++) {
+    const port = 14000 + Math.floor(Math.random() * 6000);
+    if (given.has(port)) continue;
+    const free = await new Promise((res) => {
+      const s = createServer();
+      s.once("error", () => res(false));
+      s.listen(port, "127.0.0.1", () => s.close(() => res(true)));
     });
-  });
+    if (free) {
+      given.add(port);
+      return port;
+    }
+  }
+  throw new Error("no free loopback port in 14000-19999");
 }
 
 /** Polls cond every 20 ms until it holds; fails after timeoutMs naming what it waited for. */
