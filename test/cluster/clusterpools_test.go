@@ -33,6 +33,7 @@ var apiPool = manager.PoolConfig{Name: "api", Capacity: 2, Options: pools.Option
 // lease. 15 s in the normal run, 60 s with CLUSTER_POOLS_LONG=1.
 func TestClusterPoolsAcrossNodes(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	run := 15 * time.Second
 	if os.Getenv("CLUSTER_POOLS_LONG") != "" {
 		run = 60 * time.Second

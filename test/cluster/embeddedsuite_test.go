@@ -32,6 +32,7 @@ import (
 // runs more.
 func TestEmbeddedFaultSuite(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	if testing.Short() {
 		t.Skip("runs real processes for about 40s")
 	}

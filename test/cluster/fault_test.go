@@ -50,6 +50,7 @@ func envOr(name string, flagSet bool, v string) string {
 
 func TestFaultSuite(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	long := *longFlag || os.Getenv("FAULT_LONG") != ""
 	cfg := SuiteConfig{Duration: 20 * time.Second}
 	nSeeds := 2

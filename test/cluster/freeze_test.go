@@ -125,6 +125,7 @@ func (w *freezeWorker) hold(node string) (h Hold, ran bool, err error) {
 // FREEZE_LOG=1 prints the managers' logs.
 func TestManagerFreezeNoOvergrant(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	if testing.Short() {
 		t.Skip("runs real processes for about 20s")
 	}

@@ -64,6 +64,7 @@ func freezeSuiteSeeds(t *testing.T, name string) []uint64 {
 // FREEZE_SEEDS=n (or a list) and SERVER_FAULT_SEEDS=n choose more.
 func TestFreezeSuite(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	if testing.Short() {
 		t.Skip("runs real processes for about 30s")
 	}

@@ -24,6 +24,7 @@ import (
 // ./...` on two shared cores (a stall of half a second at the wrong time).
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
+	faultSuiteTurn(t)
 	if testing.Short() {
 		t.Skip("restarts three servers and six managers under load, about a minute")
 	}

@@ -37,8 +37,8 @@ func TestMain(m *testing.M) {
 		_ = flag.Set("test.timeout", packageTimeout.String())
 	}
 	// Most tests wait on the binaries they start, each with its own server
-	// and ports (freePort): six at once (docs/testing.md).
-	harness.DefaultParallel("6")
+	// and ports (freePort): four at once (docs/testing.md).
+	harness.DefaultParallel("4")
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
 	if err == nil {
 		// The binaries run as ordinary users too (asuser).

@@ -61,11 +61,17 @@ func TestCrashLeavesNoTempFiles(t *testing.T) {
 			t.Fatalf("submit: exit %d\n%s", code, out)
 		}
 		serve := start(t, env, "executor", "serve", "--pools", "gpu")
-		eventually(t, 30*time.Second, "the job's command channel", func() bool { return len(tempEntries(t, tmp, sandbox.TempJob)) == 1 })
-		left := tempEntries(t, tmp, sandbox.TempJob)[0]
-		if _, err := os.Stat(filepath.Join(tmp, left, "submit.sock")); err != nil {
-			t.Fatalf("no socket in the command channel %s: %v", left, err)
-		}
+		// The directory comes first, its socket a moment after.
+		var left string
+		eventually(t, 30*time.Second, "the job's command channel and its socket", func() bool {
+			got := tempEntries(t, tmp, sandbox.TempJob)
+			if len(got) != 1 {
+				return false
+			}
+			left = got[0]
+			_, err := os.Stat(filepath.Join(tmp, left, "submit.sock"))
+			return err == nil
+		})
 		_ = serve.cmd.Process.Signal(syscall.SIGKILL)
 		serve.Wait(t, 10*time.Second)
 		if _, err := os.Stat(filepath.Join(tmp, left)); err != nil {

@@ -184,6 +184,9 @@ func (a *attack) writes() {
 			f := filepath.Join(p, fmt.Sprintf("attacker-was-here-%d", os.Getpid()))
 			err := os.WriteFile(f, []byte("x"), 0o644)
 			a.result("create a file in "+p, err)
+			if err == nil {
+				os.Remove(f) // reported; the control run leaves no litter in /tmp
+			}
 			continue
 		}
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
