@@ -136,14 +136,16 @@ func TestWorkerCannotForgeItsStatus(t *testing.T) {
 func TestSIGTERMReachesProcessesThatLeftTheGroup(t *testing.T) {
 	t.Setenv(plainEnvVar, "1")
 	a := marker()
-	flag := filepath.Join(t.TempDir(), "got-term")
+	dir := t.TempDir()
+	flag, ready := filepath.Join(dir, "got-term"), filepath.Join(dir, "ignoring")
 	// The worker itself ignores SIGTERM, so it does not exit and leave the
-	// setsid shell to the leftover cleanup.
-	script := `setsid sh -c 'trap "echo got-term > ` + flag + `; exit 0" TERM; sleep ` + a + ` & wait' & trap "" TERM; wait`
+	// setsid shell to the leftover cleanup; it says when it does (a signal
+	// sent before would end it, and the test would show nothing).
+	script := `setsid sh -c 'trap "echo got-term > ` + flag + `; exit 0" TERM; sleep ` + a + ` & wait' & trap "" TERM; : > ` + ready + `; wait`
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := runAsync(ctx, Spec{Command: []string{"sh", "-c", script}, KillGrace: 5 * time.Second}, nil)
-	if !waitFor(10*time.Second, func() bool { return len(findProcs(a)) == 1 }) {
+	if !waitFor(10*time.Second, func() bool { _, err := os.Stat(ready); return err == nil && len(findProcs(a)) == 1 }) {
 		t.Fatal("worker never started")
 	}
 	cancel()
