@@ -126,13 +126,9 @@ type Manager struct {
 	removed map[string]bool
 	leases  map[string]*held // by record key; every live record of this node
 	closed  bool
-	// ownMark is how this instance's name appears in the values it
-	// writes, for telling its own writes from others' without decoding.
-	ownMark []byte
-	// deposed is set, and deposedCh closed, once a record of a later
-	// leadership term was seen: see Deposed.
-	deposed   atomic.Bool
-	deposedCh chan struct{}
+	// lead is the leadership term served (fence.go): checked before every
+	// write, reply and event; its own atomic state.
+	lead *leadership
 
 	subs      []*nats.Subscription
 	replies   *replyRule // which reply subjects are answered; see replyto.go
@@ -173,16 +169,15 @@ func New(cfg Config) (*Manager, error) {
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
-		deposedCh: make(chan struct{}),
 		gone:      newDisconnects(),
 		queuedBy:  make(map[string]int),
 	}
-	m.ownMark = ownMark(cfg.Instance, m.term())
+	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
 	if cfg.Fence != nil {
 		// Every write is checked against the fence right before it is sent.
-		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.serving}
+		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.lead.serving}
 		if cfg.PoolStore != nil {
-			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
+			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.lead.serving}
 		}
 	}
 	if m.pools, err = cfg.newPools(); err != nil {

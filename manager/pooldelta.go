@@ -130,7 +130,7 @@ func (m *Manager) carryDeltaOver(ctx context.Context) (poolDelta, error) {
 
 // storeDelta writes d, marked with this manager, under deltaKey.
 func (m *Manager) storeDelta(ctx context.Context, d poolDelta) error {
-	data, err := json.Marshal(storedDelta{Manager: m.cfg.Instance, Term: m.term(), poolDelta: d})
+	data, err := json.Marshal(storedDelta{Manager: m.cfg.Instance, Term: m.lead.term(), poolDelta: d})
 	if err != nil {
 		return err
 	}

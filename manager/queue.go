@@ -80,7 +80,7 @@ func (m *Manager) entryLocked(r *request) (storedValue, time.Duration, bool) {
 		return storedValue{}, 0, false
 	}
 	v := storedValue{
-		Record: lease.Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: m.term(), Manager: m.cfg.Instance,
+		Record: lease.Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: m.lead.term(), Manager: m.cfg.Instance,
 			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 	}

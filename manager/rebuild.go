@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -105,23 +104,21 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
 		}
-		m.checkTermLocked(ch)
+		m.lead.checkWrite(ch)
 		return
 	}
-	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
+	if rebuilt && m.lead.wrote(ch.Value) {
 		// This instance's own write (a grant whose acknowledgement is on
 		// its way, or a queue entry), as decoding would show below, but
-		// without the cost on every write of a busy manager. A string
-		// value cannot hold the unescaped mark, so no other record has it.
+		// without the cost on every write of a busy manager.
 		return
 	}
 	if stored == nil { // recognised as this instance's without decoding
 		return
 	}
 	rec := *stored
-	if m.cfg.Fence != nil && rec.Term > m.term() {
-		m.depose(ch.Key, rec.Term)
-		return
+	if m.lead.later(ch.Key, rec.Term) {
+		return // deposed
 	}
 	if rec.Queued {
 		// A queue entry: restored in order once the rebuild is complete.
@@ -133,7 +130,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	if rebuilt {
-		if m.closed || !m.mayDeleteLocked(ch.Key, rec.Record) {
+		if m.closed || !m.lead.mayDelete(ch.Key, rec.Record) {
 			// Closing (maybe deposed): the records a successor writes are
 			// not ours to judge. Or our own write, or not provably older.
 			return

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
@@ -73,7 +72,7 @@ func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
 		m.refuse(ch.Key, RefusedNoTTL, "it was stored without a TTL, so it would never expire")
 		return nil, false
 	}
-	if rebuilt && bytes.Contains(ch.Value, m.ownMark) && m.knownKeyLocked(ch.Key) {
+	if rebuilt && m.lead.wrote(ch.Value) && m.knownKeyLocked(ch.Key) {
 		return nil, true
 	}
 	var rec storedValue

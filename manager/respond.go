@@ -31,7 +31,7 @@ func (m *Manager) NodePools() lease.NodePools {
 }
 
 func (m *Manager) emit(p *pool, ev lease.Event) {
-	if !m.serving() {
+	if !m.lead.serving() {
 		return // fenced: a deposed manager announces nothing
 	}
 	ev.Time = time.Now().UTC()
@@ -64,7 +64,7 @@ func (m *Manager) respond(reply string, r lease.Reply) {
 // arrival (guard); this check also covers reply subjects restored from
 // stored queue entries.
 func (m *Manager) publishReply(reply string, hdr nats.Header, data []byte) {
-	if !m.serving() {
+	if !m.lead.serving() {
 		return // fenced: a deposed manager answers nothing
 	}
 	if !m.replies.allowed(reply) {

@@ -49,7 +49,7 @@ type stopState struct {
 // the holders' renewals. The manager keeps serving meanwhile.
 func (m *Manager) announceStop() {
 	m.mu.Lock()
-	if m.closed || m.stop.announced || !m.serving() {
+	if m.closed || m.stop.announced || !m.lead.serving() {
 		m.mu.Unlock()
 		return
 	}
@@ -94,7 +94,7 @@ func (m *Manager) announceStop() {
 			m.log.Info("stopping: not every holder renewed in time; the others keep the deadline of their last renewal", "leases", leases, "not_renewed", left)
 			return
 		case <-tick.C:
-			if !m.serving() {
+			if !m.lead.serving() {
 				return
 			}
 		}
