@@ -11,7 +11,6 @@ import (
 	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func (m *Manager) handleAcquire(msg *nats.Msg) {
@@ -19,47 +18,47 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	ctx, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node(m.cfg.Node), natstrace.Pool(poolName))
 	defer span.End()
 	var req lease.AcquireRequest
-	if e := decode(msg.Data, &req); e != nil {
-		m.reject(span, msg.Reply, poolName, req, e)
-		return
-	}
-	natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
-	if e := m.validateAcquire(&req); e != nil {
-		m.reject(span, msg.Reply, poolName, req, e)
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
+		e = validateAcquire(&req)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e != nil {
+		m.out.reject(span, msg.Reply, m.pools[poolName], poolName, req, e)
+		return
+	}
 	p, e := m.poolLocked(poolName)
 	if e != nil {
 		// Closing (start no store operation Close would not wait for), or
 		// no such pool.
-		m.rejectLocked(span, msg.Reply, nil, poolName, req, e)
+		m.out.reject(span, msg.Reply, nil, poolName, req, e)
 		return
 	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
 		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
-			m.respond(msg.Reply, errReply(e))
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		if h.releasing {
 			// Its slots are about to go to someone else: this is no grant.
-			m.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
+			m.out.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
 			return
 		}
 		// Existing tells the holder the record was written before this
 		// request was sent, so it must confirm with a renewal before
 		// trusting a deadline measured from its own send time.
 		rec := h.rec
-		m.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
+		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
 		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
-			m.respond(msg.Reply, errReply(e))
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		r.reply = msg.Reply
@@ -68,12 +67,12 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 			r.conn = c // re-sent after a reconnect: it lives on the new connection
 		}
 		if r.state == queued {
-			m.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
 		}
 		return
 	}
 	if e := exceeds(p, req.Slots); e != nil {
-		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 
@@ -83,11 +82,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	r.conn = conn{req.ConnServer, req.ConnID}
 	if m.knownClosedLocked(r.conn) {
 		// Sent just before its connection closed: nobody would hear of it.
-		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
+		m.out.reject(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
 		return
 	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
-	m.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
 	var w *pools.Waiter
 	var granted bool
 	var position int
@@ -104,7 +103,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
 			e = m.connFullError(p)
 		}
-		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 	r.w = w
@@ -129,9 +128,9 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 // and arms its wait deadline.
 func (m *Manager) queuedLocked(r *request, position int, tell bool) {
 	if tell {
-		m.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
+		m.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
 	}
-	m.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	m.out.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
 	if r.waitUntil != 0 {
 		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}
@@ -183,7 +182,8 @@ func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *le
 	}
 }
 
-func (m *Manager) validateAcquire(req *lease.AcquireRequest) *lease.Error {
+// validateAcquire checks what an acquire request says of itself.
+func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	if err := rules.ValidRequestID(req.RequestID); err != nil {
 		return errorf(lease.CodeBadRequest, "%v", err)
 	}
@@ -209,24 +209,4 @@ func (m *Manager) validateAcquire(req *lease.AcquireRequest) *lease.Error {
 		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
 	}
 	return checkConn(req.ConnServer, req.ConnID)
-}
-
-func (m *Manager) reject(span trace.Span, reply, poolName string, req lease.AcquireRequest, e *lease.Error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.rejectLocked(span, reply, m.pools[poolName], poolName, req, e)
-}
-
-// rejectLocked answers an acquire with an error and, for a pool this node
-// has, publishes a rejected event. Unknown pools get no event: their name
-// comes from the network and must not mint event subjects.
-func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) {
-	natstrace.Fail(span, string(e.Code), e.Message)
-	m.respond(reply, errReply(e))
-	if p != nil {
-		// The request failed validation, maybe for its size: echo a bounded part.
-		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
-	} else {
-		m.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
-	}
 }

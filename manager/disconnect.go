@@ -2,7 +2,6 @@ package manager
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -109,12 +108,11 @@ func (m *Manager) subscribeDisconnects() error {
 	if m.cfg.DisconnectEvents == "" {
 		return nil
 	}
-	sub, err := m.cfg.Conn.Subscribe(m.cfg.DisconnectEvents, m.protect(m.handleDisconnect))
+	sub, err := m.out.subscribe(m.cfg.DisconnectEvents, m.out.protect(m.handleDisconnect))
 	if err != nil {
-		return fmt.Errorf("lease: subscribe %s: %w", m.cfg.DisconnectEvents, err)
+		return err
 	}
 	_ = sub.SetPendingLimits(1<<16, 1<<28)
-	m.subs = append(m.subs, sub)
 	return nil
 }
 
@@ -296,6 +294,6 @@ func (m *Manager) rebindLocked(h *held, reply, server string, id uint64) *lease.
 		m.freeOnCloseLocked(h)
 	}
 	rec := h.rec
-	m.respond(reply, lease.Reply{Status: lease.StatusBound, Lease: &rec})
+	m.out.respond(reply, lease.Reply{Status: lease.StatusBound, Lease: &rec})
 	return nil
 }

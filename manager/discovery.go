@@ -19,7 +19,8 @@ import (
 // and DiscoverNodes find the manager. It is the project's own rather than
 // micro's because micro answers whatever reply subject a request names, and
 // every answer the manager sends must pass the reply rule (replyto.go): its
-// handlers run under Manager.guard like the lease verbs.
+// handlers run under outbox.guard like the lease verbs, and it answers
+// through the outbox.
 //
 // The admin endpoints (stats, resize) are plain subscriptions, listed and
 // counted here as micro endpoints; the lease verbs stay off this list, on
@@ -30,6 +31,8 @@ type discovery struct {
 	started    time.Time
 
 	stats, resize, snapshot *endpoint
+
+	out *outbox
 
 	hist history // the pools' utilisation history (history.go): its own lock
 }
@@ -46,7 +49,7 @@ type endpoint struct {
 }
 
 // serveDiscovery subscribes the admin endpoints and the $SRV subjects. The
-// subscriptions join m.subs, so unsubscribe ends them all.
+// subscriptions are the outbox's, so its unsubscribe ends them all.
 func (m *Manager) serveDiscovery() error {
 	d := &discovery{
 		identity: micro.ServiceIdentity{
@@ -66,6 +69,7 @@ func (m *Manager) serveDiscovery() error {
 		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(m.cfg.Prefix, m.cfg.Node)},
 		// snapshot.go: holders, waiters and history for the operator's page.
 		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
+		out:      m.out,
 	}
 	if m.cfg.ServedBy != "" {
 		d.identity.Metadata["served_by"] = m.cfg.ServedBy
@@ -85,12 +89,8 @@ func (m *Manager) serveDiscovery() error {
 	m.disc = d
 
 	subscribe := func(subject string, h nats.MsgHandler) error {
-		sub, err := m.cfg.Conn.Subscribe(subject, m.guard(h))
-		if err != nil {
-			return fmt.Errorf("lease: subscribe %s: %w", subject, err)
-		}
-		m.subs = append(m.subs, sub)
-		return nil
+		_, err := m.out.subscribe(subject, m.out.guard(h))
+		return err
 	}
 	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize, d.snapshot: m.handleSnapshot}
 	for _, e := range d.endpoints() {
@@ -102,9 +102,9 @@ func (m *Manager) serveDiscovery() error {
 		verb string
 		h    nats.MsgHandler
 	}{
-		{"PING", func(msg *nats.Msg) { m.answer(msg, d.ping) }},
-		{"INFO", func(msg *nats.Msg) { m.answer(msg, d.info) }},
-		{"STATS", m.handleServiceStats},
+		{"PING", func(msg *nats.Msg) { d.out.answer(msg, d.ping) }},
+		{"INFO", func(msg *nats.Msg) { d.out.answer(msg, d.info) }},
+		{"STATS", d.serviceStats},
 	}
 	for _, a := range answers {
 		for _, subject := range []string{
@@ -127,21 +127,17 @@ func (m *Manager) serveDiscovery() error {
 
 func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
 
-// answer sends data to msg's reply subject; guard has checked it.
-func (m *Manager) answer(msg *nats.Msg, data []byte) { m.publishReply(msg.Reply, nil, data) }
-
-func (m *Manager) handleServiceStats(msg *nats.Msg) {
-	d := m.disc
+func (d *discovery) serviceStats(msg *nats.Msg) {
 	st := micro.Stats{ServiceIdentity: d.identity, Type: micro.StatsResponseType, Started: d.started}
 	for _, e := range d.endpoints() {
 		st.Endpoints = append(st.Endpoints, e.figures())
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
-		m.log.Error("encoding service stats", "err", err)
+		d.out.log.Error("encoding service stats", "err", err)
 		return
 	}
-	m.answer(msg, data)
+	d.out.answer(msg, data)
 }
 
 // timed counts h's requests and time, as micro does per endpoint. The
@@ -183,21 +179,19 @@ func (e *endpoint) figures() *micro.EndpointStats {
 // respondResize answers a resize. An error also goes in the headers micro
 // uses (Nats-Service-Error, Nats-Service-Error-Code), so micro-aware
 // tools see it, and counts in the endpoint's figures.
-func (m *Manager) respondResize(reply string, r lease.Reply) {
+func (d *discovery) respondResize(reply string, r lease.Reply) {
 	if r.Error == nil || reply == "" {
-		m.respond(reply, r)
+		d.out.respond(reply, r)
 		return
 	}
 	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
-	if m.disc != nil {
-		m.disc.resize.failed(code, desc)
-	}
+	d.resize.failed(code, desc)
 	data, err := appendReply(nil, &r)
 	if err != nil {
-		m.log.Error("encoding a reply", "err", err)
+		d.out.log.Error("encoding a reply", "err", err)
 		return
 	}
-	m.publishReply(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
+	d.out.publish(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
 }
 
 // serviceErrorCode maps a wire code to the HTTP-like status micro services

@@ -104,8 +104,8 @@ func (m *Manager) grant(r *request) {
 		}
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(r.reply, errReply(e))
-		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		m.out.respond(r.reply, errReply(e))
+		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 		return
 	}
 	if m.ctx.Err() != nil {
@@ -115,7 +115,7 @@ func (m *Manager) grant(r *request) {
 		// of this same manager the retry finds the record.
 		e := errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(r.reply, errReply(e))
+		m.out.respond(r.reply, errReply(e))
 		return
 	}
 	rec.Token = rev
@@ -133,8 +133,8 @@ func (m *Manager) grant(r *request) {
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
+	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
+	m.out.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
 		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
 }
 

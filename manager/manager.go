@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -130,8 +129,7 @@ type Manager struct {
 	// write, reply and event; its own atomic state.
 	lead *leadership
 
-	subs      []*nats.Subscription
-	replies   *replyRule // which reply subjects are answered; see replyto.go
+	out       *outbox    // replies, events and subscriptions; see respond.go
 	disc      *discovery // $SRV answers; see discovery.go
 	watcher   Watcher
 	watchDone chan struct{}
@@ -147,9 +145,6 @@ type Manager struct {
 	journal *journal    // the queue entries' writes and deletes
 	gone    disconnects // fast release; guarded by mu
 	stop    stopState   // a clean stop (stop.go); guarded by mu
-	// stopServer is the id of the server that stops with this manager,
-	// once a clean stop was announced (ServerStopping); nil before.
-	stopServer atomic.Pointer[string]
 	// queuedBy counts the waiting requests of each connection
 	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
 	// of requests with owner o in the pools' waiting maps.
@@ -183,9 +178,11 @@ func New(cfg Config) (*Manager, error) {
 	if m.pools, err = cfg.newPools(); err != nil {
 		return nil, err
 	}
-	if m.replies, err = cfg.replyRule(); err != nil {
+	rule, err := cfg.replyRule()
+	if err != nil {
 		return nil, err
 	}
+	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, timeout: cfg.StoreTimeout, log: m.log, ctx: m.ctx, mu: &m.mu, value: m.entryLocked}
 	return m, nil
@@ -245,21 +242,20 @@ func (m *Manager) start(ctx context.Context) error {
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbCancel):  m.handleCancel,
 	}
 	for subj, h := range handlers {
-		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
+		sub, err := m.out.subscribe(subj, m.out.guard(h))
 		if err != nil {
-			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
+			return err
 		}
 		// A burst of requests must queue in the client, not be dropped as
 		// a slow consumer.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
-		m.subs = append(m.subs, sub)
 	}
 	if err := m.subscribeDisconnects(); err != nil {
-		m.unsubscribe()
+		m.out.unsubscribe()
 		return err
 	}
 	if err := m.serveDiscovery(); err != nil {
-		m.unsubscribe()
+		m.out.unsubscribe()
 		return err
 	}
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
@@ -267,47 +263,6 @@ func (m *Manager) start(ctx context.Context) error {
 	}
 	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount(), "fast_release", m.cfg.DisconnectEvents != "")
 	return nil
-}
-
-// guard keeps the reply rule (replyto.go) for a request handler: a request
-// without a reply subject, or whose reply subject is not an inbox, is
-// dropped before the handler sees it. The handler runs under protect.
-func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
-	h = m.protect(h)
-	return func(msg *nats.Msg) {
-		if msg.Reply == "" {
-			m.replies.ignoreNoReply(m.log, msg.Subject)
-			return
-		}
-		if !m.replies.allowed(msg.Reply) {
-			m.replies.refuse(m.log, msg.Subject, msg.Reply)
-			return
-		}
-		h(msg)
-	}
-}
-
-// protect keeps a bug in one handler from taking the process down with
-// input from the network: it logs the panic and answers an internal error
-// to the reply subject, if any. The server's advisories, which come
-// without a reply, are handled under protect alone.
-func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
-	return func(msg *nats.Msg) {
-		defer func() {
-			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", echo.Clip(msg.Subject), "panic", r)
-				m.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeInternal, "internal error")})
-			}
-		}()
-		h(msg)
-	}
-}
-
-func (m *Manager) unsubscribe() {
-	for _, s := range m.subs {
-		_ = s.Unsubscribe()
-	}
-	m.subs = nil
 }
 
 // Close stops serving: queued requests are told the manager is unavailable
@@ -324,9 +279,9 @@ func (m *Manager) Close() error {
 	m.stopDisconnectTimersLocked()
 	m.mu.Unlock()
 
-	m.unsubscribe()
+	m.out.unsubscribe()
 	m.cancel()
-	m.replies.flush(m.log)
+	m.out.flush()
 
 	// Queued requests stay queued: their entries are in the store, and the
 	// next manager for this node restores them in order. Their clients keep
@@ -349,38 +304,6 @@ func (m *Manager) Close() error {
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err
-}
-
-// Stats returns every pool's figures, sorted by name.
-func (m *Manager) Stats() []lease.PoolStats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.statsLocked()
-}
-
-func (m *Manager) statsLocked() []lease.PoolStats {
-	out := make([]lease.PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
-		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	// A fair pool's configured weights, within one budget per reply so
-	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
-	// limit: pools past it go without (executors then weigh only the
-	// tenants holding or waiting, whose weights Tenants carries).
-	budget := lease.MaxStatsWeights
-	for i := range out {
-		if out[i].Policy != pools.PolicyFair {
-			continue
-		}
-		o := m.pools[out[i].Name].p.Options()
-		out[i].DefaultWeight = o.DefaultWeight
-		if len(o.Weights) <= budget {
-			out[i].Weights = o.Weights
-			budget -= len(o.Weights)
-		}
-	}
-	return out
 }
 
 // Leases returns a copy of every live lease record of this node, without

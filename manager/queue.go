@@ -62,7 +62,7 @@ func (m *Manager) persistUnpersistedLocked(p *pool) {
 	for _, r := range p.unpersisted {
 		if waitingUnpersisted(r) {
 			m.journal.addLocked(r)
-			m.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+			m.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
 		}
 	}
 	p.unpersisted = p.unpersisted[:0]

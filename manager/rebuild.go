@@ -191,7 +191,7 @@ func (m *Manager) restoreQueue() {
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
 			r.pool = &pool{name: v.Pool}
-			m.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
+			m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
 			m.journal.dropLocked(r)
 			continue
 		}
@@ -212,8 +212,8 @@ func (m *Manager) restoreQueue() {
 			}
 		}
 		if e != nil {
-			m.respond(r.reply, errReply(e))
-			m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+			m.out.respond(r.reply, errReply(e))
+			m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 			m.journal.dropLocked(r)
 			continue
 		}

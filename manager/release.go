@@ -18,7 +18,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 	var req lease.ReleaseRequest
 	if e := decode(msg.Data, &req); e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
@@ -27,12 +27,12 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	// The holder need not wait for the delete: until it is stored the slots
 	// stay busy, which costs a little capacity and never over-grants.
-	m.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
+	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
 	m.startReleaseLocked(h, lease.EventReleased)
 }
 
@@ -123,7 +123,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		h.pool.releasing -= h.rec.Slots
 	}
 	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
-	m.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
+	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
 		m.persistUncoveredLocked(h.pool)

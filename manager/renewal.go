@@ -81,7 +81,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	if e := decode(msg.Data, &req); e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
@@ -94,7 +94,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.mu.Unlock()
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	m.ops.Add(1)
@@ -111,7 +111,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	defer span.End()
 	fail := func(e *lease.Error) {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(reply, errReply(e))
+		m.out.respond(reply, errReply(e))
 	}
 	h.renewal.lock()
 	defer h.renewal.unlock()
@@ -119,7 +119,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 		m.mu.Lock()
 		m.stopRenewedLocked(h)
 		m.mu.Unlock()
-		m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 		return
 	}
 	started := time.Now()
@@ -146,7 +146,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 			m.stopRenewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
-			m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose

@@ -98,7 +98,7 @@ func (m *Manager) handleSnapshot(msg *nats.Msg) {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			m.disc.snapshot.failed("400", "bad snapshot request")
-			m.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", echo.Clip(err.Error()))})
+			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", echo.Clip(err.Error()))})
 			return
 		}
 	}
@@ -114,5 +114,5 @@ func (m *Manager) handleSnapshot(msg *nats.Msg) {
 		m.log.Error("encoding a snapshot", "err", err)
 		return
 	}
-	m.answer(msg, data)
+	m.out.answer(msg, data)
 }

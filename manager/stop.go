@@ -57,7 +57,7 @@ func (m *Manager) announceStop() {
 	m.stopDisconnectTimersLocked()
 	if m.cfg.EmbeddedServer {
 		if id := m.cfg.Conn.ConnectedServerId(); id != "" {
-			m.stopServer.Store(&id)
+			m.out.stopServer.Store(&id)
 		}
 	}
 	m.stop.waiting = make(map[*held]struct{}, len(m.leases))
@@ -72,7 +72,7 @@ func (m *Manager) announceStop() {
 		close(done)
 	}
 	for _, p := range m.pools {
-		m.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
+		m.out.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
 	}
 	leases := len(m.stop.waiting)
 	m.mu.Unlock()
