@@ -91,7 +91,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	var granted bool
 	var position int
 	var err error
-	connFull := m.connFullLocked(r.owner)
+	connFull := m.waiters.connFull(r.owner)
 	if req.NoWait || connFull {
 		w, err = p.p.TryAcquireRequest(r.poolRequest())
 		granted = err == nil
@@ -101,13 +101,13 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	if err != nil {
 		e := m.enqueueError(p, req, err)
 		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
-			e = m.connFullError(p)
+			e = m.waiters.connFullError(p)
 		}
 		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 	r.w = w
-	m.addWaitingLocked(r)
+	m.waiters.add(r)
 	if granted {
 		m.startGrantLocked(r)
 		return
@@ -167,19 +167,24 @@ func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *le
 		return e
 	case errors.Is(err, pools.ErrQueueFull):
 		e := errorf(lease.CodeQueueFull, "pool %q already has %d queued requests, its limit%s", p.name, s.QueuedRequests, rateNote(s))
-		// A hint, not a promise: about when a holder renews, by which time
-		// the queue has likely moved; or, when the rate holds the queue,
-		// when it lets the next waiter in.
-		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
-		if d, ok := p.p.NextGrant(); ok {
-			e.RetryAfterMs = max(1, retryAfterMs(d))
-		}
+		// A hint, not a promise (queueFullRetryMs).
+		e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(lease.CodeExceedsCapacity, "%v", err)
 	default:
 		return errorf(lease.CodeInternal, "%v", err)
 	}
+}
+
+// queueFullRetryMs is the retry hint of a queue_full answer: about when a
+// holder renews, by which time the queue has likely moved; or, when the
+// rate holds the queue, when it lets the next waiter in.
+func queueFullRetryMs(p *pool, ttl time.Duration) int64 {
+	if d, ok := p.p.NextGrant(); ok {
+		return max(1, retryAfterMs(d))
+	}
+	return (ttl / 3).Milliseconds()
 }
 
 // validateAcquire checks what an acquire request says of itself.

@@ -16,7 +16,7 @@ import (
 // the waiters granted the slots r had been given.
 func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	p := r.pool
-	m.dropWaitingLocked(r)
+	m.waiters.drop(r)
 	m.stopTimer(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued("abandoned")
@@ -50,7 +50,7 @@ func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventK
 	if !removed {
 		return
 	}
-	m.dropWaitingLocked(r)
+	m.waiters.drop(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued(string(e.Code))
 	m.out.respond(r.reply, errReply(e))

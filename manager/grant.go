@@ -81,7 +81,7 @@ func (m *Manager) grant(r *request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := r.pool
-	m.dropWaitingLocked(r)
+	m.waiters.drop(r)
 	if fencedOut(err) {
 		// The term is over: nothing was sent. The holder hears nothing
 		// and retries with the successor, which restores its queue entry

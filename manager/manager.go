@@ -145,10 +145,9 @@ type Manager struct {
 	journal *journal    // the queue entries' writes and deletes
 	gone    disconnects // fast release; guarded by mu
 	stop    stopState   // a clean stop (stop.go); guarded by mu
-	// queuedBy counts the waiting requests of each connection
-	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
-	// of requests with owner o in the pools' waiting maps.
-	queuedBy map[string]int
+	// waiters puts requests into and out of the pools' waiting maps,
+	// counted by connection (connqueue.go); guarded by mu.
+	waiters waiters
 }
 
 // New validates cfg and builds a Manager. Call Start to serve.
@@ -165,7 +164,7 @@ func New(cfg Config) (*Manager, error) {
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
 		gone:      newDisconnects(),
-		queuedBy:  make(map[string]int),
+		waiters:   newWaiters(cfg),
 	}
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
 	if cfg.Fence != nil {

@@ -218,7 +218,7 @@ func (m *Manager) restoreQueue() {
 			continue
 		}
 		r.w = w
-		m.addWaitingLocked(r)
+		m.waiters.add(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

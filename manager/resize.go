@@ -337,7 +337,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
 	for _, w := range rejected {
 		r := w.Value.(*request)
-		m.dropWaitingLocked(r)
+		m.waiters.drop(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		e := errorf(lease.CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
@@ -361,7 +361,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 			continue
 		}
 		p.p.Cancel(r.w)
-		m.dropWaitingLocked(r)
+		m.waiters.drop(r)
 		m.stopTimer(r)
 		m.journal.dropLocked(r)
 		m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
