@@ -133,7 +133,7 @@ func (j *journal) writeQueued() {
 }
 
 // write stores r's queue entry with a TTL: a record without one would be
-// refused by the next manager (see acceptRecord).
+// refused by the next manager (see recordCheck.accept).
 func (j *journal) write(r *request, v storedValue, ttl time.Duration) {
 	defer j.ops.Done()
 	defer r.entry.writing.Done()

@@ -53,8 +53,9 @@ type Config struct {
 	// and records carry its term. nil for a standalone manager.
 	Fence Fence
 	// RecordRefused, if set, is told the reason of every stored record the
-	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
-	// called with the manager's lock held and must not block.
+	// manager refuses (see recordCheck.accept; RefusalReasons lists them).
+	// Its calls come one at a time, under a lock of the manager's, and it
+	// must not block.
 	RecordRefused func(reason string)
 	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
 	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
@@ -140,11 +141,12 @@ type Manager struct {
 	lastOrder int64                  // guarded by mu; see nextOrderLocked
 	progress  atomic.Int64           // unix ns of the watch's last change; see Start
 	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
-	refusals  refusalLog             // log lines about refused records; guarded by mu
 
-	journal *journal    // the queue entries' writes and deletes
-	gone    disconnects // fast release; guarded by mu
-	stop    stopState   // a clean stop (stop.go); guarded by mu
+	records *recordCheck // which stored records are honoured (records.go)
+	deltas  *deltaStore  // stored runtime pool changes; nil without PoolStore
+	journal *journal     // the queue entries' writes and deletes
+	gone    disconnects  // fast release; guarded by mu
+	stop    stopState    // a clean stop (stop.go); guarded by mu
 	// waiters puts requests into and out of the pools' waiting maps,
 	// counted by connection (connqueue.go); guarded by mu.
 	waiters waiters
@@ -167,12 +169,16 @@ func New(cfg Config) (*Manager, error) {
 		waiters:   newWaiters(cfg),
 	}
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
+	m.records = newRecordCheck(cfg.Node, m.lead, cfg.RecordRefused, m.log)
 	if cfg.Fence != nil {
 		// Every write is checked against the fence right before it is sent.
 		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.lead.serving}
 		if cfg.PoolStore != nil {
 			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.lead.serving}
 		}
+	}
+	if m.cfg.PoolStore != nil {
+		m.deltas = &deltaStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, check: m.records, log: m.log}
 	}
 	if m.pools, err = cfg.newPools(); err != nil {
 		return nil, err
@@ -202,8 +208,22 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 func (m *Manager) start(ctx context.Context) error {
-	if err := m.loadDelta(ctx); err != nil {
-		return err
+	if m.deltas != nil {
+		// The stored pool changes apply before the lease records are
+		// counted.
+		d, ok, err := m.deltas.load(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			m.mu.Lock()
+			m.delta = d
+			m.applyLocked(d.effective(m.cfg.Pools), true)
+			m.mu.Unlock()
+			if !d.empty() {
+				m.log.Info("runtime pool changes applied over the configured pools", "set", d.Set, "rates", d.Rates, "removed", d.Removed)
+			}
+		}
 	}
 	w, err := m.startWatch(ctx)
 	if err != nil {

@@ -96,7 +96,7 @@ func (m *Manager) watch(w Watcher) {
 func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	stored, ok := m.acceptRecord(ch, rebuilt)
+	stored, ok := m.records.accept(ch, rebuilt, m.knownKeyLocked)
 	if !ok {
 		return
 	}

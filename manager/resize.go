@@ -28,6 +28,9 @@ type poolDelta struct {
 	Removed []string                     `json:"removed,omitempty"`
 }
 
+// empty reports whether d changes nothing.
+func (d poolDelta) empty() bool { return len(d.Set) == 0 && len(d.Rates) == 0 && len(d.Removed) == 0 }
+
 func (d poolDelta) clone() poolDelta {
 	return poolDelta{Set: maps.Clone(d.Set), Rates: maps.Clone(d.Rates), Removed: slices.Clone(d.Removed)}
 }
@@ -216,9 +219,9 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 			return
 		}
 	}
-	if m.cfg.PoolStore != nil {
+	if m.deltas != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		err := m.storeDelta(ctx, d)
+		err := m.deltas.put(ctx, d)
 		cancel()
 		if err != nil {
 			m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
