@@ -112,7 +112,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		m.startGrantLocked(r)
 		return
 	}
-	r.order = m.nextOrderLocked()
+	r.order = m.journal.nextOrderLocked()
 	if req.WaitMs > 0 {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
 	}
@@ -121,7 +121,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	// later: telling it that it waits would only cost messages. It is told
 	// if it is still waiting once they no longer cover the queue.
 	m.queuedLocked(r, position, !coveredLocked(p))
-	m.persistQueuedLocked(r)
+	m.journal.persistQueuedLocked(r)
 }
 
 // queuedLocked tells the watchers (and the holder if tell) that r waits,

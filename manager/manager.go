@@ -137,10 +137,9 @@ type Manager struct {
 	ready     chan struct{} // closed once the Store's records are counted
 	ops       sync.WaitGroup
 
-	delta     poolDelta              // runtime pool changes; guarded by mu
-	lastOrder int64                  // guarded by mu; see nextOrderLocked
-	progress  atomic.Int64           // unix ns of the watch's last change; see Start
-	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
+	delta    poolDelta              // runtime pool changes; guarded by mu
+	progress atomic.Int64           // unix ns of the watch's last change; see Start
+	restored map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 
 	records *recordCheck // which stored records are honoured (records.go)
 	deltas  *deltaStore  // stored runtime pool changes; nil without PoolStore
@@ -189,7 +188,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, timeout: cfg.StoreTimeout, log: m.log, ctx: m.ctx, mu: &m.mu, value: m.entryLocked}
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	return m, nil
 }
 

@@ -195,7 +195,7 @@ func (m *Manager) restoreQueue() {
 			m.journal.dropLocked(r)
 			continue
 		}
-		m.lastOrder = max(m.lastOrder, v.QueuedAt)
+		m.journal.restoredLocked(v.QueuedAt)
 		e := exceeds(p, v.Slots)
 		if e == nil && r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil {
 			e = errorf(lease.CodeWaitExpired, "not granted within the wait deadline")

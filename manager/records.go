@@ -176,23 +176,3 @@ func (c *recordCheck) countLocked(reason string) {
 		c.refused(reason)
 	}
 }
-
-// QueueEntryTTL is the TTL of a queue entry without a wait deadline. A
-// request queued longer than this keeps its place in this manager's memory,
-// but a successor no longer restores it: its client's next poll queues it
-// again, at the tail.
-const QueueEntryTTL = 24 * time.Hour
-
-// queueEntryTTL is QueueEntryTTL; tests shorten it (export_test.go).
-var queueEntryTTL = QueueEntryTTL
-
-// entryTTL is the TTL of r's queue entry: until its wait deadline and one
-// lease TTL more (time for the grant to replace it), or QueueEntryTTL.
-// Whole seconds, as the store keeps them.
-func (m *Manager) entryTTL(r *request) time.Duration {
-	d := queueEntryTTL
-	if r.waitUntil != 0 {
-		d = min(time.Until(time.Unix(0, r.waitUntil))+m.cfg.TTL, queueEntryTTL)
-	}
-	return max(d.Truncate(time.Second)+time.Second, time.Second)
-}

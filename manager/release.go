@@ -89,7 +89,7 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 		if h.pool != nil && !m.closed {
 			// The requests waiting only for these slots may wait a while
 			// longer: store their queue entries after all.
-			m.persistUnpersistedLocked(h.pool)
+			m.journal.persistUnpersistedLocked(h.pool)
 		}
 		m.mu.Unlock()
 		select {
@@ -126,6 +126,6 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
-		m.persistUncoveredLocked(h.pool)
+		m.journal.persistUncoveredLocked(h.pool)
 	}
 }
