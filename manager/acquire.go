@@ -80,7 +80,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: ownerOf(msg, &req)}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
-	if m.knownClosedLocked(r.conn) {
+	if m.gone.knownClosedLocked(r.conn) {
 		// Sent just before its connection closed: nobody would hear of it.
 		m.out.reject(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
 		return

@@ -125,7 +125,7 @@ func (m *Manager) grant(r *request) {
 	if m.cfg.GrantLatency != nil {
 		m.cfg.GrantLatency(p.name, time.Since(r.since))
 	}
-	if m.knownClosedLocked(c) {
+	if m.gone.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h) // its connection closed while the record was written
 	}
 	if r.state == grantCancelled {

@@ -144,7 +144,7 @@ type Manager struct {
 	records *recordCheck // which stored records are honoured (records.go)
 	deltas  *deltaStore  // stored runtime pool changes; nil without PoolStore
 	journal *journal     // the queue entries' writes and deletes
-	gone    disconnects  // fast release; guarded by mu
+	gone    *disconnects // fast release (disconnect.go): its own lock, after mu
 	stop    stopState    // a clean stop (stop.go); guarded by mu
 	// waiters puts requests into and out of the pools' waiting maps,
 	// counted by connection (connqueue.go); guarded by mu.
@@ -164,7 +164,6 @@ func New(cfg Config) (*Manager, error) {
 		restored:  make(map[string]restoredReq),
 		watchDone: make(chan struct{}),
 		ready:     make(chan struct{}),
-		gone:      newDisconnects(),
 		waiters:   newWaiters(cfg),
 	}
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
@@ -188,6 +187,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	return m, nil
 }
@@ -268,7 +268,7 @@ func (m *Manager) start(ctx context.Context) error {
 		// a slow consumer.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 	}
-	if err := m.subscribeDisconnects(); err != nil {
+	if err := m.gone.subscribe(m.out); err != nil {
 		m.out.unsubscribe()
 		return err
 	}
@@ -294,7 +294,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	m.stopDisconnectTimersLocked()
+	m.gone.closeLocked()
 	m.mu.Unlock()
 
 	m.out.unsubscribe()
@@ -314,6 +314,7 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 
 	m.ops.Wait()
+	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
 	var err error
 	if m.watcher != nil {
 		err = m.watcher.Stop()

@@ -54,7 +54,7 @@ func (m *Manager) announceStop() {
 		return
 	}
 	m.stop.announced = true
-	m.stopDisconnectTimersLocked()
+	m.gone.stopFreeingLocked()
 	if m.cfg.EmbeddedServer {
 		if id := m.cfg.Conn.ConnectedServerId(); id != "" {
 			m.out.stopServer.Store(&id)
