@@ -115,7 +115,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		return
 	}
 	delete(m.leases, h.key)
-	m.stopRenewedLocked(h)
+	m.stop.renewedLocked(h)
 	if h.pool == nil {
 		return
 	}

@@ -117,7 +117,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	defer h.renewal.unlock()
 	if rec, ok := h.renewal.since(received); ok {
 		m.mu.Lock()
-		m.stopRenewedLocked(h)
+		m.stop.renewedLocked(h)
 		m.mu.Unlock()
 		m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 		return
@@ -143,7 +143,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 				h.rev = newRev
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
-			m.stopRenewedLocked(h)
+			m.stop.renewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
 			m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
