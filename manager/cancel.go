@@ -17,7 +17,7 @@ import (
 func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	p := r.pool
 	m.waiters.drop(r)
-	m.stopTimer(r)
+	r.stopTimer()
 	m.journal.dropLocked(r)
 	r.trace.EndQueued("abandoned")
 	e := errorf(lease.CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
@@ -44,7 +44,7 @@ func (m *Manager) waitExpired(r *request) {
 // its holder hears e, watchers an event of kind, and the waiters behind it
 // may be granted.
 func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventKind) {
-	m.stopTimer(r)
+	r.stopTimer()
 	p := r.pool
 	removed, granted := p.p.Cancel(r.w)
 	if !removed {

@@ -16,7 +16,7 @@ import (
 // acknowledged.
 func (m *Manager) startGrantLocked(r *request) {
 	r.state = granting
-	m.stopTimer(r)
+	r.stopTimer()
 	m.ops.Add(1)
 	go m.grant(r)
 }

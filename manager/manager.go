@@ -279,7 +279,10 @@ func (m *Manager) start(ctx context.Context) error {
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
-	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount(), "fast_release", m.cfg.DisconnectEvents != "")
+	m.mu.Lock()
+	restored := len(m.leases)
+	m.mu.Unlock()
+	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", restored, "fast_release", m.cfg.DisconnectEvents != "")
 	return nil
 }
 
@@ -308,7 +311,7 @@ func (m *Manager) Close() error {
 	for _, p := range m.pools {
 		p.stopRate()
 		for _, r := range p.waiting {
-			m.stopTimer(r)
+			r.stopTimer()
 		}
 	}
 	m.mu.Unlock()
@@ -336,10 +339,4 @@ func (m *Manager) Leases() []lease.Record {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
 	return out
-}
-
-func (m *Manager) leaseCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.leases)
 }

@@ -75,7 +75,9 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 		}
 		cancel()
 		if err == nil || errors.Is(err, ErrStoreNotFound) {
-			m.free(h, kind, h.releaseCode)
+			m.mu.Lock()
+			m.freeLocked(h, kind, h.releaseCode)
+			m.mu.Unlock()
 			return
 		}
 		if fencedOut(err) {
@@ -103,13 +105,7 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 	}
 }
 
-// free returns a gone lease's slots to its pool and grants waiters.
-func (m *Manager) free(h *held, kind lease.EventKind, code lease.Code) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.freeLocked(h, kind, code)
-}
-
+// freeLocked returns a gone lease's slots to its pool and grants waiters.
 func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if m.leases[h.key] != h {
 		return

@@ -137,7 +137,8 @@ func abandoned(r *request, now int64) bool {
 	return r.pollMs > 0 && now-r.lastSeen > 3*r.pollMs*int64(time.Millisecond)+int64(time.Second)
 }
 
-func (m *Manager) stopTimer(r *request) {
+// stopTimer stops r's wait deadline, if armed.
+func (r *request) stopTimer() {
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil

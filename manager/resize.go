@@ -341,7 +341,7 @@ func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why str
 	for _, w := range rejected {
 		r := w.Value.(*request)
 		m.waiters.drop(r)
-		m.stopTimer(r)
+		r.stopTimer()
 		m.journal.dropLocked(r)
 		e := errorf(lease.CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
 		m.out.respond(r.reply, errReply(e))
@@ -365,7 +365,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		}
 		p.p.Cancel(r.w)
 		m.waiters.drop(r)
-		m.stopTimer(r)
+		r.stopTimer()
 		m.journal.dropLocked(r)
 		m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
 	}
