@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -22,9 +23,15 @@ import (
 // handlers run under outbox.guard like the lease verbs, and it answers
 // through the outbox.
 //
-// The admin endpoints (stats, resize) are plain subscriptions, listed and
-// counted here as micro endpoints; the lease verbs stay off this list, on
-// the hot path, and are named in the metadata.
+// The admin endpoints (stats, resize, snapshot) are plain subscriptions,
+// listed and counted here as micro endpoints; the lease verbs stay off this
+// list, on the hot path, and are named in the metadata.
+//
+// discovery owns the admin side: the endpoints and their figures (each its
+// own lock), the pools' utilisation history (its own lock) and the
+// goroutine that samples it (start, wait). It asks the Manager through
+// admin, whose methods take m.mu themselves: discovery holds no lock of
+// its own while it calls them.
 type discovery struct {
 	ping, info []byte // static answers, encoded once
 	identity   micro.ServiceIdentity
@@ -32,10 +39,22 @@ type discovery struct {
 
 	stats, resize, snapshot *endpoint
 
-	out *outbox
+	out   *outbox
+	admin admin
 
-	hist history // the pools' utilisation history (history.go): its own lock
+	hist history        // the pools' utilisation history (history.go): its own lock
+	wg   sync.WaitGroup // the history's sampling goroutine
 }
+
+// admin is what the admin endpoints need of the Manager.
+type admin interface {
+	NodePools() lease.NodePools
+	Snapshot(history bool) lease.NodeSnapshot
+	handleResize(msg *nats.Msg)
+	poolPoints(now time.Time) map[string]lease.HistoryPoint // history's sample
+}
+
+var _ admin = (*Manager)(nil)
 
 // endpoint is one admin endpoint and its figures for $SRV.STATS.
 type endpoint struct {
@@ -48,51 +67,55 @@ type endpoint struct {
 	processing time.Duration
 }
 
-// serveDiscovery subscribes the admin endpoints and the $SRV subjects. The
-// subscriptions are the outbox's, so its unsubscribe ends them all.
-func (m *Manager) serveDiscovery() error {
+// newDiscovery encodes the static answers of the manager cfg configures.
+func newDiscovery(cfg Config, out *outbox, a admin) (*discovery, error) {
 	d := &discovery{
 		identity: micro.ServiceIdentity{
 			Name:    lease.ServiceName,
 			ID:      nuid.Next(),
 			Version: lease.Version,
 			Metadata: map[string]string{
-				"node":     m.cfg.Node,
-				"prefix":   m.cfg.Prefix,
-				"instance": m.cfg.Instance,
-				"acquire":  lease.Subject(m.cfg.Prefix, m.cfg.Node, "<pool>", lease.VerbAcquire),
-				"events":   lease.EventFilter(m.cfg.Prefix, m.cfg.Node, "", ""),
+				"node":     cfg.Node,
+				"prefix":   cfg.Prefix,
+				"instance": cfg.Instance,
+				"acquire":  lease.Subject(cfg.Prefix, cfg.Node, "<pool>", lease.VerbAcquire),
+				"events":   lease.EventFilter(cfg.Prefix, cfg.Node, "", ""),
 			},
 		},
 		started: time.Now().UTC(),
-		stats:   &endpoint{name: "stats", subject: lease.StatsSubject(m.cfg.Prefix, m.cfg.Node)},
-		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(m.cfg.Prefix, m.cfg.Node)},
+		stats:   &endpoint{name: "stats", subject: lease.StatsSubject(cfg.Prefix, cfg.Node)},
+		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(cfg.Prefix, cfg.Node)},
 		// snapshot.go: holders, waiters and history for the operator's page.
-		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
-		out:      m.out,
+		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(cfg.Prefix, cfg.Node)},
+		out:      out,
+		admin:    a,
 	}
-	if m.cfg.ServedBy != "" {
-		d.identity.Metadata["served_by"] = m.cfg.ServedBy
+	if cfg.ServedBy != "" {
+		d.identity.Metadata["served_by"] = cfg.ServedBy
 	}
 	var err error
 	if d.ping, err = json.Marshal(micro.Ping{ServiceIdentity: d.identity, Type: micro.PingResponseType}); err != nil {
-		return fmt.Errorf("lease: service ping: %w", err)
+		return nil, fmt.Errorf("lease: service ping: %w", err)
 	}
 	info := micro.Info{ServiceIdentity: d.identity, Type: micro.InfoResponseType,
-		Description: "slot-lease manager for node " + m.cfg.Node}
+		Description: "slot-lease manager for node " + cfg.Node}
 	for _, e := range d.endpoints() {
 		info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: e.name, Subject: e.subject})
 	}
 	if d.info, err = json.Marshal(info); err != nil {
-		return fmt.Errorf("lease: service info: %w", err)
+		return nil, fmt.Errorf("lease: service info: %w", err)
 	}
-	m.disc = d
+	return d, nil
+}
 
+// subscribe subscribes the admin endpoints and the $SRV subjects. The
+// subscriptions are the outbox's, so its unsubscribe ends them all.
+func (d *discovery) subscribe() error {
 	subscribe := func(subject string, h nats.MsgHandler) error {
-		_, err := m.out.subscribe(subject, m.out.guard(h))
+		_, err := d.out.subscribe(subject, d.out.guard(h))
 		return err
 	}
-	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize, d.snapshot: m.handleSnapshot}
+	admin := map[*endpoint]nats.MsgHandler{d.stats: d.handleStats, d.resize: d.admin.handleResize, d.snapshot: d.handleSnapshot}
 	for _, e := range d.endpoints() {
 		if err := subscribe(e.subject, e.timed(admin[e])); err != nil {
 			return err
@@ -117,12 +140,23 @@ func (m *Manager) serveDiscovery() error {
 			}
 		}
 	}
-	m.ops.Add(1)
-	go func() { // ends with m.ctx; Close waits for it
-		defer m.ops.Done()
-		d.hist.run(m.ctx, m.poolPoints)
-	}()
 	return nil
+}
+
+// start samples the history until ctx ends; wait waits for that.
+func (d *discovery) start(ctx context.Context) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.hist.run(ctx, d.admin.poolPoints)
+	}()
+}
+
+func (d *discovery) wait() { d.wg.Wait() }
+
+func (d *discovery) handleStats(msg *nats.Msg) {
+	np := d.admin.NodePools()
+	d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
 }
 
 func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }

@@ -131,7 +131,7 @@ type Manager struct {
 	lead *leadership
 
 	out       *outbox    // replies, events and subscriptions; see respond.go
-	disc      *discovery // $SRV answers; see discovery.go
+	disc      *discovery // admin endpoints, $SRV answers, history; see discovery.go
 	watcher   Watcher
 	watchDone chan struct{}
 	ready     chan struct{} // closed once the Store's records are counted
@@ -272,10 +272,17 @@ func (m *Manager) start(ctx context.Context) error {
 		m.out.unsubscribe()
 		return err
 	}
-	if err := m.serveDiscovery(); err != nil {
+	d, err := newDiscovery(m.cfg, m.out, m)
+	if err != nil {
 		m.out.unsubscribe()
 		return err
 	}
+	m.disc = d
+	if err := d.subscribe(); err != nil {
+		m.out.unsubscribe()
+		return err
+	}
+	d.start(m.ctx) // Close waits for it
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
@@ -317,6 +324,9 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 
 	m.ops.Wait()
+	if m.disc != nil {
+		m.disc.wait() // the history's sampling, which ends with m.ctx
+	}
 	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
 	var err error
 	if m.watcher != nil {

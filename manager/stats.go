@@ -3,7 +3,6 @@ package manager
 import (
 	"sort"
 
-	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -42,11 +41,6 @@ func (m *Manager) statsLocked() []lease.PoolStats {
 		}
 	}
 	return out
-}
-
-func (m *Manager) handleStats(msg *nats.Msg) {
-	np := m.NodePools()
-	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
 }
 
 // NodePools is what the manager's stats reply carries, in the shape of
