@@ -2,12 +2,10 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -130,15 +128,12 @@ type Manager struct {
 	// write, reply and event; its own atomic state.
 	lead *leadership
 
-	out       *outbox    // replies, events and subscriptions; see respond.go
-	disc      *discovery // admin endpoints, $SRV answers, history; see discovery.go
-	watcher   Watcher
-	watchDone chan struct{}
-	ready     chan struct{} // closed once the Store's records are counted
-	ops       sync.WaitGroup
+	out   *outbox      // replies, events and subscriptions; see respond.go
+	disc  *discovery   // admin endpoints, $SRV answers, history; see discovery.go
+	watch *recordWatch // the lease record watch (watch.go)
+	ops   sync.WaitGroup
 
 	delta    poolDelta              // runtime pool changes; guarded by mu
-	progress atomic.Int64           // unix ns of the watch's last change; see Start
 	restored map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 
 	records *recordCheck // which stored records are honoured (records.go)
@@ -158,13 +153,11 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.Node),
-		leases:    make(map[string]*held),
-		restored:  make(map[string]restoredReq),
-		watchDone: make(chan struct{}),
-		ready:     make(chan struct{}),
-		waiters:   newWaiters(cfg),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Node),
+		leases:   make(map[string]*held),
+		restored: make(map[string]restoredReq),
+		waiters:  newWaiters(cfg),
 	}
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
 	m.records = newRecordCheck(cfg.Node, m.lead, cfg.RecordRefused, m.log)
@@ -187,6 +180,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	return m, nil
@@ -224,33 +218,9 @@ func (m *Manager) start(ctx context.Context) error {
 			}
 		}
 	}
-	w, err := m.startWatch(ctx)
-	if err != nil {
-		return fmt.Errorf("lease: watch lease records: %w", err)
-	}
-	m.watcher = w
-	m.progress.Store(time.Now().UnixNano())
-	go m.watch(w)
-	// The rebuild must keep moving: a watch that stalls (a connection reset
-	// while it delivers; nats.go notices the gap only seconds later) would
-	// hold a takeover while this manager keeps its leadership. Give up
-	// instead, so the caller (RunLeader) retries with a fresh watch, or a
-	// standby steps in.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-m.ready:
-			waiting = false
-		case <-ctx.Done():
-			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
-		case <-m.watchDone:
-			return errors.New("lease: the lease record watch ended before the state was rebuilt")
-		case <-tick.C:
-			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
-				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
-			}
-		}
+	// Every record in the store is counted before any request is served.
+	if err := m.watch.start(ctx, m.ctx); err != nil {
+		return err
 	}
 
 	handlers := map[string]nats.MsgHandler{
@@ -328,11 +298,7 @@ func (m *Manager) Close() error {
 		m.disc.wait() // the history's sampling, which ends with m.ctx
 	}
 	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
-	var err error
-	if m.watcher != nil {
-		err = m.watcher.Stop()
-		<-m.watchDone
-	}
+	err := m.watch.stop()
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err

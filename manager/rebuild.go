@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -14,79 +13,26 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-// startWatch starts the lease record watch, giving up after RebuildStall
-// (a watch set up over a connection that resets meanwhile can hang for the
-// JetStream API timeout); a watch that comes up later is stopped.
-func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
-	type result struct {
-		w   Watcher
-		err error
+// observeGone frees the lease whose record expired, or was deleted by
+// someone else: its slots are free in the store, so they are here.
+func (m *Manager) observeGone(ch Change) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.restored, ch.Key)
+	h := m.leases[ch.Key]
+	// Our own release owns the slots while its delete is in flight.
+	if h == nil || h.releasing || ch.Rev <= h.rev {
+		return
 	}
-	done := make(chan result)
-	// The watch lives until Close (m.ctx), not only for Start's ctx; its
-	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
-	// which stops a watch that came up after Start gave up on it.
-	wctx, stop := context.WithCancel(m.ctx)
-	stopSetup := context.AfterFunc(ctx, stop)
-	defer stopSetup()
-	m.ops.Add(1)
-	go func() {
-		defer m.ops.Done()
-		w, err := m.cfg.Store.Watch(wctx, lease.NodeKeys(m.cfg.Node))
-		select {
-		case done <- result{w, err}:
-		case <-wctx.Done():
-			if err == nil {
-				_ = w.Stop()
-			}
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.w, r.err
-	case <-wctx.Done():
-		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
-	case <-time.After(m.cfg.RebuildStall):
-		stop() // ends the set-up; Close (which Start calls next) waits for it
-		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
+	kind := lease.EventExpired
+	if ch.Op == ChangeDelete {
+		kind = lease.EventReleased
+	} else {
+		_, span := telemetry.StartSpan(context.Background(), natstrace.SpanExpire, natstrace.Node(m.cfg.Node),
+			natstrace.Pool(h.rec.Pool), natstrace.LeaseID(h.rec.ID), natstrace.Token(h.rec.Token), natstrace.Slots(h.rec.Slots))
+		span.End()
 	}
-}
-
-// watch applies the Store's view: first it counts every stored lease of this
-// node, then it frees leases whose records expire or are deleted by others.
-func (m *Manager) watch(w Watcher) {
-	defer close(m.watchDone)
-	rebuilt := false
-	for ch := range w.Changes() {
-		m.progress.Store(time.Now().UnixNano())
-		switch ch.Op {
-		case ChangeCaughtUp:
-			if !rebuilt {
-				rebuilt = true
-				m.restoreQueue()
-				close(m.ready)
-			}
-		case ChangePut:
-			m.observePut(ch, rebuilt)
-		case ChangeDelete, ChangeExpire:
-			m.mu.Lock()
-			delete(m.restored, ch.Key)
-			h := m.leases[ch.Key]
-			// Our own release owns the slots while its delete is in flight.
-			if h != nil && !h.releasing && ch.Rev > h.rev {
-				kind := lease.EventExpired
-				if ch.Op == ChangeDelete {
-					kind = lease.EventReleased
-				} else {
-					_, span := telemetry.StartSpan(context.Background(), natstrace.SpanExpire, natstrace.Node(m.cfg.Node),
-						natstrace.Pool(h.rec.Pool), natstrace.LeaseID(h.rec.ID), natstrace.Token(h.rec.Token), natstrace.Slots(h.rec.Slots))
-					span.End()
-				}
-				m.freeLocked(h, kind, "")
-			}
-			m.mu.Unlock()
-		}
-	}
+	m.freeLocked(h, kind, "")
 }
 
 // observePut counts every stored lease while rebuilding. After that, an
