@@ -99,7 +99,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
 	}
 	if err != nil {
-		e := m.enqueueError(p, req, err)
+		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
 		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
 			e = m.waiters.connFullError(p)
 		}
@@ -150,25 +150,26 @@ func exceeds(p *pool, slots int64) *lease.Error {
 	return nil
 }
 
-// enqueueError maps a pool's refusal to a wire error.
-func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *lease.Error {
+// enqueueError maps a pool's refusal of slots to a wire error; ttl is the
+// lease TTL, for the retry hint.
+func enqueueError(p *pool, slots int64, err error, ttl time.Duration) *lease.Error {
 	s := p.p.Stats()
 	switch {
 	case errors.Is(err, pools.ErrWouldWait):
-		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
-		if s.Rate != "" && s.Available >= req.Slots && s.QueuedRequests == 0 {
+		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		if s.Rate != "" && s.Available >= slots && s.QueuedRequests == 0 {
 			// The slots are free: the rate alone holds it back.
-			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", req.Slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
+			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
 		}
 		// With a start rate, the earliest the rate lets this request in:
 		// honest when the rate is what holds it back, a lower bound when
 		// slots are busy too. Without one, nothing says when slots free.
-		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(req.Slots))
+		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(slots))
 		return e
 	case errors.Is(err, pools.ErrQueueFull):
 		e := errorf(lease.CodeQueueFull, "pool %q already has %d queued requests, its limit%s", p.name, s.QueuedRequests, rateNote(s))
 		// A hint, not a promise (queueFullRetryMs).
-		e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)
+		e.RetryAfterMs = queueFullRetryMs(p, ttl)
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(lease.CodeExceedsCapacity, "%v", err)

@@ -113,7 +113,7 @@ func (m *Manager) grant(r *request) {
 		// deadline: a successor may not have counted this record and will
 		// delete it. Tell the holder nothing but to retry; after a restart
 		// of this same manager the retry finds the record.
-		e := errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+		e := closingError(m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
 		m.out.respond(r.reply, errReply(e))
 		return

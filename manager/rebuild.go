@@ -154,7 +154,7 @@ func (m *Manager) restoreQueue() {
 			if w, granted, position, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
 				// A tenant cap or a queue limit lowered since it queued: its
 				// client hears why, and the entry goes.
-				e = m.enqueueError(p, lease.AcquireRequest{Slots: v.Slots}, err)
+				e = enqueueError(p, v.Slots, err, m.cfg.TTL)
 			}
 		}
 		if e != nil {

@@ -23,7 +23,7 @@ import (
 // with: the manager is closing, or has no such pool.
 func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
 	if m.closed {
-		return nil, m.closingError()
+		return nil, closingError(m.cfg.Node)
 	}
 	if p := m.pools[name]; p != nil {
 		return p, nil
@@ -40,9 +40,10 @@ func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
 	return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names))
 }
 
-// closingError answers requests that arrive once Close has begun.
-func (m *Manager) closingError() *lease.Error {
-	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+// closingError answers requests to node's manager that arrive once Close
+// has begun.
+func closingError(node string) *lease.Error {
+	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", node)
 }
 
 // lookupLocked finds the lease a renew or release names and checks its token.

@@ -156,7 +156,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		m.disc.respondResize(msg.Reply, errReply(m.closingError()))
+		m.disc.respondResize(msg.Reply, errReply(closingError(m.cfg.Node)))
 		return
 	}
 	d := m.delta.clone()
