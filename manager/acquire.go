@@ -134,7 +134,7 @@ func (m *Manager) queuedLocked(r *request, position int, tell bool) {
 	if r.waitUntil != 0 {
 		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}
-	m.armRateLocked(r.pool)
+	m.rates.armLocked(r.pool, m.closed)
 }
 
 // exceeds refuses a request for more slots than p could ever grant at once:

@@ -25,7 +25,7 @@ func (m *Manager) startGrantLocked(r *request) {
 // those whose client abandoned them: their slots go to the next. Then it
 // arms p's rate timer for the waiter after them.
 func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
-	defer m.armRateLocked(p)
+	defer m.rates.armLocked(p, m.closed)
 	for len(rs) > 0 {
 		var next []*pools.Waiter
 		now := time.Now().UnixNano()

@@ -133,6 +133,7 @@ type Manager struct {
 	watch *recordWatch // the lease record watch (watch.go)
 	ops   sync.WaitGroup
 
+	rates    rates                  // the start-rate timers (rate.go); guarded by mu
 	delta    poolDelta              // runtime pool changes; guarded by mu
 	restored map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
 
@@ -159,6 +160,7 @@ func New(cfg Config) (*Manager, error) {
 		restored: make(map[string]restoredReq),
 		waiters:  newWaiters(cfg),
 	}
+	m.rates = newRates(m.refill)
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
 	m.records = newRecordCheck(cfg.Node, m.lead, cfg.RecordRefused, m.log)
 	if cfg.Fence != nil {
@@ -286,7 +288,7 @@ func (m *Manager) Close() error {
 	// polling with the same request id.
 	m.mu.Lock()
 	for _, p := range m.pools {
-		p.stopRate()
+		m.rates.stopLocked(p)
 		for _, r := range p.waiting {
 			r.stopTimer()
 		}

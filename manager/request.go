@@ -23,9 +23,6 @@ type pool struct {
 	// unpersisted are queued requests whose entry was not written because
 	// releases in flight covered the whole queue (see persistQueuedLocked).
 	unpersisted []*request
-	// rate wakes the waiters of a pool with a start rate (rate.go); nil
-	// until first armed.
-	rate *time.Timer
 }
 
 // newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no

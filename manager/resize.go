@@ -357,7 +357,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		m.removed = map[string]bool{}
 	}
 	m.removed[p.name] = true
-	p.stopRate()
+	m.rates.removeLocked(p)
 	for _, r := range p.waiting {
 		if r.state != queued {
 			r.state = grantCancelled // the grant in flight is given back once stored
