@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -70,11 +71,11 @@ func (m *Manager) grant(r *request) {
 	}
 	if err == nil {
 		started := time.Now()
-		rev, err = m.writeGrant(key, data, r.entry.await())
+		rev, err = m.grants.write(key, data, r.entry.await())
 		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
 			// Ambiguous: the write may be stored though its acknowledgement
 			// was lost. The slots stay taken until the store says.
-			rev, err = m.resolveGrant(key, r.id, started, err)
+			rev, err = m.grants.resolve(key, r.id, started, err)
 		}
 	}
 
@@ -138,23 +139,37 @@ func (m *Manager) grant(r *request) {
 		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
 }
 
-// resolveGrant finds out whether a grant write that failed ambiguously was
+// grantStore stores grants in the lease bucket: over the request's queue
+// entry, conditional on its revision, or as a new key; and it finds out
+// whether a write that failed ambiguously was stored. It holds no state and
+// takes no lock: the grant goroutine calls it between its two steps under
+// m.mu, and every store call is bounded by the store timeout.
+type grantStore struct {
+	store    Store
+	journal  *journal // takes over a queue entry an earlier attempt left
+	ttl      time.Duration
+	timeout  time.Duration
+	instance string
+	log      *slog.Logger
+}
+
+// resolve finds out whether a grant write that failed ambiguously was
 // stored: it reads the key until the store answers, or until the record,
 // had it been stored, would have expired. It returns the grant's revision if
 // the record is this grant, else writeErr.
-func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error) (uint64, error) {
+func (gs *grantStore) resolve(key, id string, started time.Time, writeErr error) (uint64, error) {
 	backoff := 50 * time.Millisecond
-	for time.Since(started) < m.cfg.TTL+time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		data, rev, err := m.cfg.Store.Get(ctx, key)
+	for time.Since(started) < gs.ttl+time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), gs.timeout)
+		data, rev, err := gs.store.Get(ctx, key)
 		cancel()
 		if errors.Is(err, ErrStoreNotFound) {
 			return 0, writeErr
 		}
 		if err == nil {
 			var v storedValue
-			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == m.cfg.Instance && v.Token == 0 {
-				m.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
+			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == gs.instance && v.Token == 0 {
+				gs.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
 				return rev, nil
 			}
 			return 0, writeErr // the queue entry is still there, or another record
@@ -165,27 +180,27 @@ func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error
 	return 0, writeErr
 }
 
-// writeGrant stores a grant: over its queue entry (conditional on the
-// entry's revision) when the request was queued, else as a new key.
-func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+// write stores a grant: over its queue entry (conditional on the entry's
+// revision) when the request was queued, else as a new key.
+func (gs *grantStore) write(key string, data []byte, entryRev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), gs.timeout)
 	defer cancel()
 	if entryRev == 0 {
-		rev, err := m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		rev, err := gs.store.Create(ctx, key, data, gs.ttl)
 		if !errors.Is(err, ErrStoreExists) {
 			return rev, err
 		}
-		if entryRev, err = m.journal.stale(ctx, key); err != nil {
+		if entryRev, err = gs.journal.stale(ctx, key); err != nil {
 			return 0, err
 		}
 	}
-	rev, err := m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+	rev, err := gs.store.Renew(ctx, key, data, gs.ttl, entryRev)
 	if errors.Is(err, ErrStoreRevision) {
 		// The entry expired (its TTL, QueueEntryTTL, lapsed while the
 		// request waited) or was replaced. Create writes over an expiry
 		// marker and refuses anything live, so this never writes over
 		// another grant.
-		return m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		return gs.store.Create(ctx, key, data, gs.ttl)
 	}
 	return rev, err
 }

@@ -140,6 +140,7 @@ type Manager struct {
 	records *recordCheck // which stored records are honoured (records.go)
 	deltas  *deltaStore  // stored runtime pool changes; nil without PoolStore
 	journal *journal     // the queue entries' writes and deletes
+	grants  *grantStore  // the grants' writes (grant.go)
 	gone    *disconnects // fast release (disconnect.go): its own lock, after mu
 	stop    stopState    // a clean stop (stop.go); guarded by mu
 	// waiters puts requests into and out of the pools' waiting maps,
@@ -185,6 +186,7 @@ func New(cfg Config) (*Manager, error) {
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
+	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, instance: cfg.Instance, log: m.log}
 	return m, nil
 }
 
