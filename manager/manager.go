@@ -115,37 +115,38 @@ type Manager struct {
 	// ctx ends when Close begins; release retries stop with it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	ops    sync.WaitGroup // the grant, renewal and release goroutines
 
+	// mu guards the pools, the leases and the owners below that change
+	// with them in one step (documented "guarded by mu"). The owners with
+	// a lock of their own take it after mu, never before: the Manager may
+	// call them with mu held, and they never take mu while holding theirs.
 	mu    sync.Mutex
 	pools map[string]*pool
 	// removed holds the pools a resize removed (and not added back), so
 	// that their holders and latecomers are told so, not that the node
 	// never had them.
-	removed map[string]bool
-	leases  map[string]*held // by record key; every live record of this node
-	closed  bool
-	// lead is the leadership term served (fence.go): checked before every
-	// write, reply and event; its own atomic state.
-	lead *leadership
+	removed  map[string]bool
+	leases   map[string]*held       // by record key; every live record of this node
+	closed   bool                   // Close has begun
+	delta    poolDelta              // runtime pool changes in force
+	restored map[string]restoredReq // queue entries seen while rebuilding
 
-	out   *outbox      // replies, events and subscriptions; see respond.go
-	disc  *discovery   // admin endpoints, $SRV answers, history; see discovery.go
-	watch *recordWatch // the lease record watch (watch.go)
-	ops   sync.WaitGroup
+	// Guarded by mu, as they change with the pools and the leases.
+	waiters waiters   // the pools' waiting requests, by connection (connqueue.go)
+	journal *journal  // the queue entries: which, when, writing (queue.go, journal.go)
+	rates   rates     // the start-rate timers (rate.go)
+	stop    stopState // a clean stop's progress (stop.go)
 
-	rates    rates                  // the start-rate timers (rate.go); guarded by mu
-	delta    poolDelta              // runtime pool changes; guarded by mu
-	restored map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
-
-	records *recordCheck // which stored records are honoured (records.go)
-	deltas  *deltaStore  // stored runtime pool changes; nil without PoolStore
-	journal *journal     // the queue entries' writes and deletes
-	grants  *grantStore  // the grants' writes (grant.go)
-	gone    *disconnects // fast release (disconnect.go): its own lock, after mu
-	stop    stopState    // a clean stop (stop.go); guarded by mu
-	// waiters puts requests into and out of the pools' waiting maps,
-	// counted by connection (connqueue.go); guarded by mu.
-	waiters waiters
+	// Owners with no state under mu: their own lock, or none needed.
+	lead    *leadership  // the term served and the fence (fence.go): atomic
+	out     *outbox      // subscriptions, replies and events (respond.go): own lock
+	gone    *disconnects // fast release (disconnect.go, closecheck.go): own lock
+	watch   *recordWatch // the lease record watch (watch.go)
+	disc    *discovery   // admin endpoints and history (discovery.go): own locks
+	records *recordCheck // which stored records are honoured (records.go): own lock
+	deltas  *deltaStore  // stored pool changes (pooldelta.go); nil without PoolStore
+	grants  *grantStore  // a grant's writes (grant.go): stateless
 }
 
 // New validates cfg and builds a Manager. Call Start to serve.
