@@ -11,7 +11,6 @@ import (
 	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func (m *Manager) handleAcquire(msg *nats.Msg) {
@@ -19,47 +18,47 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	ctx, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node(m.cfg.Node), natstrace.Pool(poolName))
 	defer span.End()
 	var req lease.AcquireRequest
-	if e := decode(msg.Data, &req); e != nil {
-		m.reject(span, msg.Reply, poolName, req, e)
-		return
-	}
-	natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
-	if e := m.validateAcquire(&req); e != nil {
-		m.reject(span, msg.Reply, poolName, req, e)
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
+		e = validateAcquire(&req)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e != nil {
+		m.out.reject(span, msg.Reply, m.pools[poolName], poolName, req, e)
+		return
+	}
 	p, e := m.poolLocked(poolName)
 	if e != nil {
 		// Closing (start no store operation Close would not wait for), or
 		// no such pool.
-		m.rejectLocked(span, msg.Reply, nil, poolName, req, e)
+		m.out.reject(span, msg.Reply, nil, poolName, req, e)
 		return
 	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
 		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
-			m.respond(msg.Reply, errReply(e))
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		if h.releasing {
 			// Its slots are about to go to someone else: this is no grant.
-			m.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
+			m.out.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
 			return
 		}
 		// Existing tells the holder the record was written before this
 		// request was sent, so it must confirm with a renewal before
 		// trusting a deadline measured from its own send time.
 		rec := h.rec
-		m.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
+		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
 		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
-			m.respond(msg.Reply, errReply(e))
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		r.reply = msg.Reply
@@ -68,12 +67,12 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 			r.conn = c // re-sent after a reconnect: it lives on the new connection
 		}
 		if r.state == queued {
-			m.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
 		}
 		return
 	}
 	if e := exceeds(p, req.Slots); e != nil {
-		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 
@@ -81,18 +80,18 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: ownerOf(msg, &req)}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
-	if m.knownClosedLocked(r.conn) {
+	if m.gone.knownClosedLocked(r.conn) {
 		// Sent just before its connection closed: nobody would hear of it.
-		m.rejectLocked(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
+		m.out.reject(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
 		return
 	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
-	m.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
 	var w *pools.Waiter
 	var granted bool
 	var position int
 	var err error
-	connFull := m.connFullLocked(r.owner)
+	connFull := m.waiters.connFull(r.owner)
 	if req.NoWait || connFull {
 		w, err = p.p.TryAcquireRequest(r.poolRequest())
 		granted = err == nil
@@ -100,20 +99,20 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
 	}
 	if err != nil {
-		e := m.enqueueError(p, req, err)
+		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
 		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
-			e = m.connFullError(p)
+			e = m.waiters.connFullError(p)
 		}
-		m.rejectLocked(span, msg.Reply, p, poolName, req, e)
+		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return
 	}
 	r.w = w
-	m.addWaitingLocked(r)
+	m.waiters.add(r)
 	if granted {
 		m.startGrantLocked(r)
 		return
 	}
-	r.order = m.nextOrderLocked()
+	r.order = m.journal.nextOrderLocked()
 	if req.WaitMs > 0 {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
 	}
@@ -122,20 +121,20 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	// later: telling it that it waits would only cost messages. It is told
 	// if it is still waiting once they no longer cover the queue.
 	m.queuedLocked(r, position, !coveredLocked(p))
-	m.persistQueuedLocked(r)
+	m.journal.persistQueuedLocked(r)
 }
 
 // queuedLocked tells the watchers (and the holder if tell) that r waits,
 // and arms its wait deadline.
 func (m *Manager) queuedLocked(r *request, position int, tell bool) {
 	if tell {
-		m.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
+		m.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
 	}
-	m.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+	m.out.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
 	if r.waitUntil != 0 {
 		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}
-	m.armRateLocked(r.pool)
+	m.rates.armLocked(r.pool, m.closed)
 }
 
 // exceeds refuses a request for more slots than p could ever grant at once:
@@ -151,30 +150,26 @@ func exceeds(p *pool, slots int64) *lease.Error {
 	return nil
 }
 
-// enqueueError maps a pool's refusal to a wire error.
-func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *lease.Error {
+// enqueueError maps a pool's refusal of slots to a wire error; ttl is the
+// lease TTL, for the retry hint.
+func enqueueError(p *pool, slots int64, err error, ttl time.Duration) *lease.Error {
 	s := p.p.Stats()
 	switch {
 	case errors.Is(err, pools.ErrWouldWait):
-		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", req.Slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
-		if s.Rate != "" && s.Available >= req.Slots && s.QueuedRequests == 0 {
+		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		if s.Rate != "" && s.Available >= slots && s.QueuedRequests == 0 {
 			// The slots are free: the rate alone holds it back.
-			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", req.Slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
+			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)
 		}
 		// With a start rate, the earliest the rate lets this request in:
 		// honest when the rate is what holds it back, a lower bound when
 		// slots are busy too. Without one, nothing says when slots free.
-		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(req.Slots))
+		e.RetryAfterMs = retryAfterMs(p.p.RetryAfter(slots))
 		return e
 	case errors.Is(err, pools.ErrQueueFull):
 		e := errorf(lease.CodeQueueFull, "pool %q already has %d queued requests, its limit%s", p.name, s.QueuedRequests, rateNote(s))
-		// A hint, not a promise: about when a holder renews, by which time
-		// the queue has likely moved; or, when the rate holds the queue,
-		// when it lets the next waiter in.
-		e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
-		if d, ok := p.p.NextGrant(); ok {
-			e.RetryAfterMs = max(1, retryAfterMs(d))
-		}
+		// A hint, not a promise (queueFullRetryMs).
+		e.RetryAfterMs = queueFullRetryMs(p, ttl)
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(lease.CodeExceedsCapacity, "%v", err)
@@ -183,7 +178,18 @@ func (m *Manager) enqueueError(p *pool, req lease.AcquireRequest, err error) *le
 	}
 }
 
-func (m *Manager) validateAcquire(req *lease.AcquireRequest) *lease.Error {
+// queueFullRetryMs is the retry hint of a queue_full answer: about when a
+// holder renews, by which time the queue has likely moved; or, when the
+// rate holds the queue, when it lets the next waiter in.
+func queueFullRetryMs(p *pool, ttl time.Duration) int64 {
+	if d, ok := p.p.NextGrant(); ok {
+		return max(1, retryAfterMs(d))
+	}
+	return (ttl / 3).Milliseconds()
+}
+
+// validateAcquire checks what an acquire request says of itself.
+func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	if err := rules.ValidRequestID(req.RequestID); err != nil {
 		return errorf(lease.CodeBadRequest, "%v", err)
 	}
@@ -209,24 +215,4 @@ func (m *Manager) validateAcquire(req *lease.AcquireRequest) *lease.Error {
 		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
 	}
 	return checkConn(req.ConnServer, req.ConnID)
-}
-
-func (m *Manager) reject(span trace.Span, reply, poolName string, req lease.AcquireRequest, e *lease.Error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.rejectLocked(span, reply, m.pools[poolName], poolName, req, e)
-}
-
-// rejectLocked answers an acquire with an error and, for a pool this node
-// has, publishes a rejected event. Unknown pools get no event: their name
-// comes from the network and must not mint event subjects.
-func (m *Manager) rejectLocked(span trace.Span, reply string, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) {
-	natstrace.Fail(span, string(e.Code), e.Message)
-	m.respond(reply, errReply(e))
-	if p != nil {
-		// The request failed validation, maybe for its size: echo a bounded part.
-		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
-	} else {
-		m.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
-	}
 }

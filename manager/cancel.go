@@ -16,17 +16,17 @@ import (
 // the waiters granted the slots r had been given.
 func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	p := r.pool
-	m.dropWaitingLocked(r)
-	m.stopTimer(r)
+	m.waiters.drop(r)
+	r.stopTimer()
 	m.journal.dropLocked(r)
 	r.trace.EndQueued("abandoned")
 	e := errorf(lease.CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
 		time.Duration(now-r.lastSeen).Round(time.Millisecond), r.pollMs)
-	m.respond(r.reply, errReply(e))
+	m.out.respond(r.reply, errReply(e))
 	// The slots back first, so the event carries the figures after the
 	// drop: no other event may follow it.
 	granted := p.p.ReleaseFor(r.tenant, r.slots)
-	m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	return granted
 }
 
@@ -44,32 +44,32 @@ func (m *Manager) waitExpired(r *request) {
 // its holder hears e, watchers an event of kind, and the waiters behind it
 // may be granted.
 func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventKind) {
-	m.stopTimer(r)
+	r.stopTimer()
 	p := r.pool
 	removed, granted := p.p.Cancel(r.w)
 	if !removed {
 		return
 	}
-	m.dropWaitingLocked(r)
+	m.waiters.drop(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued(string(e.Code))
-	m.respond(r.reply, errReply(e))
-	m.emit(p, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	m.out.respond(r.reply, errReply(e))
+	m.out.emit(p, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	m.startGrantsLocked(p, granted)
 }
 
 func (m *Manager) handleCancel(msg *nats.Msg) {
 	var req lease.CancelRequest
 	if e := decode(msg.Data, &req); e != nil {
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	if err := rules.ValidRequestID(req.RequestID); err != nil {
-		m.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "%v", err)))
+		m.out.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "%v", err)))
 		return
 	}
 	if req.Holder == "" {
-		m.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "holder is required")))
+		m.out.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "holder is required")))
 		return
 	}
 	poolName := poolToken(msg.Subject)
@@ -77,34 +77,34 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 	defer m.mu.Unlock()
 	p, e := m.poolLocked(poolName)
 	if e != nil {
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
 		if r.holder != req.Holder || !secretMatches(r.secret, req.Secret) {
-			m.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			m.out.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
 			return
 		}
 		if r.state != queued {
 			r.state = grantCancelled
-			m.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
+			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
 			return
 		}
 		m.leaveQueueLocked(r, errorf(lease.CodeCancelled, "cancelled by the holder"), lease.EventCancelled)
-		m.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
+		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
 		return
 	}
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
 		if h.rec.Holder != req.Holder || !secretMatches(h.rec.Secret, req.Secret) {
-			m.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+			m.out.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
 			return
 		}
 		if !h.releasing {
 			m.startReleaseLocked(h, lease.EventCancelled)
 		}
-		m.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
+		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
 		return
 	}
 	// Nothing to cancel: already ended. Cancel is idempotent.
-	m.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
+	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
 }

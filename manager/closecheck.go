@@ -79,56 +79,72 @@ const (
 	maxConnzAnswer = 64 << 10
 )
 
-// checkCloseLocked starts asking c's server whether c is closed, unless a
-// check is under way or the manager is closing.
-func (m *Manager) checkCloseLocked(c conn) {
-	if m.closed || !c.known() {
+// checkLocked starts asking c's server whether c is closed, unless a
+// check is under way or the owner stopped. g.mu held.
+func (g *disconnects) checkLocked(c conn) {
+	if g.stopped || !c.known() {
 		return
 	}
-	if _, ok := m.gone.checking[c]; ok {
+	if _, ok := g.checking[c]; ok {
 		return
 	}
-	if len(m.gone.checking) >= maxCloseChecks {
-		m.log.Warn("too many connection checks in flight: leaving a closed connection's leases to the TTL", "conn_id", c.id)
+	if len(g.checking) >= maxCloseChecks {
+		g.log.Warn("too many connection checks in flight: leaving a closed connection's leases to the TTL", "conn_id", c.id)
 		return
 	}
-	m.gone.checking[c] = struct{}{}
-	m.ops.Add(1)
-	go m.confirmClose(c)
+	g.checking[c] = struct{}{}
+	g.wg.Add(1)
+	go g.confirm(c)
 }
 
-// confirmClose asks c's server until it lists c as closed or the questions
-// run out, then frees what is bound to c if it did.
-func (m *Manager) confirmClose(c conn) {
-	defer m.ops.Done()
-	reason, closed := m.askClosed(m.ctx, c)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.gone.checking, c)
-	delete(m.gone.heard, c)
+// confirm asks c's server until it lists c as closed or the questions run
+// out, then, with m.mu held, settles the answer and frees what is bound to
+// c if the holder's end closed it.
+func (g *disconnects) confirm(c conn) {
+	defer g.wg.Done()
+	reason, closed := g.askClosed(g.ctx, c)
+	g.managerMu.Lock()
+	defer g.managerMu.Unlock()
+	if g.settle(c, reason, closed) {
+		g.bindings.closedLocked(c)
+	}
+}
+
+// settle ends the check of c and reports whether what is bound to c is to
+// be freed: its server listed it as closed, by the holder's end, and the
+// manager still frees on a close.
+func (g *disconnects) settle(c conn, reason string, closed bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.checking, c)
+	delete(g.heard, c)
 	switch {
 	case !closed:
-		if m.ctx.Err() == nil {
-			m.log.Warn("ignoring a disconnect advisory that the connection's server does not confirm", "conn_server", c.server, "conn_id", c.id)
+		if g.ctx.Err() == nil {
+			g.log.Warn("ignoring a disconnect advisory that the connection's server does not confirm", "conn_server", c.server, "conn_id", c.id)
 		}
+		return false
 	case !holderClosed(reason):
-		m.log.Info("a holder's connection was closed by its server, not by the holder: its leases stay until it moves them or their TTL lapses",
+		g.log.Info("a holder's connection was closed by its server, not by the holder: its leases stay until it moves them or their TTL lapses",
 			"conn_server", c.server, "conn_id", c.id, "reason", reason)
-	default:
-		m.closedLocked(c, time.Now())
+		return false
+	case g.noFrees:
+		return false // it told its holders it frees nothing more (stop.go)
 	}
+	g.closed[c] = time.Now()
+	return true
 }
 
 // askClosed reports whether c's server lists c as closed, and why, asking
 // again after each of closeCheckWaits while it does not.
-func (m *Manager) askClosed(ctx context.Context, c conn) (reason string, closed bool) {
+func (g *disconnects) askClosed(ctx context.Context, c conn) (reason string, closed bool) {
 	for _, wait := range closeCheckWaits {
 		select {
 		case <-ctx.Done():
 			return "", false
 		case <-time.After(wait):
 		}
-		reason, closed, answered := m.askConnz(ctx, c)
+		reason, closed, answered := g.askConnz(ctx, c)
 		if closed {
 			return reason, true
 		}
@@ -143,9 +159,9 @@ func (m *Manager) askClosed(ctx context.Context, c conn) (reason string, closed 
 // connection c.id, and waits for the answers of c's server: closed (with
 // the reason the server recorded) if one lists it, answered once every
 // subject got one (or one listed it).
-func (m *Manager) askConnz(ctx context.Context, c conn) (reason string, closed, answered bool) {
-	nc := m.cfg.Conn
-	subjects := connzSubjects(m.cfg.DisconnectEvents)
+func (g *disconnects) askConnz(ctx context.Context, c conn) (reason string, closed, answered bool) {
+	nc := g.conn
+	subjects := connzSubjects(g.subject)
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox + ".*")
 	if err != nil {

@@ -3,6 +3,7 @@ package manager
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
@@ -50,30 +51,42 @@ func ownerOf(msg *nats.Msg, req *lease.AcquireRequest) string {
 	return ""
 }
 
-// maxQueuedPerConn is the configured bound, or its default.
-func (m *Manager) maxQueuedPerConn() int {
-	if m.cfg.MaxQueuedPerConn > 0 {
-		return m.cfg.MaxQueuedPerConn
+// waiters counts the requests waiting on this node by the connection that
+// sent them, and puts requests into and out of their pools' waiting maps.
+// Guarded by Manager.mu: it changes with the pools, in the same step.
+// Invariant: byConn[o] is the number of requests with owner o in the
+// pools' waiting maps.
+type waiters struct {
+	max    int // Config.MaxQueuedPerConn, or its default
+	node   string
+	ttl    time.Duration
+	byConn map[string]int
+}
+
+func newWaiters(cfg Config) waiters {
+	max := cfg.MaxQueuedPerConn
+	if max <= 0 {
+		max = rules.DefaultMaxQueuedPerConnection
 	}
-	return rules.DefaultMaxQueuedPerConnection
+	return waiters{max: max, node: cfg.Node, ttl: cfg.TTL, byConn: make(map[string]int)}
 }
 
-// connFullLocked reports whether owner may not have one more request wait.
-func (m *Manager) connFullLocked(owner string) bool {
-	return owner != "" && m.queuedBy[owner] >= m.maxQueuedPerConn()
+// connFull reports whether owner may not have one more request wait.
+func (ws *waiters) connFull(owner string) bool {
+	return owner != "" && ws.byConn[owner] >= ws.max
 }
 
-// addWaitingLocked puts r into its pool's waiting requests, counted
-// against its connection.
-func (m *Manager) addWaitingLocked(r *request) {
+// add puts r into its pool's waiting requests, counted against its
+// connection.
+func (ws *waiters) add(r *request) {
 	r.pool.waiting[r.id] = r
 	if r.owner != "" {
-		m.queuedBy[r.owner]++
+		ws.byConn[r.owner]++
 	}
 }
 
-// dropWaitingLocked takes r out of its pool's waiting requests.
-func (m *Manager) dropWaitingLocked(r *request) {
+// drop takes r out of its pool's waiting requests.
+func (ws *waiters) drop(r *request) {
 	if r.pool.waiting[r.id] != r {
 		return
 	}
@@ -81,20 +94,17 @@ func (m *Manager) dropWaitingLocked(r *request) {
 	if r.owner == "" {
 		return
 	}
-	if n := m.queuedBy[r.owner] - 1; n > 0 {
-		m.queuedBy[r.owner] = n
+	if n := ws.byConn[r.owner] - 1; n > 0 {
+		ws.byConn[r.owner] = n
 	} else {
-		delete(m.queuedBy, r.owner)
+		delete(ws.byConn, r.owner)
 	}
 }
 
 // connFullError answers a request its connection may not queue.
-func (m *Manager) connFullError(p *pool) *lease.Error {
+func (ws *waiters) connFullError(p *pool) *lease.Error {
 	e := errorf(lease.CodeQueueFull, "this connection already has %d requests waiting on node %s, its limit (MAX_QUEUED_PER_CONNECTION): wait for one to end",
-		m.maxQueuedPerConn(), m.cfg.Node)
-	e.RetryAfterMs = (m.cfg.TTL / 3).Milliseconds()
-	if d, ok := p.p.NextGrant(); ok {
-		e.RetryAfterMs = max(1, retryAfterMs(d))
-	}
+		ws.max, ws.node)
+	e.RetryAfterMs = queueFullRetryMs(p, ws.ttl)
 	return e
 }

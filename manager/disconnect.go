@@ -1,8 +1,10 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
-	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,8 +81,34 @@ func checkConn(server string, id uint64) *lease.Error {
 	return nil
 }
 
-// disconnects is the manager's fast-release state. Guarded by Manager.mu.
+// disconnects is fast release's owner: the connections the server's
+// advisories named, the questions to their servers (closecheck.go) and the
+// goroutines that ask them, the closes confirmed, and the pending frees.
+// It has its own lock (mu) and lifecycle: closeLocked stops it, wait waits
+// for its goroutines (the questions, and frees that fired).
+//
+// What a close frees is the Manager's (its leases and queued requests,
+// under m.mu), reached through bindings. Lock order: m.mu, then mu. The
+// Manager calls the ...Locked methods with m.mu held, and they take mu; so
+// the owner never takes m.mu (managerMu) while it holds mu, and calls
+// bindings only with m.mu held and mu not held.
 type disconnects struct {
+	conn    *nats.Conn
+	subject string // Config.DisconnectEvents
+	log     *slog.Logger
+	ctx     context.Context // ends when the manager closes
+	// managerMu is the Manager's lock: the owner takes it, before mu, to
+	// ask bindings and to run a free.
+	managerMu sync.Locker
+	bindings  bindings
+	wg        sync.WaitGroup // the questions in flight, and armed frees
+
+	mu sync.Mutex
+	// stopped is set once the manager closes: nothing more is checked or
+	// freed. noFrees is set by a clean stop (stop.go): closes confirmed
+	// from then on free nothing. Both change with m.mu held too, so under
+	// m.mu they read as the Manager's closed and stop.announced.
+	stopped, noFrees bool
 	// heard holds the connections an advisory named, with when, until
 	// their server confirms the close or not (closecheck.go).
 	heard map[conn]time.Time
@@ -91,12 +119,26 @@ type disconnects struct {
 	// advisory, is freed as if it had been bound before.
 	closed map[conn]time.Time
 	pruned time.Time // when heard and closed were last pruned
-	// timers are the pending frees; Close stops them.
+	// timers are the pending frees; closeLocked and stopFreeingLocked
+	// stop them. Each counts in wg until it fired or was stopped.
 	timers map[*time.Timer]struct{}
 }
 
-func newDisconnects() disconnects {
-	return disconnects{heard: make(map[conn]time.Time), checking: make(map[conn]struct{}),
+// bindings is what fast release needs of the Manager: what is bound to a
+// connection. Both are called with m.mu held.
+type bindings interface {
+	// boundLocked reports whether a lease or a queued request is bound to c.
+	boundLocked(c conn) bool
+	// closedLocked frees, after the grace, what is bound to c, whose close
+	// was just confirmed.
+	closedLocked(c conn)
+}
+
+var _ bindings = (*Manager)(nil)
+
+func newDisconnects(nc *nats.Conn, subject string, log *slog.Logger, ctx context.Context, managerMu sync.Locker, b bindings) *disconnects {
+	return &disconnects{conn: nc, subject: subject, log: log, ctx: ctx, managerMu: managerMu, bindings: b,
+		heard: make(map[conn]time.Time), checking: make(map[conn]struct{}),
 		closed: make(map[conn]time.Time), timers: make(map[*time.Timer]struct{})}
 }
 
@@ -104,23 +146,28 @@ func newDisconnects() disconnects {
 // than a request can be in flight behind its connection's advisory.
 const closedMemory = 30 * time.Second
 
-// subscribeDisconnects starts listening to the advisories, if configured.
-func (m *Manager) subscribeDisconnects() error {
-	if m.cfg.DisconnectEvents == "" {
+// subscribe starts listening to the advisories, if configured; the
+// subscription is out's, ended with the others.
+func (g *disconnects) subscribe(out *outbox) error {
+	if g.subject == "" {
 		return nil
 	}
-	sub, err := m.cfg.Conn.Subscribe(m.cfg.DisconnectEvents, m.protect(m.handleDisconnect))
+	sub, err := out.subscribe(g.subject, out.protect(g.handle))
 	if err != nil {
-		return fmt.Errorf("lease: subscribe %s: %w", m.cfg.DisconnectEvents, err)
+		return err
 	}
 	_ = sub.SetPendingLimits(1<<16, 1<<28)
-	m.subs = append(m.subs, sub)
 	return nil
 }
 
-// handleDisconnect notes the connection an advisory says closed and, if
-// a lease or a queued request is bound to it, asks its server to confirm.
-func (m *Manager) handleDisconnect(msg *nats.Msg) {
+// handle notes the connection an advisory says closed and, if a lease or
+// a queued request is bound to it, asks its server to confirm.
+//
+// It notes the connection (heard) before it asks whether anything is
+// bound, and whoever binds something to a connection asks knownClosedLocked
+// in the same step under m.mu: so either this sees the binding, or the
+// binder sees the connection heard and asks the server itself.
+func (g *disconnects) handle(msg *nats.Msg) {
 	if len(msg.Data) > maxAdvisory {
 		return
 	}
@@ -134,19 +181,34 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 		} `json:"client"`
 	}
 	if err := json.Unmarshal(msg.Data, &adv); err != nil || adv.Type != disconnectAdvisoryType || adv.Server.ID == "" || adv.Client.ID == 0 {
-		m.log.Debug("ignoring a message on the disconnect advisory subject that is not one", "subject", echo.Clip(msg.Subject))
+		g.log.Debug("ignoring a message on the disconnect advisory subject that is not one", "subject", echo.Clip(msg.Subject))
 		return
 	}
 	c := conn{adv.Server.ID, adv.Client.ID}
-	now := time.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+	if !g.hear(c, time.Now()) {
 		return
 	}
-	if now.Sub(m.gone.pruned) > time.Second { // not on every advisory: churn
-		m.gone.pruned = now
-		for _, memory := range []map[conn]time.Time{m.gone.closed, m.gone.heard} {
+	g.managerMu.Lock()
+	bound := g.bindings.boundLocked(c)
+	g.managerMu.Unlock()
+	if bound {
+		g.mu.Lock()
+		g.checkLocked(c)
+		g.mu.Unlock()
+	}
+}
+
+// hear notes that an advisory named c at now, and reports whether c is
+// worth a question: the owner runs, and c's close is not known yet.
+func (g *disconnects) hear(c conn, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return false
+	}
+	if now.Sub(g.pruned) > time.Second { // not on every advisory: churn
+		g.pruned = now
+		for _, memory := range []map[conn]time.Time{g.closed, g.heard} {
 			for k, t := range memory {
 				if now.Sub(t) > closedMemory {
 					delete(memory, k)
@@ -154,16 +216,96 @@ func (m *Manager) handleDisconnect(msg *nats.Msg) {
 			}
 		}
 	}
-	if _, ok := m.gone.closed[c]; ok {
-		return
+	if _, ok := g.closed[c]; ok {
+		return false
 	}
-	if len(m.gone.heard) < maxHeard {
-		m.gone.heard[c] = now
+	if len(g.heard) < maxHeard {
+		g.heard[c] = now
 	}
-	if m.boundLocked(c) {
-		m.checkCloseLocked(c)
-	}
+	return true
 }
+
+// knownClosedLocked reports whether c's close was confirmed recently.
+// Called with m.mu held as something is bound to c: if a close was heard
+// but not confirmed yet, it asks c's server, whose answer frees what is
+// bound by then.
+func (g *disconnects) knownClosedLocked(c conn) bool {
+	if !c.known() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.closed[c]; ok {
+		return true
+	}
+	if _, ok := g.heard[c]; ok {
+		g.checkLocked(c)
+	}
+	return false
+}
+
+// afterGraceLocked runs f with m.mu held, d from now, unless the manager
+// closes or stops freeing first. Called with m.mu held, which the timer
+// takes before it reads t.
+func (g *disconnects) afterGraceLocked(d time.Duration, f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped || g.noFrees {
+		return // it would find them set when it fires, and do nothing
+	}
+	var t *time.Timer
+	g.wg.Add(1)
+	t = time.AfterFunc(d, func() {
+		defer g.wg.Done()
+		g.managerMu.Lock()
+		defer g.managerMu.Unlock()
+		if g.fired(t) {
+			f()
+		}
+	})
+	g.timers[t] = struct{}{}
+}
+
+// fired forgets the fired timer t and reports whether its free may run.
+func (g *disconnects) fired(t *time.Timer) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.timers, t)
+	return !g.stopped && !g.noFrees
+}
+
+// closeLocked stops the owner as the manager closes (m.mu held): no more
+// questions, and the pending frees are dropped. wait then waits for the
+// questions in flight, which end with ctx.
+func (g *disconnects) closeLocked() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	g.stopTimersLocked()
+}
+
+// stopFreeingLocked drops the pending frees and frees nothing more on a
+// close (a clean stop, m.mu held).
+func (g *disconnects) stopFreeingLocked() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.noFrees = true
+	g.stopTimersLocked()
+}
+
+// stopTimersLocked stops the pending frees; g.mu held.
+func (g *disconnects) stopTimersLocked() {
+	for t := range g.timers {
+		if t.Stop() {
+			g.wg.Done() // it will not fire
+		}
+	}
+	clear(g.timers)
+}
+
+// wait returns once the questions in flight and the frees that fired have
+// ended. Call it after closeLocked and after ctx ended, without m.mu.
+func (g *disconnects) wait() { g.wg.Wait() }
 
 // boundLocked reports whether a lease or a queued request is bound to c.
 func (m *Manager) boundLocked(c conn) bool {
@@ -182,13 +324,11 @@ func (m *Manager) boundLocked(c conn) bool {
 	return false
 }
 
-// closedLocked records that c's server confirmed its close, and frees
-// what is bound to it after the grace.
-func (m *Manager) closedLocked(c conn, now time.Time) {
-	if m.stop.announced {
-		return // it told its holders it frees nothing more (stop.go)
-	}
-	m.gone.closed[c] = now
+// closedLocked frees, after the grace, what is bound to c, whose server
+// confirmed its close: a lease unless it has been moved to another
+// connection by then, a queued request unless it was re-sent on another
+// one (nobody would hear of its grant).
+func (m *Manager) closedLocked(c conn) {
 	for _, h := range m.leases {
 		if recordConn(&h.rec) == c {
 			m.freeOnCloseLocked(h)
@@ -196,50 +336,17 @@ func (m *Manager) closedLocked(c conn, now time.Time) {
 	}
 	for _, p := range m.pools {
 		for _, r := range p.waiting {
-			if r.conn == c {
-				m.dropOnCloseLocked(r)
+			if r.conn != c {
+				continue
 			}
+			m.gone.afterGraceLocked(m.cfg.DisconnectGrace, func() {
+				if !r.waiting() || r.conn != c {
+					return
+				}
+				m.leaveQueueLocked(r, errorf(lease.CodeHolderDisconnected, "the requester's connection closed while it waited"), lease.EventRejected)
+			})
 		}
 	}
-}
-
-// knownClosedLocked reports whether c's close was confirmed recently. Called
-// as something is bound to c: if a close was heard but not confirmed yet,
-// it asks c's server, whose answer frees what is bound by then.
-func (m *Manager) knownClosedLocked(c conn) bool {
-	if !c.known() {
-		return false
-	}
-	if _, ok := m.gone.closed[c]; ok {
-		return true
-	}
-	if _, ok := m.gone.heard[c]; ok {
-		m.checkCloseLocked(c)
-	}
-	return false
-}
-
-// afterGraceLocked runs f with the lock held, d from now, unless the
-// manager closes first.
-func (m *Manager) afterGraceLocked(d time.Duration, f func()) {
-	var t *time.Timer
-	t = time.AfterFunc(d, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		delete(m.gone.timers, t)
-		if !m.closed && !m.stop.announced {
-			f()
-		}
-	})
-	m.gone.timers[t] = struct{}{}
-}
-
-// stopDisconnectTimersLocked stops the pending frees (Close, a clean stop).
-func (m *Manager) stopDisconnectTimersLocked() {
-	for t := range m.gone.timers {
-		t.Stop()
-	}
-	clear(m.gone.timers)
 }
 
 // freeOnCloseLocked frees h after its grace, unless it has been moved to
@@ -254,25 +361,13 @@ func (m *Manager) freeOnCloseLocked(h *held) {
 	// The record's grace, if a predecessor granted it with a longer one:
 	// that is what its holder was told.
 	grace := max(m.cfg.DisconnectGrace, time.Duration(h.rec.DisconnectGraceMs)*time.Millisecond)
-	m.afterGraceLocked(grace, func() {
+	m.gone.afterGraceLocked(grace, func() {
 		if m.leases[h.key] != h || h.releasing || recordConn(&h.rec) != c {
 			return // gone already, or moved to a live connection
 		}
 		m.log.Info("freeing a lease whose holder's connection closed", "key", h.key, "grace", grace)
 		h.releaseCode = lease.CodeHolderDisconnected
 		m.startReleaseLocked(h, lease.EventReleased)
-	})
-}
-
-// dropOnCloseLocked ends queued r after the grace, unless it was re-sent
-// on another connection by then: nobody would hear of its grant.
-func (m *Manager) dropOnCloseLocked(r *request) {
-	c := r.conn
-	m.afterGraceLocked(m.cfg.DisconnectGrace, func() {
-		if !r.waiting() || r.conn != c {
-			return
-		}
-		m.leaveQueueLocked(r, errorf(lease.CodeHolderDisconnected, "the requester's connection closed while it waited"), lease.EventRejected)
 	})
 }
 
@@ -292,10 +387,10 @@ func (m *Manager) rebindLocked(h *held, reply, server string, id uint64) *lease.
 		return nil
 	}
 	h.rec.ConnServer, h.rec.ConnID = c.server, c.id
-	if m.knownClosedLocked(c) {
+	if m.gone.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h)
 	}
 	rec := h.rec
-	m.respond(reply, lease.Reply{Status: lease.StatusBound, Lease: &rec})
+	m.out.respond(reply, lease.Reply{Status: lease.StatusBound, Lease: &rec})
 	return nil
 }

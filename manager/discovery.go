@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -19,11 +20,18 @@ import (
 // and DiscoverNodes find the manager. It is the project's own rather than
 // micro's because micro answers whatever reply subject a request names, and
 // every answer the manager sends must pass the reply rule (replyto.go): its
-// handlers run under Manager.guard like the lease verbs.
+// handlers run under outbox.guard like the lease verbs, and it answers
+// through the outbox.
 //
-// The admin endpoints (stats, resize) are plain subscriptions, listed and
-// counted here as micro endpoints; the lease verbs stay off this list, on
-// the hot path, and are named in the metadata.
+// The admin endpoints (stats, resize, snapshot) are plain subscriptions,
+// listed and counted here as micro endpoints; the lease verbs stay off this
+// list, on the hot path, and are named in the metadata.
+//
+// discovery owns the admin side: the endpoints and their figures (each its
+// own lock), the pools' utilisation history (its own lock) and the
+// goroutine that samples it (start, wait). It asks the Manager through
+// admin, whose methods take m.mu themselves: discovery holds no lock of
+// its own while it calls them.
 type discovery struct {
 	ping, info []byte // static answers, encoded once
 	identity   micro.ServiceIdentity
@@ -31,8 +39,22 @@ type discovery struct {
 
 	stats, resize, snapshot *endpoint
 
-	hist history // the pools' utilisation history (history.go): its own lock
+	out   *outbox
+	admin admin
+
+	hist history        // the pools' utilisation history (history.go): its own lock
+	wg   sync.WaitGroup // the history's sampling goroutine
 }
+
+// admin is what the admin endpoints need of the Manager.
+type admin interface {
+	NodePools() lease.NodePools
+	Snapshot(history bool) lease.NodeSnapshot
+	handleResize(msg *nats.Msg)
+	poolPoints(now time.Time) map[string]lease.HistoryPoint // history's sample
+}
+
+var _ admin = (*Manager)(nil)
 
 // endpoint is one admin endpoint and its figures for $SRV.STATS.
 type endpoint struct {
@@ -45,54 +67,55 @@ type endpoint struct {
 	processing time.Duration
 }
 
-// serveDiscovery subscribes the admin endpoints and the $SRV subjects. The
-// subscriptions join m.subs, so unsubscribe ends them all.
-func (m *Manager) serveDiscovery() error {
+// newDiscovery encodes the static answers of the manager cfg configures.
+func newDiscovery(cfg Config, out *outbox, a admin) (*discovery, error) {
 	d := &discovery{
 		identity: micro.ServiceIdentity{
 			Name:    lease.ServiceName,
 			ID:      nuid.Next(),
 			Version: lease.Version,
 			Metadata: map[string]string{
-				"node":     m.cfg.Node,
-				"prefix":   m.cfg.Prefix,
-				"instance": m.cfg.Instance,
-				"acquire":  lease.Subject(m.cfg.Prefix, m.cfg.Node, "<pool>", lease.VerbAcquire),
-				"events":   lease.EventFilter(m.cfg.Prefix, m.cfg.Node, "", ""),
+				"node":     cfg.Node,
+				"prefix":   cfg.Prefix,
+				"instance": cfg.Instance,
+				"acquire":  lease.Subject(cfg.Prefix, cfg.Node, "<pool>", lease.VerbAcquire),
+				"events":   lease.EventFilter(cfg.Prefix, cfg.Node, "", ""),
 			},
 		},
 		started: time.Now().UTC(),
-		stats:   &endpoint{name: "stats", subject: lease.StatsSubject(m.cfg.Prefix, m.cfg.Node)},
-		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(m.cfg.Prefix, m.cfg.Node)},
+		stats:   &endpoint{name: "stats", subject: lease.StatsSubject(cfg.Prefix, cfg.Node)},
+		resize:  &endpoint{name: "resize", subject: lease.ResizeSubject(cfg.Prefix, cfg.Node)},
 		// snapshot.go: holders, waiters and history for the operator's page.
-		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(m.cfg.Prefix, m.cfg.Node)},
+		snapshot: &endpoint{name: "snapshot", subject: lease.SnapshotSubject(cfg.Prefix, cfg.Node)},
+		out:      out,
+		admin:    a,
 	}
-	if m.cfg.ServedBy != "" {
-		d.identity.Metadata["served_by"] = m.cfg.ServedBy
+	if cfg.ServedBy != "" {
+		d.identity.Metadata["served_by"] = cfg.ServedBy
 	}
 	var err error
 	if d.ping, err = json.Marshal(micro.Ping{ServiceIdentity: d.identity, Type: micro.PingResponseType}); err != nil {
-		return fmt.Errorf("lease: service ping: %w", err)
+		return nil, fmt.Errorf("lease: service ping: %w", err)
 	}
 	info := micro.Info{ServiceIdentity: d.identity, Type: micro.InfoResponseType,
-		Description: "slot-lease manager for node " + m.cfg.Node}
+		Description: "slot-lease manager for node " + cfg.Node}
 	for _, e := range d.endpoints() {
 		info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: e.name, Subject: e.subject})
 	}
 	if d.info, err = json.Marshal(info); err != nil {
-		return fmt.Errorf("lease: service info: %w", err)
+		return nil, fmt.Errorf("lease: service info: %w", err)
 	}
-	m.disc = d
+	return d, nil
+}
 
+// subscribe subscribes the admin endpoints and the $SRV subjects. The
+// subscriptions are the outbox's, so its unsubscribe ends them all.
+func (d *discovery) subscribe() error {
 	subscribe := func(subject string, h nats.MsgHandler) error {
-		sub, err := m.cfg.Conn.Subscribe(subject, m.guard(h))
-		if err != nil {
-			return fmt.Errorf("lease: subscribe %s: %w", subject, err)
-		}
-		m.subs = append(m.subs, sub)
-		return nil
+		_, err := d.out.subscribe(subject, d.out.guard(h))
+		return err
 	}
-	admin := map[*endpoint]nats.MsgHandler{d.stats: m.handleStats, d.resize: m.handleResize, d.snapshot: m.handleSnapshot}
+	admin := map[*endpoint]nats.MsgHandler{d.stats: d.handleStats, d.resize: d.admin.handleResize, d.snapshot: d.handleSnapshot}
 	for _, e := range d.endpoints() {
 		if err := subscribe(e.subject, e.timed(admin[e])); err != nil {
 			return err
@@ -102,9 +125,9 @@ func (m *Manager) serveDiscovery() error {
 		verb string
 		h    nats.MsgHandler
 	}{
-		{"PING", func(msg *nats.Msg) { m.answer(msg, d.ping) }},
-		{"INFO", func(msg *nats.Msg) { m.answer(msg, d.info) }},
-		{"STATS", m.handleServiceStats},
+		{"PING", func(msg *nats.Msg) { d.out.answer(msg, d.ping) }},
+		{"INFO", func(msg *nats.Msg) { d.out.answer(msg, d.info) }},
+		{"STATS", d.serviceStats},
 	}
 	for _, a := range answers {
 		for _, subject := range []string{
@@ -117,31 +140,38 @@ func (m *Manager) serveDiscovery() error {
 			}
 		}
 	}
-	m.ops.Add(1)
-	go func() { // ends with m.ctx; Close waits for it
-		defer m.ops.Done()
-		d.hist.run(m.ctx, m.poolPoints)
-	}()
 	return nil
+}
+
+// start samples the history until ctx ends; wait waits for that.
+func (d *discovery) start(ctx context.Context) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.hist.run(ctx, d.admin.poolPoints)
+	}()
+}
+
+func (d *discovery) wait() { d.wg.Wait() }
+
+func (d *discovery) handleStats(msg *nats.Msg) {
+	np := d.admin.NodePools()
+	d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
 }
 
 func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
 
-// answer sends data to msg's reply subject; guard has checked it.
-func (m *Manager) answer(msg *nats.Msg, data []byte) { m.publishReply(msg.Reply, nil, data) }
-
-func (m *Manager) handleServiceStats(msg *nats.Msg) {
-	d := m.disc
+func (d *discovery) serviceStats(msg *nats.Msg) {
 	st := micro.Stats{ServiceIdentity: d.identity, Type: micro.StatsResponseType, Started: d.started}
 	for _, e := range d.endpoints() {
 		st.Endpoints = append(st.Endpoints, e.figures())
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
-		m.log.Error("encoding service stats", "err", err)
+		d.out.log.Error("encoding service stats", "err", err)
 		return
 	}
-	m.answer(msg, data)
+	d.out.answer(msg, data)
 }
 
 // timed counts h's requests and time, as micro does per endpoint. The
@@ -183,21 +213,19 @@ func (e *endpoint) figures() *micro.EndpointStats {
 // respondResize answers a resize. An error also goes in the headers micro
 // uses (Nats-Service-Error, Nats-Service-Error-Code), so micro-aware
 // tools see it, and counts in the endpoint's figures.
-func (m *Manager) respondResize(reply string, r lease.Reply) {
+func (d *discovery) respondResize(reply string, r lease.Reply) {
 	if r.Error == nil || reply == "" {
-		m.respond(reply, r)
+		d.out.respond(reply, r)
 		return
 	}
 	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
-	if m.disc != nil {
-		m.disc.resize.failed(code, desc)
-	}
+	d.resize.failed(code, desc)
 	data, err := appendReply(nil, &r)
 	if err != nil {
-		m.log.Error("encoding a reply", "err", err)
+		d.out.log.Error("encoding a reply", "err", err)
 		return
 	}
-	m.publishReply(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
+	d.out.publish(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
 }
 
 // serviceErrorCode maps a wire code to the HTTP-like status micro services

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -70,33 +72,72 @@ func (s fencedStore) Put(ctx context.Context, key string, value []byte) (uint64,
 	return s.Store.Put(ctx, key, value)
 }
 
+// leadership is the term this manager serves and what it has seen of
+// later ones: the owner of the fence checks. Its state is atomic (deposed)
+// or fixed at New, so it needs no lock: every write, reply and event asks
+// serving, with or without the Manager's lock held, and it never calls back
+// into the Manager.
+type leadership struct {
+	fence    Fence // nil for a standalone manager
+	instance string
+	log      *slog.Logger
+	// mark is how this instance's name appears in the values it writes,
+	// for telling its own writes from others' without decoding (ownMark).
+	mark []byte
+	// deposed is set, and done closed, once a record of a later
+	// leadership term was seen: see Manager.Deposed.
+	deposed atomic.Bool
+	done    chan struct{}
+}
+
+func newLeadership(fence Fence, instance string, log *slog.Logger) *leadership {
+	l := &leadership{fence: fence, instance: instance, log: log, done: make(chan struct{})}
+	l.mark = ownMark(instance, l.term())
+	return l
+}
+
 // serving reports whether this manager may write, delete, answer or
 // publish now: it was not deposed, and its fence (if any) is valid.
-func (m *Manager) serving() bool {
-	return !m.deposed.Load() && (m.cfg.Fence == nil || m.cfg.Fence.Valid())
+func (l *leadership) serving() bool {
+	return !l.deposed.Load() && (l.fence == nil || l.fence.Valid())
 }
 
 // term is this manager's leadership term, 0 without a fence.
-func (m *Manager) term() uint64 {
-	if m.cfg.Fence == nil {
+func (l *leadership) term() uint64 {
+	if l.fence == nil {
 		return 0
 	}
-	return m.cfg.Fence.Term()
+	return l.fence.Term()
 }
 
 // Deposed is closed when this manager saw a record written in a later
 // leadership term than its own: another manager leads the node, and this
 // one has stopped writing and answering. Its owner should Close it.
-func (m *Manager) Deposed() <-chan struct{} { return m.deposedCh }
+func (m *Manager) Deposed() <-chan struct{} { return m.lead.done }
 
 // depose stops this manager from writing or answering anything more.
-func (m *Manager) depose(key string, term uint64) {
-	if m.deposed.CompareAndSwap(false, true) {
-		m.log.Warn("a later leadership term wrote to this node; this manager is deposed and stops serving",
-			"key", key, "term", m.term(), "later_term", term)
-		close(m.deposedCh)
+func (l *leadership) depose(key string, term uint64) {
+	if l.deposed.CompareAndSwap(false, true) {
+		l.log.Warn("a later leadership term wrote to this node; this manager is deposed and stops serving",
+			"key", key, "term", l.term(), "later_term", term)
+		close(l.done)
 	}
 }
+
+// later deposes this manager if term, a stored record's, is later than its
+// own, and reports whether it was. Without a fence no term is later.
+func (l *leadership) later(key string, term uint64) bool {
+	if l.fence == nil || term <= l.term() {
+		return false
+	}
+	l.depose(key, term)
+	return true
+}
+
+// wrote reports whether value carries this instance's mark: a write of its
+// own, as decoding would show, without the cost of decoding. A string value
+// cannot hold the unescaped mark, so no other record has it.
+func (l *leadership) wrote(value []byte) bool { return bytes.Contains(value, l.mark) }
 
 // fencedOut reports whether err is a write the fence refused: the term is
 // over, so nothing more should be tried; the successor cleans up.
@@ -114,36 +155,36 @@ func ownMark(instance string, term uint64) []byte {
 	return appendStringField(b, "manager", instance)[1:]
 }
 
-// checkTermLocked deposes this manager if ch, a write to a record it
-// holds, was made by another instance in a later term (a successor
-// renewing or replacing it).
-func (m *Manager) checkTermLocked(ch Change) {
-	if m.cfg.Fence == nil || bytes.Contains(ch.Value, m.ownMark) {
+// checkWrite deposes this manager if ch, a write to a record it holds, was
+// made by another instance in a later term (a successor renewing or
+// replacing it).
+func (l *leadership) checkWrite(ch Change) {
+	if l.fence == nil || l.wrote(ch.Value) {
 		return
 	}
 	var v struct {
 		Term uint64 `json:"term"`
 	}
-	if json.Unmarshal(ch.Value, &v) == nil && v.Term > m.term() {
-		m.depose(ch.Key, v.Term)
+	if json.Unmarshal(ch.Value, &v) == nil {
+		l.later(ch.Key, v.Term)
 	}
 }
 
-// mayDeleteLocked is the rule for destructive clean-ups: a grant another
+// mayDelete is the rule for destructive clean-ups: a grant another
 // instance stored after this manager's term began (the caller saw it after
 // the rebuild) may be deleted only by a manager whose fence is valid, and
 // only if the record's term is lower than its own (no term counts as 0).
 // Without a fence (a standalone manager) any other instance's grant is
 // late. A record of a later term deposes this manager before it gets here.
-func (m *Manager) mayDeleteLocked(key string, rec lease.Record) bool {
-	if m.cfg.Fence == nil {
-		return rec.Manager != m.cfg.Instance
+func (l *leadership) mayDelete(key string, rec lease.Record) bool {
+	if l.fence == nil {
+		return rec.Manager != l.instance
 	}
-	if rec.Term >= m.term() {
-		if rec.Manager != m.cfg.Instance {
-			m.log.Error("another manager instance wrote a grant in this manager's own term; leaving it alone", "key", key, "manager", rec.Manager, "term", rec.Term)
+	if rec.Term >= l.term() {
+		if rec.Manager != l.instance {
+			l.log.Error("another manager instance wrote a grant in this manager's own term; leaving it alone", "key", key, "manager", rec.Manager, "term", rec.Term)
 		}
 		return false
 	}
-	return m.serving()
+	return l.serving()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -16,7 +17,7 @@ import (
 // acknowledged.
 func (m *Manager) startGrantLocked(r *request) {
 	r.state = granting
-	m.stopTimer(r)
+	r.stopTimer()
 	m.ops.Add(1)
 	go m.grant(r)
 }
@@ -25,7 +26,7 @@ func (m *Manager) startGrantLocked(r *request) {
 // those whose client abandoned them: their slots go to the next. Then it
 // arms p's rate timer for the waiter after them.
 func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
-	defer m.armRateLocked(p)
+	defer m.rates.armLocked(p, m.closed)
 	for len(rs) > 0 {
 		var next []*pools.Waiter
 		now := time.Now().UnixNano()
@@ -49,7 +50,7 @@ func (m *Manager) grant(r *request) {
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	m.mu.Lock()
 	c := r.conn
@@ -70,18 +71,18 @@ func (m *Manager) grant(r *request) {
 	}
 	if err == nil {
 		started := time.Now()
-		rev, err = m.writeGrant(key, data, r.entry.await())
+		rev, err = m.grants.write(key, data, r.entry.await())
 		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
 			// Ambiguous: the write may be stored though its acknowledgement
 			// was lost. The slots stay taken until the store says.
-			rev, err = m.resolveGrant(key, r.id, started, err)
+			rev, err = m.grants.resolve(key, r.id, started, err)
 		}
 	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := r.pool
-	m.dropWaitingLocked(r)
+	m.waiters.drop(r)
 	if fencedOut(err) {
 		// The term is over: nothing was sent. The holder hears nothing
 		// and retries with the successor, which restores its queue entry
@@ -104,8 +105,8 @@ func (m *Manager) grant(r *request) {
 		}
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(r.reply, errReply(e))
-		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		m.out.respond(r.reply, errReply(e))
+		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 		return
 	}
 	if m.ctx.Err() != nil {
@@ -113,9 +114,9 @@ func (m *Manager) grant(r *request) {
 		// deadline: a successor may not have counted this record and will
 		// delete it. Tell the holder nothing but to retry; after a restart
 		// of this same manager the retry finds the record.
-		e := errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+		e := closingError(m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(r.reply, errReply(e))
+		m.out.respond(r.reply, errReply(e))
 		return
 	}
 	rec.Token = rev
@@ -125,7 +126,7 @@ func (m *Manager) grant(r *request) {
 	if m.cfg.GrantLatency != nil {
 		m.cfg.GrantLatency(p.name, time.Since(r.since))
 	}
-	if m.knownClosedLocked(c) {
+	if m.gone.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h) // its connection closed while the record was written
 	}
 	if r.state == grantCancelled {
@@ -133,28 +134,42 @@ func (m *Manager) grant(r *request) {
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
+	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
+	m.out.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
 		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
 }
 
-// resolveGrant finds out whether a grant write that failed ambiguously was
+// grantStore stores grants in the lease bucket: over the request's queue
+// entry, conditional on its revision, or as a new key; and it finds out
+// whether a write that failed ambiguously was stored. It holds no state and
+// takes no lock: the grant goroutine calls it between its two steps under
+// m.mu, and every store call is bounded by the store timeout.
+type grantStore struct {
+	store    Store
+	journal  *journal // takes over a queue entry an earlier attempt left
+	ttl      time.Duration
+	timeout  time.Duration
+	instance string
+	log      *slog.Logger
+}
+
+// resolve finds out whether a grant write that failed ambiguously was
 // stored: it reads the key until the store answers, or until the record,
 // had it been stored, would have expired. It returns the grant's revision if
 // the record is this grant, else writeErr.
-func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error) (uint64, error) {
+func (gs *grantStore) resolve(key, id string, started time.Time, writeErr error) (uint64, error) {
 	backoff := 50 * time.Millisecond
-	for time.Since(started) < m.cfg.TTL+time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		data, rev, err := m.cfg.Store.Get(ctx, key)
+	for time.Since(started) < gs.ttl+time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), gs.timeout)
+		data, rev, err := gs.store.Get(ctx, key)
 		cancel()
 		if errors.Is(err, ErrStoreNotFound) {
 			return 0, writeErr
 		}
 		if err == nil {
 			var v storedValue
-			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == m.cfg.Instance && v.Token == 0 {
-				m.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
+			if json.Unmarshal(data, &v) == nil && !v.Queued && v.ID == id && v.Manager == gs.instance && v.Token == 0 {
+				gs.log.Info("a grant whose acknowledgement was lost is stored; keeping it", "key", key)
 				return rev, nil
 			}
 			return 0, writeErr // the queue entry is still there, or another record
@@ -165,27 +180,27 @@ func (m *Manager) resolveGrant(key, id string, started time.Time, writeErr error
 	return 0, writeErr
 }
 
-// writeGrant stores a grant: over its queue entry (conditional on the
-// entry's revision) when the request was queued, else as a new key.
-func (m *Manager) writeGrant(key string, data []byte, entryRev uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+// write stores a grant: over its queue entry (conditional on the entry's
+// revision) when the request was queued, else as a new key.
+func (gs *grantStore) write(key string, data []byte, entryRev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), gs.timeout)
 	defer cancel()
 	if entryRev == 0 {
-		rev, err := m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		rev, err := gs.store.Create(ctx, key, data, gs.ttl)
 		if !errors.Is(err, ErrStoreExists) {
 			return rev, err
 		}
-		if entryRev, err = m.journal.stale(ctx, key); err != nil {
+		if entryRev, err = gs.journal.stale(ctx, key); err != nil {
 			return 0, err
 		}
 	}
-	rev, err := m.cfg.Store.Renew(ctx, key, data, m.cfg.TTL, entryRev)
+	rev, err := gs.store.Renew(ctx, key, data, gs.ttl, entryRev)
 	if errors.Is(err, ErrStoreRevision) {
 		// The entry expired (its TTL, QueueEntryTTL, lapsed while the
 		// request waited) or was replaced. Create writes over an expiry
 		// marker and refuses anything live, so this never writes over
 		// another grant.
-		return m.cfg.Store.Create(ctx, key, data, m.cfg.TTL)
+		return gs.store.Create(ctx, key, data, gs.ttl)
 	}
 	return rev, err
 }

@@ -9,9 +9,10 @@ import (
 )
 
 // history is a bounded ring of samples per pool: the owner of the pools'
-// utilisation history, with its own lock and its sampling goroutine (run).
-// The Manager hands it each sample (Manager.poolPoints) and the snapshot
-// reads it; neither holds the other's lock while calling in.
+// utilisation history, with its own lock and its sampling loop (run, which
+// discovery runs in a goroutine it owns). The Manager hands it each sample
+// (Manager.poolPoints) and the snapshot reads it (under m.mu, then the
+// history's lock); the sampler never holds one lock while taking the other.
 // Invariant: every ring holds at most HistoryPoints samples, oldest first
 // from next.
 type history struct {

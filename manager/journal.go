@@ -71,24 +71,31 @@ func (e *entry) await() uint64 {
 // it has existed, so 100k goroutines at once leave ~40 MB behind.
 const maxEntryWriters = 32
 
-// journal writes and deletes the queue entries of one manager. It owns its
+// journal keeps the queue entries of one manager: which queued requests
+// get one and when (queue.go), and writing and deleting them. It owns its
 // writer goroutines and every store call it makes: wait returns once they
 // have all ended, which they do soon after ctx ends.
+//
+// Its state changes with the pools' queues, so it is guarded by the
+// Manager's lock (mu): its ...Locked methods are called with m.mu held, and
+// its goroutines take it. It calls nothing of the Manager's but the outbox.
 type journal struct {
 	store   Store
 	node    string
+	ttl     time.Duration // the lease TTL
 	timeout time.Duration
+	lead    *leadership // the instance and term that mark an entry
+	out     *outbox     // tells holders they wait
 	log     *slog.Logger
 	ctx     context.Context // ends when the manager closes
-	// mu is the manager's lock; it guards queue, writers and the requests.
+	// mu is the manager's lock; it guards queue, writers, lastOrder and
+	// the requests.
 	mu *sync.Mutex
-	// value returns what to store for r and its TTL, or false if r no
-	// longer waits. It is called with mu held.
-	value func(r *request) (storedValue, time.Duration, bool)
 
-	queue   []*request // entries waiting for a writer; guarded by mu
-	writers int        // writer goroutines running; guarded by mu
-	ops     sync.WaitGroup
+	queue     []*request // entries waiting for a writer; guarded by mu
+	writers   int        // writer goroutines running; guarded by mu
+	lastOrder int64      // guarded by mu; see nextOrderLocked
+	ops       sync.WaitGroup
 }
 
 // addLocked has r's queue entry written in the background; a grant waits
@@ -120,7 +127,7 @@ func (j *journal) writeQueued() {
 		r := j.queue[0]
 		j.queue[0] = nil
 		j.queue = j.queue[1:]
-		v, ttl, ok := j.value(r)
+		v, ttl, ok := j.entryLocked(r)
 		if !ok || j.ctx.Err() != nil {
 			j.mu.Unlock()
 			r.entry.writing.Done()
@@ -133,7 +140,7 @@ func (j *journal) writeQueued() {
 }
 
 // write stores r's queue entry with a TTL: a record without one would be
-// refused by the next manager (see acceptRecord).
+// refused by the next manager (see recordCheck.accept).
 func (j *journal) write(r *request, v storedValue, ttl time.Duration) {
 	defer j.ops.Done()
 	defer r.entry.writing.Done()

@@ -2,16 +2,13 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -54,8 +51,9 @@ type Config struct {
 	// and records carry its term. nil for a standalone manager.
 	Fence Fence
 	// RecordRefused, if set, is told the reason of every stored record the
-	// manager refuses (see acceptRecord; RefusalReasons lists them). It is
-	// called with the manager's lock held and must not block.
+	// manager refuses (see recordCheck.accept; RefusalReasons lists them).
+	// Its calls come one at a time, under a lock of the manager's, and it
+	// must not block.
 	RecordRefused func(reason string)
 	// ReplyPrefixes are the inbox prefixes, besides "_INBOX", whose reply
 	// subjects the manager answers (NATS_REPLY_PREFIXES); see replyto.go.
@@ -117,47 +115,38 @@ type Manager struct {
 	// ctx ends when Close begins; release retries stop with it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	ops    sync.WaitGroup // the grant, renewal and release goroutines
 
+	// mu guards the pools, the leases and the owners below that change
+	// with them in one step (documented "guarded by mu"). The owners with
+	// a lock of their own take it after mu, never before: the Manager may
+	// call them with mu held, and they never take mu while holding theirs.
 	mu    sync.Mutex
 	pools map[string]*pool
 	// removed holds the pools a resize removed (and not added back), so
 	// that their holders and latecomers are told so, not that the node
 	// never had them.
-	removed map[string]bool
-	leases  map[string]*held // by record key; every live record of this node
-	closed  bool
-	// ownMark is how this instance's name appears in the values it
-	// writes, for telling its own writes from others' without decoding.
-	ownMark []byte
-	// deposed is set, and deposedCh closed, once a record of a later
-	// leadership term was seen: see Deposed.
-	deposed   atomic.Bool
-	deposedCh chan struct{}
+	removed  map[string]bool
+	leases   map[string]*held       // by record key; every live record of this node
+	closed   bool                   // Close has begun
+	delta    poolDelta              // runtime pool changes in force
+	restored map[string]restoredReq // queue entries seen while rebuilding
 
-	subs      []*nats.Subscription
-	replies   *replyRule // which reply subjects are answered; see replyto.go
-	disc      *discovery // $SRV answers; see discovery.go
-	watcher   Watcher
-	watchDone chan struct{}
-	ready     chan struct{} // closed once the Store's records are counted
-	ops       sync.WaitGroup
+	// Guarded by mu, as they change with the pools and the leases.
+	waiters waiters   // the pools' waiting requests, by connection (connqueue.go)
+	journal *journal  // the queue entries: which, when, writing (queue.go, journal.go)
+	rates   rates     // the start-rate timers (rate.go)
+	stop    stopState // a clean stop's progress (stop.go)
 
-	delta     poolDelta              // runtime pool changes; guarded by mu
-	lastOrder int64                  // guarded by mu; see nextOrderLocked
-	progress  atomic.Int64           // unix ns of the watch's last change; see Start
-	restored  map[string]restoredReq // queue entries seen while rebuilding; guarded by mu
-	refusals  refusalLog             // log lines about refused records; guarded by mu
-
-	journal *journal    // the queue entries' writes and deletes
-	gone    disconnects // fast release; guarded by mu
-	stop    stopState   // a clean stop (stop.go); guarded by mu
-	// stopServer is the id of the server that stops with this manager,
-	// once a clean stop was announced (ServerStopping); nil before.
-	stopServer atomic.Pointer[string]
-	// queuedBy counts the waiting requests of each connection
-	// (connqueue.go); guarded by mu. Invariant: queuedBy[o] is the number
-	// of requests with owner o in the pools' waiting maps.
-	queuedBy map[string]int
+	// Owners with no state under mu: their own lock, or none needed.
+	lead    *leadership  // the term served and the fence (fence.go): atomic
+	out     *outbox      // subscriptions, replies and events (respond.go): own lock
+	gone    *disconnects // fast release (disconnect.go, closecheck.go): own lock
+	watch   *recordWatch // the lease record watch (watch.go)
+	disc    *discovery   // admin endpoints and history (discovery.go): own locks
+	records *recordCheck // which stored records are honoured (records.go): own lock
+	deltas  *deltaStore  // stored pool changes (pooldelta.go); nil without PoolStore
+	grants  *grantStore  // a grant's writes (grant.go): stateless
 }
 
 // New validates cfg and builds a Manager. Call Start to serve.
@@ -167,32 +156,38 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.Node),
-		leases:    make(map[string]*held),
-		restored:  make(map[string]restoredReq),
-		watchDone: make(chan struct{}),
-		ready:     make(chan struct{}),
-		deposedCh: make(chan struct{}),
-		gone:      newDisconnects(),
-		queuedBy:  make(map[string]int),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Node),
+		leases:   make(map[string]*held),
+		restored: make(map[string]restoredReq),
+		waiters:  newWaiters(cfg),
 	}
-	m.ownMark = ownMark(cfg.Instance, m.term())
+	m.rates = newRates(m.refill)
+	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
+	m.records = newRecordCheck(cfg.Node, m.lead, cfg.RecordRefused, m.log)
 	if cfg.Fence != nil {
 		// Every write is checked against the fence right before it is sent.
-		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.serving}
+		m.cfg.Store = fencedStore{Store: cfg.Store, ok: m.lead.serving}
 		if cfg.PoolStore != nil {
-			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.serving}
+			m.cfg.PoolStore = fencedStore{Store: cfg.PoolStore, ok: m.lead.serving}
 		}
+	}
+	if m.cfg.PoolStore != nil {
+		m.deltas = &deltaStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, check: m.records, log: m.log}
 	}
 	if m.pools, err = cfg.newPools(); err != nil {
 		return nil, err
 	}
-	if m.replies, err = cfg.replyRule(); err != nil {
+	rule, err := cfg.replyRule()
+	if err != nil {
 		return nil, err
 	}
+	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, timeout: cfg.StoreTimeout, log: m.log, ctx: m.ctx, mu: &m.mu, value: m.entryLocked}
+	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
+	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
+	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, instance: cfg.Instance, log: m.log}
 	return m, nil
 }
 
@@ -211,36 +206,26 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 func (m *Manager) start(ctx context.Context) error {
-	if err := m.loadDelta(ctx); err != nil {
-		return err
-	}
-	w, err := m.startWatch(ctx)
-	if err != nil {
-		return fmt.Errorf("lease: watch lease records: %w", err)
-	}
-	m.watcher = w
-	m.progress.Store(time.Now().UnixNano())
-	go m.watch(w)
-	// The rebuild must keep moving: a watch that stalls (a connection reset
-	// while it delivers; nats.go notices the gap only seconds later) would
-	// hold a takeover while this manager keeps its leadership. Give up
-	// instead, so the caller (RunLeader) retries with a fresh watch, or a
-	// standby steps in.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-m.ready:
-			waiting = false
-		case <-ctx.Done():
-			return fmt.Errorf("lease: rebuilding state from the store: %w", ctx.Err())
-		case <-m.watchDone:
-			return errors.New("lease: the lease record watch ended before the state was rebuilt")
-		case <-tick.C:
-			if stalled := time.Since(time.Unix(0, m.progress.Load())); stalled > m.cfg.RebuildStall {
-				return fmt.Errorf("lease: rebuilding state from the store: the watch delivered nothing for %v", stalled.Round(time.Millisecond))
+	if m.deltas != nil {
+		// The stored pool changes apply before the lease records are
+		// counted.
+		d, ok, err := m.deltas.load(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			m.mu.Lock()
+			m.delta = d
+			m.applyLocked(d.effective(m.cfg.Pools), true)
+			m.mu.Unlock()
+			if !d.empty() {
+				m.log.Info("runtime pool changes applied over the configured pools", "set", d.Set, "rates", d.Rates, "removed", d.Removed)
 			}
 		}
+	}
+	// Every record in the store is counted before any request is served.
+	if err := m.watch.start(ctx, m.ctx); err != nil {
+		return err
 	}
 
 	handlers := map[string]nats.MsgHandler{
@@ -250,69 +235,37 @@ func (m *Manager) start(ctx context.Context) error {
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbCancel):  m.handleCancel,
 	}
 	for subj, h := range handlers {
-		sub, err := m.cfg.Conn.Subscribe(subj, m.guard(h))
+		sub, err := m.out.subscribe(subj, m.out.guard(h))
 		if err != nil {
-			return fmt.Errorf("lease: subscribe %s: %w", subj, err)
+			return err
 		}
 		// A burst of requests must queue in the client, not be dropped as
 		// a slow consumer.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
-		m.subs = append(m.subs, sub)
 	}
-	if err := m.subscribeDisconnects(); err != nil {
-		m.unsubscribe()
+	if err := m.gone.subscribe(m.out); err != nil {
+		m.out.unsubscribe()
 		return err
 	}
-	if err := m.serveDiscovery(); err != nil {
-		m.unsubscribe()
+	d, err := newDiscovery(m.cfg, m.out, m)
+	if err != nil {
+		m.out.unsubscribe()
 		return err
 	}
+	m.disc = d
+	if err := d.subscribe(); err != nil {
+		m.out.unsubscribe()
+		return err
+	}
+	d.start(m.ctx) // Close waits for it
 	if err := m.cfg.Conn.FlushTimeout(m.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
-	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", m.leaseCount(), "fast_release", m.cfg.DisconnectEvents != "")
+	m.mu.Lock()
+	restored := len(m.leases)
+	m.mu.Unlock()
+	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", restored, "fast_release", m.cfg.DisconnectEvents != "")
 	return nil
-}
-
-// guard keeps the reply rule (replyto.go) for a request handler: a request
-// without a reply subject, or whose reply subject is not an inbox, is
-// dropped before the handler sees it. The handler runs under protect.
-func (m *Manager) guard(h nats.MsgHandler) nats.MsgHandler {
-	h = m.protect(h)
-	return func(msg *nats.Msg) {
-		if msg.Reply == "" {
-			m.replies.ignoreNoReply(m.log, msg.Subject)
-			return
-		}
-		if !m.replies.allowed(msg.Reply) {
-			m.replies.refuse(m.log, msg.Subject, msg.Reply)
-			return
-		}
-		h(msg)
-	}
-}
-
-// protect keeps a bug in one handler from taking the process down with
-// input from the network: it logs the panic and answers an internal error
-// to the reply subject, if any. The server's advisories, which come
-// without a reply, are handled under protect alone.
-func (m *Manager) protect(h nats.MsgHandler) nats.MsgHandler {
-	return func(msg *nats.Msg) {
-		defer func() {
-			if r := recover(); r != nil {
-				m.log.Error("handler panic", "subject", echo.Clip(msg.Subject), "panic", r)
-				m.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeInternal, "internal error")})
-			}
-		}()
-		h(msg)
-	}
-}
-
-func (m *Manager) unsubscribe() {
-	for _, s := range m.subs {
-		_ = s.Unsubscribe()
-	}
-	m.subs = nil
 }
 
 // Close stops serving: queued requests are told the manager is unavailable
@@ -326,66 +279,34 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	m.stopDisconnectTimersLocked()
+	m.gone.closeLocked()
 	m.mu.Unlock()
 
-	m.unsubscribe()
+	m.out.unsubscribe()
 	m.cancel()
-	m.replies.flush(m.log)
+	m.out.flush()
 
 	// Queued requests stay queued: their entries are in the store, and the
 	// next manager for this node restores them in order. Their clients keep
 	// polling with the same request id.
 	m.mu.Lock()
 	for _, p := range m.pools {
-		p.stopRate()
+		m.rates.stopLocked(p)
 		for _, r := range p.waiting {
-			m.stopTimer(r)
+			r.stopTimer()
 		}
 	}
 	m.mu.Unlock()
 
 	m.ops.Wait()
-	var err error
-	if m.watcher != nil {
-		err = m.watcher.Stop()
-		<-m.watchDone
+	if m.disc != nil {
+		m.disc.wait() // the history's sampling, which ends with m.ctx
 	}
+	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
+	err := m.watch.stop()
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err
-}
-
-// Stats returns every pool's figures, sorted by name.
-func (m *Manager) Stats() []lease.PoolStats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.statsLocked()
-}
-
-func (m *Manager) statsLocked() []lease.PoolStats {
-	out := make([]lease.PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
-		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	// A fair pool's configured weights, within one budget per reply so
-	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
-	// limit: pools past it go without (executors then weigh only the
-	// tenants holding or waiting, whose weights Tenants carries).
-	budget := lease.MaxStatsWeights
-	for i := range out {
-		if out[i].Policy != pools.PolicyFair {
-			continue
-		}
-		o := m.pools[out[i].Name].p.Options()
-		out[i].DefaultWeight = o.DefaultWeight
-		if len(o.Weights) <= budget {
-			out[i].Weights = o.Weights
-			budget -= len(o.Weights)
-		}
-	}
-	return out
 }
 
 // Leases returns a copy of every live lease record of this node, without
@@ -399,10 +320,4 @@ func (m *Manager) Leases() []lease.Record {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
 	return out
-}
-
-func (m *Manager) leaseCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.leases)
 }

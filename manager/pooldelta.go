@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
@@ -58,7 +59,7 @@ func parseDelta(data []byte, marked bool) (poolDelta, error) {
 		return poolDelta{}, errors.New("names no manager")
 	}
 	d := s.poolDelta
-	if len(d.Set) == 0 && len(d.Rates) == 0 && len(d.Removed) == 0 {
+	if d.empty() {
 		return d, nil
 	}
 	for _, rs := range d.Rates {
@@ -72,79 +73,77 @@ func parseDelta(data []byte, marked bool) (poolDelta, error) {
 	return d, nil
 }
 
-// loadDelta reads the node's stored pool changes, carrying a legacy value
-// over on the first start of this version, and applies them before the
-// lease records are counted.
-func (m *Manager) loadDelta(ctx context.Context) error {
-	if m.cfg.PoolStore == nil {
-		return nil
-	}
-	key := deltaKey(m.cfg.Node)
-	data, _, err := m.cfg.PoolStore.Get(ctx, key)
-	var d poolDelta
+// deltaStore keeps the node's runtime pool changes in the pool bucket:
+// their stored form, the refusal of what no manager wrote, and the one
+// carry-over of an earlier version's value. The changes in force are the
+// Manager's (m.delta, under m.mu, changed with the pools); deltaStore holds
+// no state of its own and takes no lock but the refusal count's.
+type deltaStore struct {
+	store Store // Config.PoolStore, fenced
+	node  string
+	lead  *leadership  // the instance and term that mark a write
+	check *recordCheck // counts refusals
+	log   *slog.Logger
+}
+
+// load reads the node's stored pool changes, carrying a legacy value over
+// on the first start of this version. apply is false if the stored value
+// was refused: the node then serves its configured pools.
+func (s *deltaStore) load(ctx context.Context) (d poolDelta, apply bool, err error) {
+	key := deltaKey(s.node)
+	data, _, err := s.store.Get(ctx, key)
 	switch {
 	case err == nil:
 		if d, err = parseDelta(data, true); err != nil {
-			m.refuseDelta(key, err)
-			return nil
+			s.refuse(key, err)
+			return poolDelta{}, false, nil
 		}
 	case errors.Is(err, ErrStoreNotFound):
-		if d, err = m.carryDeltaOver(ctx); err != nil {
-			return err
+		if d, err = s.carryOver(ctx); err != nil {
+			return d, false, err
 		}
 	default:
-		return fmt.Errorf("lease: reading runtime pool changes: %w", err)
+		return d, false, fmt.Errorf("lease: reading runtime pool changes: %w", err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.delta = d
-	m.applyLocked(d.effective(m.cfg.Pools), true)
-	if len(d.Set) > 0 || len(d.Rates) > 0 || len(d.Removed) > 0 {
-		m.log.Info("runtime pool changes applied over the configured pools", "set", d.Set, "rates", d.Rates, "removed", d.Removed)
-	}
-	return nil
+	return d, true, nil
 }
 
-// carryDeltaOver reads the unmarked value of an earlier version, if any,
-// and stores it (or nothing, if there is none or it is refused) under
+// carryOver reads the unmarked value of an earlier version, if any, and
+// stores it (or nothing, if there is none or it is refused) under
 // deltaKey, so that it is read this once.
-func (m *Manager) carryDeltaOver(ctx context.Context) (poolDelta, error) {
+func (s *deltaStore) carryOver(ctx context.Context) (poolDelta, error) {
 	var d poolDelta
-	data, _, err := m.cfg.PoolStore.Get(ctx, m.cfg.Node)
+	data, _, err := s.store.Get(ctx, s.node)
 	switch {
 	case err == nil:
 		if d, err = parseDelta(data, false); err != nil {
-			m.refuseDelta(m.cfg.Node, err)
+			s.refuse(s.node, err)
 			d = poolDelta{}
-		} else if len(d.Set) > 0 || len(d.Rates) > 0 || len(d.Removed) > 0 {
-			m.log.Info("runtime pool changes of an earlier version carried over", "from", m.cfg.Node, "to", deltaKey(m.cfg.Node))
+		} else if !d.empty() {
+			s.log.Info("runtime pool changes of an earlier version carried over", "from", s.node, "to", deltaKey(s.node))
 		}
 	case !errors.Is(err, ErrStoreNotFound):
 		return d, fmt.Errorf("lease: reading runtime pool changes: %w", err)
 	}
-	if err := m.storeDelta(ctx, d); err != nil {
+	if err := s.put(ctx, d); err != nil {
 		return d, fmt.Errorf("lease: storing runtime pool changes: %w", err)
 	}
 	return d, nil
 }
 
-// storeDelta writes d, marked with this manager, under deltaKey.
-func (m *Manager) storeDelta(ctx context.Context, d poolDelta) error {
-	data, err := json.Marshal(storedDelta{Manager: m.cfg.Instance, Term: m.term(), poolDelta: d})
+// put writes d, marked with this manager, under deltaKey.
+func (s *deltaStore) put(ctx context.Context, d poolDelta) error {
+	data, err := json.Marshal(storedDelta{Manager: s.lead.instance, Term: s.lead.term(), poolDelta: d})
 	if err != nil {
 		return err
 	}
-	_, err = m.cfg.PoolStore.Put(ctx, deltaKey(m.cfg.Node), data)
+	_, err = s.store.Put(ctx, deltaKey(s.node), data)
 	return err
 }
 
-// refuseDelta reports stored pool changes that are not applied.
-func (m *Manager) refuseDelta(key string, why error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cfg.RecordRefused != nil {
-		m.cfg.RecordRefused(RefusedPoolDelta)
-	}
-	m.log.Warn("refusing stored pool changes no manager wrote; serving the configured pools (leasemgr resize stores new ones)",
+// refuse reports stored pool changes that are not applied.
+func (s *deltaStore) refuse(key string, why error) {
+	s.check.count(RefusedPoolDelta)
+	s.log.Warn("refusing stored pool changes no manager wrote; serving the configured pools (leasemgr resize stores new ones)",
 		"key", echo.Clip(key), "why", echo.Clip(why.Error()))
 }

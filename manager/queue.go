@@ -7,17 +7,25 @@ import (
 	"github.com/slotlease/slotlease/lease"
 )
 
+// Which queued requests get a stored queue entry, when, and what it
+// holds: the journal's methods that run with m.mu held (journal.go writes
+// and deletes the entries).
+
 // nextOrderLocked returns the enqueue order of a new request: the wall clock
 // in nanoseconds, made strictly increasing, so a successor on another host
 // (whose clock roughly agrees) orders its new requests after restored ones.
-func (m *Manager) nextOrderLocked() int64 {
+func (j *journal) nextOrderLocked() int64 {
 	n := time.Now().UnixNano()
-	if n <= m.lastOrder {
-		n = m.lastOrder + 1
+	if n <= j.lastOrder {
+		n = j.lastOrder + 1
 	}
-	m.lastOrder = n
+	j.lastOrder = n
 	return n
 }
+
+// restoredLocked notes the order of a restored entry, so that new
+// requests come after it.
+func (j *journal) restoredLocked(order int64) { j.lastOrder = max(j.lastOrder, order) }
 
 // persistQueuedLocked writes r's queue entry, so that a successor restores
 // it in order.
@@ -29,11 +37,11 @@ func (m *Manager) nextOrderLocked() int64 {
 // longer cover the queue (more requests came, or another request took the
 // slots), or as soon as one of those deletes fails, the ones still waiting
 // are written after all.
-func (m *Manager) persistQueuedLocked(r *request) {
+func (j *journal) persistQueuedLocked(r *request) {
 	p := r.pool
 	if !coveredLocked(p) {
-		m.persistUncoveredLocked(p) // those queued before r first
-		m.journal.addLocked(r)
+		j.persistUncoveredLocked(p) // those queued before r first
+		j.addLocked(r)
 		return
 	}
 	if n := len(p.unpersisted); n >= 64 && n >= 2*p.p.Stats().QueuedRequests {
@@ -50,19 +58,19 @@ func coveredLocked(p *pool) bool {
 
 // persistUncoveredLocked writes the entries of unpersisted requests still
 // queued once the releases in flight no longer cover the queue.
-func (m *Manager) persistUncoveredLocked(p *pool) {
+func (j *journal) persistUncoveredLocked(p *pool) {
 	if !coveredLocked(p) {
-		m.persistUnpersistedLocked(p)
+		j.persistUnpersistedLocked(p)
 	}
 }
 
 // persistUnpersistedLocked writes the entries of the unpersisted requests
 // still queued, and tells their holders they wait.
-func (m *Manager) persistUnpersistedLocked(p *pool) {
+func (j *journal) persistUnpersistedLocked(p *pool) {
 	for _, r := range p.unpersisted {
 		if waitingUnpersisted(r) {
-			m.journal.addLocked(r)
-			m.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+			j.addLocked(r)
+			j.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
 		}
 	}
 	p.unpersisted = p.unpersisted[:0]
@@ -75,14 +83,34 @@ func waitingUnpersisted(r *request) bool {
 
 // entryLocked is what the journal stores for r, and for how long, if r
 // still waits.
-func (m *Manager) entryLocked(r *request) (storedValue, time.Duration, bool) {
+func (j *journal) entryLocked(r *request) (storedValue, time.Duration, bool) {
 	if !r.waiting() {
 		return storedValue{}, 0, false
 	}
 	v := storedValue{
-		Record: lease.Record{ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: m.term(), Manager: m.cfg.Instance,
+		Record: lease.Record{ID: r.id, Node: j.node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: j.lead.term(), Manager: j.lead.instance,
 			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 	}
-	return v, m.entryTTL(r), true
+	return v, j.entryTTL(r), true
+}
+
+// QueueEntryTTL is the TTL of a queue entry without a wait deadline. A
+// request queued longer than this keeps its place in this manager's memory,
+// but a successor no longer restores it: its client's next poll queues it
+// again, at the tail.
+const QueueEntryTTL = 24 * time.Hour
+
+// queueEntryTTL is QueueEntryTTL; tests shorten it (export_test.go).
+var queueEntryTTL = QueueEntryTTL
+
+// entryTTL is the TTL of r's queue entry: until its wait deadline and one
+// lease TTL more (time for the grant to replace it), or QueueEntryTTL.
+// Whole seconds, as the store keeps them.
+func (j *journal) entryTTL(r *request) time.Duration {
+	d := queueEntryTTL
+	if r.waitUntil != 0 {
+		d = min(time.Until(time.Unix(0, r.waitUntil))+j.ttl, queueEntryTTL)
+	}
+	return max(d.Truncate(time.Second)+time.Second, time.Second)
 }

@@ -1,11 +1,9 @@
 package manager
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -15,79 +13,26 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-// startWatch starts the lease record watch, giving up after RebuildStall
-// (a watch set up over a connection that resets meanwhile can hang for the
-// JetStream API timeout); a watch that comes up later is stopped.
-func (m *Manager) startWatch(ctx context.Context) (Watcher, error) {
-	type result struct {
-		w   Watcher
-		err error
+// observeGone frees the lease whose record expired, or was deleted by
+// someone else: its slots are free in the store, so they are here.
+func (m *Manager) observeGone(ch Change) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.restored, ch.Key)
+	h := m.leases[ch.Key]
+	// Our own release owns the slots while its delete is in flight.
+	if h == nil || h.releasing || ch.Rev <= h.rev {
+		return
 	}
-	done := make(chan result)
-	// The watch lives until Close (m.ctx), not only for Start's ctx; its
-	// set-up ends with Start's ctx too. m.ops owns the set-up goroutine,
-	// which stops a watch that came up after Start gave up on it.
-	wctx, stop := context.WithCancel(m.ctx)
-	stopSetup := context.AfterFunc(ctx, stop)
-	defer stopSetup()
-	m.ops.Add(1)
-	go func() {
-		defer m.ops.Done()
-		w, err := m.cfg.Store.Watch(wctx, lease.NodeKeys(m.cfg.Node))
-		select {
-		case done <- result{w, err}:
-		case <-wctx.Done():
-			if err == nil {
-				_ = w.Stop()
-			}
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.w, r.err
-	case <-wctx.Done():
-		return nil, fmt.Errorf("setting up the watch: %w", context.Cause(wctx))
-	case <-time.After(m.cfg.RebuildStall):
-		stop() // ends the set-up; Close (which Start calls next) waits for it
-		return nil, fmt.Errorf("setting up the watch took longer than %v", m.cfg.RebuildStall)
+	kind := lease.EventExpired
+	if ch.Op == ChangeDelete {
+		kind = lease.EventReleased
+	} else {
+		_, span := telemetry.StartSpan(context.Background(), natstrace.SpanExpire, natstrace.Node(m.cfg.Node),
+			natstrace.Pool(h.rec.Pool), natstrace.LeaseID(h.rec.ID), natstrace.Token(h.rec.Token), natstrace.Slots(h.rec.Slots))
+		span.End()
 	}
-}
-
-// watch applies the Store's view: first it counts every stored lease of this
-// node, then it frees leases whose records expire or are deleted by others.
-func (m *Manager) watch(w Watcher) {
-	defer close(m.watchDone)
-	rebuilt := false
-	for ch := range w.Changes() {
-		m.progress.Store(time.Now().UnixNano())
-		switch ch.Op {
-		case ChangeCaughtUp:
-			if !rebuilt {
-				rebuilt = true
-				m.restoreQueue()
-				close(m.ready)
-			}
-		case ChangePut:
-			m.observePut(ch, rebuilt)
-		case ChangeDelete, ChangeExpire:
-			m.mu.Lock()
-			delete(m.restored, ch.Key)
-			h := m.leases[ch.Key]
-			// Our own release owns the slots while its delete is in flight.
-			if h != nil && !h.releasing && ch.Rev > h.rev {
-				kind := lease.EventExpired
-				if ch.Op == ChangeDelete {
-					kind = lease.EventReleased
-				} else {
-					_, span := telemetry.StartSpan(context.Background(), natstrace.SpanExpire, natstrace.Node(m.cfg.Node),
-						natstrace.Pool(h.rec.Pool), natstrace.LeaseID(h.rec.ID), natstrace.Token(h.rec.Token), natstrace.Slots(h.rec.Slots))
-					span.End()
-				}
-				m.freeLocked(h, kind, "")
-			}
-			m.mu.Unlock()
-		}
-	}
+	m.freeLocked(h, kind, "")
 }
 
 // observePut counts every stored lease while rebuilding. After that, an
@@ -97,7 +42,7 @@ func (m *Manager) watch(w Watcher) {
 func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	stored, ok := m.acceptRecord(ch, rebuilt)
+	stored, ok := m.records.accept(ch, rebuilt, m.knownKeyLocked)
 	if !ok {
 		return
 	}
@@ -105,23 +50,21 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
 		}
-		m.checkTermLocked(ch)
+		m.lead.checkWrite(ch)
 		return
 	}
-	if rebuilt && bytes.Contains(ch.Value, m.ownMark) {
+	if rebuilt && m.lead.wrote(ch.Value) {
 		// This instance's own write (a grant whose acknowledgement is on
 		// its way, or a queue entry), as decoding would show below, but
-		// without the cost on every write of a busy manager. A string
-		// value cannot hold the unescaped mark, so no other record has it.
+		// without the cost on every write of a busy manager.
 		return
 	}
 	if stored == nil { // recognised as this instance's without decoding
 		return
 	}
 	rec := *stored
-	if m.cfg.Fence != nil && rec.Term > m.term() {
-		m.depose(ch.Key, rec.Term)
-		return
+	if m.lead.later(ch.Key, rec.Term) {
+		return // deposed
 	}
 	if rec.Queued {
 		// A queue entry: restored in order once the rebuild is complete.
@@ -133,7 +76,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	if rebuilt {
-		if m.closed || !m.mayDeleteLocked(ch.Key, rec.Record) {
+		if m.closed || !m.lead.mayDelete(ch.Key, rec.Record) {
 			// Closing (maybe deposed): the records a successor writes are
 			// not ours to judge. Or our own write, or not provably older.
 			return
@@ -194,11 +137,11 @@ func (m *Manager) restoreQueue() {
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
 			r.pool = &pool{name: v.Pool}
-			m.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
+			m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
 			m.journal.dropLocked(r)
 			continue
 		}
-		m.lastOrder = max(m.lastOrder, v.QueuedAt)
+		m.journal.restoredLocked(v.QueuedAt)
 		e := exceeds(p, v.Slots)
 		if e == nil && r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil {
 			e = errorf(lease.CodeWaitExpired, "not granted within the wait deadline")
@@ -211,17 +154,17 @@ func (m *Manager) restoreQueue() {
 			if w, granted, position, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
 				// A tenant cap or a queue limit lowered since it queued: its
 				// client hears why, and the entry goes.
-				e = m.enqueueError(p, lease.AcquireRequest{Slots: v.Slots}, err)
+				e = enqueueError(p, v.Slots, err, m.cfg.TTL)
 			}
 		}
 		if e != nil {
-			m.respond(r.reply, errReply(e))
-			m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+			m.out.respond(r.reply, errReply(e))
+			m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 			m.journal.dropLocked(r)
 			continue
 		}
 		r.w = w
-		m.addWaitingLocked(r)
+		m.waiters.add(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

@@ -1,9 +1,10 @@
 package manager
 
 import (
-	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -57,9 +58,31 @@ var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, Refus
 // chosen by whoever wrote the record.
 const maxLoggedKey = 128
 
-// acceptRecord checks a stored put before anything else looks at it. It
-// returns the decoded record and whether it may be honoured. Called with
-// m.mu held.
+// recordCheck decides which stored records are honoured, and reports the
+// ones it refuses: a count (Config.RecordRefused) and a log line bounded
+// per reason. Its refusal log has its own lock (mu), taken with or without
+// m.mu held (so always after it); it never calls back into the Manager.
+type recordCheck struct {
+	node    string
+	lead    *leadership         // its instance's mark
+	refused func(reason string) // Config.RecordRefused; nil if unset
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// last is when each reason was last logged, and skipped how many
+	// refusals went unlogged since. Guarded by mu.
+	last    map[string]time.Time
+	skipped map[string]int
+}
+
+func newRecordCheck(node string, lead *leadership, refused func(string), log *slog.Logger) *recordCheck {
+	return &recordCheck{node: node, lead: lead, refused: refused, log: log, last: map[string]time.Time{}, skipped: map[string]int{}}
+}
+
+// accept checks a stored put before anything else looks at it. It returns
+// the decoded record and whether it may be honoured. known reports whether
+// a key is one this instance holds a lease or a request for (the caller
+// holds m.mu for it).
 //
 // A busy manager sees each of its own writes come back through the watch;
 // decoding them all would cost a JSON decode per grant and renewal. So
@@ -68,31 +91,31 @@ const maxLoggedKey = 128
 // own without decoding (nil, true). Anything else with the mark, such as a
 // write for a lease already let go, or a forgery naming this instance
 // (its id is public), is decoded and checked like any other record.
-func (m *Manager) acceptRecord(ch Change, rebuilt bool) (*storedValue, bool) {
+func (c *recordCheck) accept(ch Change, rebuilt bool, known func(key string) bool) (*storedValue, bool) {
 	if ch.TTL <= 0 {
-		m.refuse(ch.Key, RefusedNoTTL, "it was stored without a TTL, so it would never expire")
+		c.refuse(ch.Key, RefusedNoTTL, "it was stored without a TTL, so it would never expire")
 		return nil, false
 	}
-	if rebuilt && bytes.Contains(ch.Value, m.ownMark) && m.knownKeyLocked(ch.Key) {
+	if rebuilt && c.lead.wrote(ch.Value) && known(ch.Key) {
 		return nil, true
 	}
 	var rec storedValue
 	if err := json.Unmarshal(ch.Value, &rec); err != nil {
-		m.refuse(ch.Key, RefusedUnreadable, "it is not a lease record: "+err.Error())
+		c.refuse(ch.Key, RefusedUnreadable, "it is not a lease record: "+err.Error())
 		return nil, false
 	}
 	switch {
 	case rec.Slots <= 0:
-		m.refuse(ch.Key, RefusedShape, "it holds no slots")
+		c.refuse(ch.Key, RefusedShape, "it holds no slots")
 		return nil, false
 	case rules.ValidRequestID(rec.ID) != nil || rec.Pool == "":
-		m.refuse(ch.Key, RefusedShape, "its id or pool is invalid")
+		c.refuse(ch.Key, RefusedShape, "its id or pool is invalid")
 		return nil, false
-	case rec.Node != m.cfg.Node || ch.Key != lease.RecordKey(rec.Node, rec.Pool, rec.ID):
-		m.refuse(ch.Key, RefusedKey, "its key does not match the node, pool and id it names")
+	case rec.Node != c.node || ch.Key != lease.RecordKey(rec.Node, rec.Pool, rec.ID):
+		c.refuse(ch.Key, RefusedKey, "its key does not match the node, pool and id it names")
 		return nil, false
 	case rec.Manager == "":
-		m.refuse(ch.Key, RefusedForeign, "it names no manager instance: no manager wrote it")
+		c.refuse(ch.Key, RefusedForeign, "it names no manager instance: no manager wrote it")
 		return nil, false
 	}
 	return &rec, true
@@ -121,54 +144,35 @@ func (m *Manager) knownKeyLocked(key string) bool {
 // every refusal.
 const refusalLogEvery = 10 * time.Second
 
-// refusalLog is when each reason was last logged, and how many refusals
-// went unlogged since. Guarded by Manager.mu.
-type refusalLog struct {
-	last    map[string]time.Time
-	skipped map[string]int
-}
-
 // refuse reports a refused record: a count, and a log line unless one for
-// the same reason was written in the last refusalLogEvery. Called with
-// m.mu held.
-func (m *Manager) refuse(key, reason, why string) {
-	if m.cfg.RecordRefused != nil {
-		m.cfg.RecordRefused(reason)
-	}
-	l := &m.refusals
-	if l.last == nil {
-		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
-	}
+// the same reason was written in the last refusalLogEvery.
+func (c *recordCheck) refuse(key, reason, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countLocked(reason)
 	now := time.Now()
-	if now.Sub(l.last[reason]) < refusalLogEvery {
-		l.skipped[reason]++
+	if now.Sub(c.last[reason]) < refusalLogEvery {
+		c.skipped[reason]++
 		return
 	}
 	if len(key) > maxLoggedKey {
 		key = key[:maxLoggedKey] + "...(truncated)"
 	}
-	m.log.Warn("refusing a lease record no manager wrote; it is not counted", "key", key, "reason", reason, "why", why,
-		"unlogged_since_last", l.skipped[reason])
-	l.last[reason] = now
-	l.skipped[reason] = 0
+	c.log.Warn("refusing a lease record no manager wrote; it is not counted", "key", key, "reason", reason, "why", why,
+		"unlogged_since_last", c.skipped[reason])
+	c.last[reason] = now
+	c.skipped[reason] = 0
 }
 
-// QueueEntryTTL is the TTL of a queue entry without a wait deadline. A
-// request queued longer than this keeps its place in this manager's memory,
-// but a successor no longer restores it: its client's next poll queues it
-// again, at the tail.
-const QueueEntryTTL = 24 * time.Hour
+// count counts one refusal of reason, one at a time with the others.
+func (c *recordCheck) count(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countLocked(reason)
+}
 
-// queueEntryTTL is QueueEntryTTL; tests shorten it (export_test.go).
-var queueEntryTTL = QueueEntryTTL
-
-// entryTTL is the TTL of r's queue entry: until its wait deadline and one
-// lease TTL more (time for the grant to replace it), or QueueEntryTTL.
-// Whole seconds, as the store keeps them.
-func (m *Manager) entryTTL(r *request) time.Duration {
-	d := queueEntryTTL
-	if r.waitUntil != 0 {
-		d = min(time.Until(time.Unix(0, r.waitUntil))+m.cfg.TTL, queueEntryTTL)
+func (c *recordCheck) countLocked(reason string) {
+	if c.refused != nil {
+		c.refused(reason)
 	}
-	return max(d.Truncate(time.Second)+time.Second, time.Second)
 }

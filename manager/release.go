@@ -18,7 +18,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 	var req lease.ReleaseRequest
 	if e := decode(msg.Data, &req); e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
@@ -27,12 +27,12 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	// The holder need not wait for the delete: until it is stored the slots
 	// stay busy, which costs a little capacity and never over-grants.
-	m.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
+	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
 	m.startReleaseLocked(h, lease.EventReleased)
 }
 
@@ -75,7 +75,9 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 		}
 		cancel()
 		if err == nil || errors.Is(err, ErrStoreNotFound) {
-			m.free(h, kind, h.releaseCode)
+			m.mu.Lock()
+			m.freeLocked(h, kind, h.releaseCode)
+			m.mu.Unlock()
 			return
 		}
 		if fencedOut(err) {
@@ -89,7 +91,7 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 		if h.pool != nil && !m.closed {
 			// The requests waiting only for these slots may wait a while
 			// longer: store their queue entries after all.
-			m.persistUnpersistedLocked(h.pool)
+			m.journal.persistUnpersistedLocked(h.pool)
 		}
 		m.mu.Unlock()
 		select {
@@ -103,19 +105,13 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 	}
 }
 
-// free returns a gone lease's slots to its pool and grants waiters.
-func (m *Manager) free(h *held, kind lease.EventKind, code lease.Code) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.freeLocked(h, kind, code)
-}
-
+// freeLocked returns a gone lease's slots to its pool and grants waiters.
 func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if m.leases[h.key] != h {
 		return
 	}
 	delete(m.leases, h.key)
-	m.stopRenewedLocked(h)
+	m.stop.renewedLocked(h)
 	if h.pool == nil {
 		return
 	}
@@ -123,9 +119,9 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		h.pool.releasing -= h.rec.Slots
 	}
 	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
-	m.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
+	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
-		m.persistUncoveredLocked(h.pool)
+		m.journal.persistUncoveredLocked(h.pool)
 	}
 }

@@ -23,7 +23,7 @@ import (
 // with: the manager is closing, or has no such pool.
 func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
 	if m.closed {
-		return nil, m.closingError()
+		return nil, closingError(m.cfg.Node)
 	}
 	if p := m.pools[name]; p != nil {
 		return p, nil
@@ -40,9 +40,10 @@ func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
 	return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names))
 }
 
-// closingError answers requests that arrive once Close has begun.
-func (m *Manager) closingError() *lease.Error {
-	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", m.cfg.Node)
+// closingError answers requests to node's manager that arrive once Close
+// has begun.
+func closingError(node string) *lease.Error {
+	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", node)
 }
 
 // lookupLocked finds the lease a renew or release names and checks its token.
@@ -81,7 +82,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	if e := decode(msg.Data, &req); e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
@@ -94,7 +95,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		m.mu.Unlock()
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.respond(msg.Reply, errReply(e))
+		m.out.respond(msg.Reply, errReply(e))
 		return
 	}
 	m.ops.Add(1)
@@ -111,15 +112,15 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	defer span.End()
 	fail := func(e *lease.Error) {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.respond(reply, errReply(e))
+		m.out.respond(reply, errReply(e))
 	}
 	h.renewal.lock()
 	defer h.renewal.unlock()
 	if rec, ok := h.renewal.since(received); ok {
 		m.mu.Lock()
-		m.stopRenewedLocked(h)
+		m.stop.renewedLocked(h)
 		m.mu.Unlock()
-		m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 		return
 	}
 	started := time.Now()
@@ -143,10 +144,10 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 				h.rev = newRev
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
-			m.stopRenewedLocked(h)
+			m.stop.renewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
-			m.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose

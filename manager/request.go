@@ -23,9 +23,6 @@ type pool struct {
 	// unpersisted are queued requests whose entry was not written because
 	// releases in flight covered the whole queue (see persistQueuedLocked).
 	unpersisted []*request
-	// rate wakes the waiters of a pool with a start rate (rate.go); nil
-	// until first armed.
-	rate *time.Timer
 }
 
 // newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
@@ -137,7 +134,8 @@ func abandoned(r *request, now int64) bool {
 	return r.pollMs > 0 && now-r.lastSeen > 3*r.pollMs*int64(time.Millisecond)+int64(time.Second)
 }
 
-func (m *Manager) stopTimer(r *request) {
+// stopTimer stops r's wait deadline, if armed.
+func (r *request) stopTimer() {
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil

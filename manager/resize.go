@@ -28,6 +28,9 @@ type poolDelta struct {
 	Removed []string                     `json:"removed,omitempty"`
 }
 
+// empty reports whether d changes nothing.
+func (d poolDelta) empty() bool { return len(d.Set) == 0 && len(d.Rates) == 0 && len(d.Removed) == 0 }
+
 func (d poolDelta) clone() poolDelta {
 	return poolDelta{Set: maps.Clone(d.Set), Rates: maps.Clone(d.Rates), Removed: slices.Clone(d.Removed)}
 }
@@ -141,11 +144,11 @@ func parseRateSetting(rs lease.RateSetting) (pools.Rate, int64, error) {
 func (m *Manager) handleResize(msg *nats.Msg) {
 	var req lease.ResizeRequest
 	if e := decode(msg.Data, &req); e != nil {
-		m.respondResize(msg.Reply, errReply(e))
+		m.disc.respondResize(msg.Reply, errReply(e))
 		return
 	}
 	if e := validateResize(&req); e != nil {
-		m.respondResize(msg.Reply, errReply(e))
+		m.disc.respondResize(msg.Reply, errReply(e))
 		return
 	}
 	// Resizes are rare: holding the lock across the store write keeps the
@@ -153,7 +156,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		m.respondResize(msg.Reply, errReply(m.closingError()))
+		m.disc.respondResize(msg.Reply, errReply(closingError(m.cfg.Node)))
 		return
 	}
 	d := m.delta.clone()
@@ -173,12 +176,12 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 			// The burst alone: keep the rate the pool has by now.
 			cur := d.effective(m.cfg.Pools)[name]
 			if cur.Rate == (pools.Rate{}) {
-				m.respondResize(msg.Reply, errReply(errorf(lease.CodeBadRequest, "rates: pool %q has no rate whose burst to change: give the rate too", name)))
+				m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodeBadRequest, "rates: pool %q has no rate whose burst to change: give the rate too", name)))
 				return
 			}
 			rs.Rate = cur.Rate.String()
 			if _, _, err := parseRateSetting(rs); err != nil {
-				m.respondResize(msg.Reply, errReply(errorf(lease.CodeBadRequest, "rates: pool %q: %v", name, err)))
+				m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodeBadRequest, "rates: pool %q: %v", name, err)))
 				return
 			}
 		}
@@ -190,7 +193,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	}
 	for _, name := range req.Remove {
 		if m.pools[name] == nil {
-			m.respondResize(msg.Reply, errReply(errorf(lease.CodeUnknownPool, "node %s has no pool %q to remove", m.cfg.Node, name)))
+			m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodeUnknownPool, "node %s has no pool %q to remove", m.cfg.Node, name)))
 			return
 		}
 		delete(d.Set, name)
@@ -212,22 +215,22 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 		}
 		if len(busy) > 0 {
 			sort.Strings(busy)
-			m.respondResize(msg.Reply, errReply(errorf(lease.CodePoolBusy, "cannot remove pools with holders or waiters without force: %s", strings.Join(busy, ", "))))
+			m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodePoolBusy, "cannot remove pools with holders or waiters without force: %s", strings.Join(busy, ", "))))
 			return
 		}
 	}
-	if m.cfg.PoolStore != nil {
+	if m.deltas != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
-		err := m.storeDelta(ctx, d)
+		err := m.deltas.put(ctx, d)
 		cancel()
 		if err != nil {
-			m.respondResize(msg.Reply, errReply(errorf(lease.CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
+			m.disc.respondResize(msg.Reply, errReply(errorf(lease.CodeUnavailable, "storing the pool change failed, nothing changed: %v", err)))
 			return
 		}
 	}
 	m.delta = d
 	m.applyLocked(target, false)
-	m.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: m.statsLocked()})
+	m.disc.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: m.statsLocked()})
 }
 
 func validateResize(req *lease.ResizeRequest) *lease.Error {
@@ -304,7 +307,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 			m.startGrantsLocked(p, granted)
 		}
 		if !quiet {
-			m.emit(p, lease.Event{Kind: lease.EventResized, Message: old.change(want)})
+			m.out.emit(p, lease.Event{Kind: lease.EventResized, Message: old.change(want)})
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(target)) {
@@ -326,7 +329,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 			m.pools[name] = p
 			delete(m.removed, name)
 			if !quiet {
-				m.emit(p, lease.Event{Kind: lease.EventResized, Message: fmt.Sprintf("added with %v", want)})
+				m.out.emit(p, lease.Event{Kind: lease.EventResized, Message: fmt.Sprintf("added with %v", want)})
 			}
 		}
 	}
@@ -337,12 +340,12 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
 	for _, w := range rejected {
 		r := w.Value.(*request)
-		m.dropWaitingLocked(r)
-		m.stopTimer(r)
+		m.waiters.drop(r)
+		r.stopTimer()
 		m.journal.dropLocked(r)
 		e := errorf(lease.CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
-		m.respond(r.reply, errReply(e))
-		m.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		m.out.respond(r.reply, errReply(e))
+		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	}
 }
 
@@ -354,17 +357,17 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		m.removed = map[string]bool{}
 	}
 	m.removed[p.name] = true
-	p.stopRate()
+	m.rates.removeLocked(p)
 	for _, r := range p.waiting {
 		if r.state != queued {
 			r.state = grantCancelled // the grant in flight is given back once stored
 			continue
 		}
 		p.p.Cancel(r.w)
-		m.dropWaitingLocked(r)
-		m.stopTimer(r)
+		m.waiters.drop(r)
+		r.stopTimer()
 		m.journal.dropLocked(r)
-		m.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
+		m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
 	}
 	for _, h := range m.leases {
 		if h.pool == p && !h.releasing {
@@ -372,6 +375,6 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		}
 	}
 	if !quiet {
-		m.emit(p, lease.Event{Kind: lease.EventResized, Message: "removed"})
+		m.out.emit(p, lease.Event{Kind: lease.EventResized, Message: "removed"})
 	}
 }

@@ -37,5 +37,5 @@ func (m *Manager) Serving() bool {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
-	return !closed && m.serving()
+	return !closed && m.lead.serving()
 }

@@ -91,28 +91,28 @@ func clipList[T any](s []T) ([]T, int) {
 
 // handleSnapshot answers a snapshot request, through the reply rule like
 // every answer (guard).
-func (m *Manager) handleSnapshot(msg *nats.Msg) {
+func (d *discovery) handleSnapshot(msg *nats.Msg) {
 	var req lease.SnapshotRequest
 	if body := bytes.TrimSpace(msg.Data); len(body) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			m.disc.snapshot.failed("400", "bad snapshot request")
-			m.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", echo.Clip(err.Error()))})
+			d.snapshot.failed("400", "bad snapshot request")
+			d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", echo.Clip(err.Error()))})
 			return
 		}
 	}
-	data, err := json.Marshal(m.Snapshot(req.History))
-	if err == nil && req.History && int64(len(data)) > m.cfg.Conn.MaxPayload() {
+	data, err := json.Marshal(d.admin.Snapshot(req.History))
+	if err == nil && req.History && int64(len(data)) > d.out.conn.MaxPayload() {
 		// About 30 pools with full lists and an hour each: send the
 		// figures, holders and waiters without the history.
-		snap := m.Snapshot(false)
+		snap := d.admin.Snapshot(false)
 		snap.HistoryLeftOut = true
 		data, err = json.Marshal(snap)
 	}
 	if err != nil {
-		m.log.Error("encoding a snapshot", "err", err)
+		d.out.log.Error("encoding a snapshot", "err", err)
 		return
 	}
-	m.answer(msg, data)
+	d.out.answer(msg, data)
 }

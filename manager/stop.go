@@ -36,7 +36,9 @@ const stopWaitMax = time.Second
 
 func stopWait(ttl time.Duration) time.Duration { return min(stopWaitMax, ttl/10) }
 
-// stopState is a clean stop's progress. Guarded by Manager.mu.
+// stopState is a clean stop's progress: whether it was announced, and
+// which leases are still to be renewed. Guarded by Manager.mu: it changes
+// with the leases (a renewal, a free), in the same step.
 type stopState struct {
 	announced bool // EventStopping went out; no more frees on a close
 	// waiting holds the leases not renewed since the announcement, and
@@ -49,30 +51,20 @@ type stopState struct {
 // the holders' renewals. The manager keeps serving meanwhile.
 func (m *Manager) announceStop() {
 	m.mu.Lock()
-	if m.closed || m.stop.announced || !m.serving() {
+	if m.closed || m.stop.announced || !m.lead.serving() {
 		m.mu.Unlock()
 		return
 	}
 	m.stop.announced = true
-	m.stopDisconnectTimersLocked()
+	m.gone.stopFreeingLocked()
 	if m.cfg.EmbeddedServer {
 		if id := m.cfg.Conn.ConnectedServerId(); id != "" {
-			m.stopServer.Store(&id)
+			m.out.stopServer.Store(&id)
 		}
 	}
-	m.stop.waiting = make(map[*held]struct{}, len(m.leases))
-	for _, h := range m.leases {
-		if !h.releasing {
-			m.stop.waiting[h] = struct{}{}
-		}
-	}
-	done := make(chan struct{})
-	m.stop.done = done
-	if len(m.stop.waiting) == 0 {
-		close(done)
-	}
+	done := m.stop.awaitLocked(m.leases)
 	for _, p := range m.pools {
-		m.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
+		m.out.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
 	}
 	leases := len(m.stop.waiting)
 	m.mu.Unlock()
@@ -94,24 +86,40 @@ func (m *Manager) announceStop() {
 			m.log.Info("stopping: not every holder renewed in time; the others keep the deadline of their last renewal", "leases", leases, "not_renewed", left)
 			return
 		case <-tick.C:
-			if !m.serving() {
+			if !m.lead.serving() {
 				return
 			}
 		}
 	}
 }
 
-// stopRenewedLocked notes that h was renewed, or ended, since a clean
-// stop's announcement.
-func (m *Manager) stopRenewedLocked(h *held) {
-	if m.stop.waiting == nil {
+// awaitLocked starts waiting for the renewals of leases, but those being
+// released; the channel closes once each was renewed or ended.
+func (s *stopState) awaitLocked(leases map[string]*held) <-chan struct{} {
+	s.waiting = make(map[*held]struct{}, len(leases))
+	for _, h := range leases {
+		if !h.releasing {
+			s.waiting[h] = struct{}{}
+		}
+	}
+	s.done = make(chan struct{})
+	if len(s.waiting) == 0 {
+		close(s.done)
+	}
+	return s.done
+}
+
+// renewedLocked notes that h was renewed, or ended, since a clean stop's
+// announcement.
+func (s *stopState) renewedLocked(h *held) {
+	if s.waiting == nil {
 		return
 	}
-	if _, ok := m.stop.waiting[h]; !ok {
+	if _, ok := s.waiting[h]; !ok {
 		return
 	}
-	delete(m.stop.waiting, h)
-	if len(m.stop.waiting) == 0 {
-		close(m.stop.done)
+	delete(s.waiting, h)
+	if len(s.waiting) == 0 {
+		close(s.done)
 	}
 }

@@ -55,7 +55,7 @@ type Change struct {
 	Rev   uint64
 	// TTL is the time to live the value was stored with (its Nats-TTL
 	// header); 0 if it has none and never expires. The manager refuses
-	// records without one (see acceptRecord).
+	// records without one (see recordCheck.accept).
 	TTL time.Duration
 }
 
