@@ -162,13 +162,6 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return codeOf(err), err
 	}
 	log := cfg.Logger(stderr)
-	if f.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(f.metricsAddr, log)
-		if err != nil {
-			return ExitUsage, fail(ExitUsage, "--metrics-addr/%s %s: %v", config.EnvExecutorMetricsAddr, f.metricsAddr, err)
-		}
-		defer stopMetrics()
-	}
 	srv, err := jobs.NewServer(jobs.ServerConfig{
 		Queue: q, Conn: nc, Leases: client, Pools: pools, Concurrency: f.concurrency,
 		Grace: f.grace, AckWait: f.ackWait, Aging: f.aging, Backoff: f.backoff, MaxBackoff: f.maxBackoff,
@@ -179,6 +172,15 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	})
 	if err != nil {
 		return usageErr(err)
+	}
+	// Served once the server has declared its series, so the first scrape
+	// already has every pool's at 0.
+	if f.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(f.metricsAddr, log)
+		if err != nil {
+			return ExitUsage, fail(ExitUsage, "--metrics-addr/%s %s: %v", config.EnvExecutorMetricsAddr, f.metricsAddr, err)
+		}
+		defer stopMetrics()
 	}
 	// A second SIGINT/SIGTERM during the grace period stops running jobs
 	// at once (they are given back all the same).

@@ -2,12 +2,10 @@ package cluster
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,26 +25,15 @@ func buildBinaries(t *testing.T) string {
 	return dir
 }
 
-// nextPort walks this package's range of fixed ports for real processes
-// (24600-24799), handing out ports nobody listens on at the moment. It
-// starts at an offset of the process id, so that two test processes at once
-// rarely hand out the same port before its process binds it.
-var nextPort atomic.Int32
-
-func init() { nextPort.Store(int32(os.Getpid() % 200)) }
-
+// rangePort is a port for a real process of this package's range
+// (harness.Ports: 26000-31999), never handed out before.
 func rangePort(t *testing.T) int {
 	t.Helper()
-	for range 200 {
-		port := 24600 + int(nextPort.Add(1)-1)%200
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			ln.Close()
-			return port
-		}
+	p, err := ports.Free()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port in 24600-24799")
-	return 0
+	return p
 }
 
 // process is a real binary the test runs, freezes and stops.

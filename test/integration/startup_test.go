@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -11,22 +10,6 @@ import (
 
 	"github.com/slotlease/slotlease/test/harness"
 )
-
-// downPort returns a loopback port in 24600-24799 (this suite's range for
-// servers started late on a fixed address) that nobody listens on now.
-func downPort(t *testing.T) int {
-	t.Helper()
-	for port := 24600; port < 24800; port++ {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return port
-	}
-	t.Fatal("no free port in 24600-24799")
-	return 0
-}
 
 // startDown starts leasemgr against a NATS_URL where no server runs yet and
 // waits until it has failed set-up twice and is still running.
@@ -52,7 +35,7 @@ func startDown(t *testing.T, port int, userinfo string) (*proc, string) {
 // and serves once the server is up, instead of exiting.
 func TestManagerStartsWhileNATSIsDown(t *testing.T) {
 	t.Parallel()
-	port := downPort(t)
+	port := freePort(t)
 	m, httpAddr := startDown(t, port, "")
 	srv := harness.StartServerAt(t, fmt.Sprintf("127.0.0.1:%d", port), t.TempDir())
 	eventually(t, 30*time.Second, "leasemgr to be ready once NATS is up", func() bool {
@@ -79,7 +62,7 @@ func TestManagerStartsWhileNATSIsDown(t *testing.T) {
 // retries' log lines do not show the password in NATS_URL.
 func TestManagerStopsCleanlyDuringSetUpRetries(t *testing.T) {
 	t.Parallel()
-	m, _ := startDown(t, downPort(t), "mgr:s3cret-pw@")
+	m, _ := startDown(t, freePort(t), "mgr:s3cret-pw@")
 	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
