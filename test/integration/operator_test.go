@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +32,8 @@ import (
 // holder appears within 1s of its grant and leaves within 1s of its
 // release, and the queue shows grant order; the page survives a restart of
 // alpha's manager, marking the node stale meanwhile; no secret appears in
-// the DOM or in any /v1/* response. It writes docs/operator-cluster.png.
+// the DOM or in any /v1/* response. It draws docs/operator-cluster.png
+// (docImage).
 func TestOperatorClusterPage(t *testing.T) {
 	t.Parallel()
 	chromium := ensureChromium(t)
@@ -181,7 +184,7 @@ func TestOperatorClusterPage(t *testing.T) {
 	if st.Waiters[0] != "1 urgent" || st.Waiters[1] != "2 patient" {
 		t.Errorf("queue %v, want urgent then patient (grant order of a priority pool)", st.Waiters)
 	}
-	page.screenshot(t, "../../docs/operator-cluster.png")
+	page.screenshot(t, docImage(t, "operator-cluster.png"))
 
 	// A release hands the slot to urgent: within 1s, trainer-1 is gone from
 	// the holders and urgent is there.
@@ -372,7 +375,7 @@ func streamFor(t *testing.T, url string, d time.Duration, act func()) string {
 // The operator's page at the scale it is for: 50 nodes of 4 pools each,
 // some of them busy. It lists them all, filtering by a node's name leaves
 // that node's pools, and sorted by saturation the full pools come first.
-// It writes docs/operator-50-nodes.png.
+// It draws docs/operator-50-nodes.png (docImage).
 func TestOperatorClusterPageAt50Nodes(t *testing.T) {
 	t.Parallel()
 	chromium := ensureChromium(t)
@@ -430,8 +433,18 @@ func TestOperatorClusterPageAt50Nodes(t *testing.T) {
 		return len(st.Rows) == 4*nodes && st.Rows[0].Pool == "gpu" && st.Rows[0].InUse == "2" &&
 			st.Rows[4].Pool == "gpu" && st.Rows[4].InUse == "2" && st.Rows[8].Pool == "gpu" && st.Rows[8].InUse == "2"
 	})
-	page.screenshot(t, "../../docs/operator-50-nodes.png")
+	page.screenshot(t, docImage(t, "operator-50-nodes.png"))
 	if ex := b.exceptions(); len(ex) > 0 {
 		t.Errorf("the page threw: %v", ex)
 	}
+}
+
+// docImage is where a test saves a screenshot the docs show: docs/name when
+// SLOTLEASE_UPDATE_DOC_IMAGES=1 asks for new ones, else the test's own temp
+// directory, so a test run leaves the checkout as it found it.
+func docImage(t *testing.T, name string) string {
+	if os.Getenv("SLOTLEASE_UPDATE_DOC_IMAGES") == "1" {
+		return filepath.Join("..", "..", "docs", name)
+	}
+	return filepath.Join(t.TempDir(), name)
 }
