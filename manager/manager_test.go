@@ -593,7 +593,10 @@ func eventKinds(t *testing.T, sub *nats.Subscription, max int) []lease.EventKind
 
 func TestRetryEdgeCases(t *testing.T) {
 	t.Parallel()
-	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 2})
+	var ignored atomic.Int64 // requests the reply rule refused or ignored
+	srv := harness.StartServer(t)
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2}}, ReplyRefused: func() { ignored.Add(1) }})
 	nc := harness.Connect(t, srv.URL)
 	acq := lease.Subject("lease", node, "p", lease.VerbAcquire)
 	req := lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1}
@@ -620,7 +623,9 @@ func TestRetryEdgeCases(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Proven by the manager's own count of the request it ignored, not by
+	// waiting a while: once counted, it was handled, and nothing was granted.
+	harness.Eventually(t, 5*time.Second, "the acquire without a reply subject to be counted as ignored", func() bool { return ignored.Load() == 1 })
 	if s := harness.PoolStats(t, n.Manager, "p"); s.InUse != 0 {
 		t.Fatalf("acquire without a reply subject was granted: %+v", s)
 	}
