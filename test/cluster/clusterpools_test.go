@@ -120,7 +120,13 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 		}
 	}
 
-	time.Sleep(2 * time.Second) // the auditor catches up
+	// Everything written so far reaches the auditor before it stops: its
+	// watches catch up with the streams' last sequence (CatchUp).
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := aud.CatchUp(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
 	leases, leaders, events := aud.Observations()
 	holds, calls, _ := rec.Snapshot()
 	rep := Audit(AuditInput{

@@ -158,7 +158,13 @@ func embeddedSuiteRun(t *testing.T, bin string, seed uint64, dur time.Duration) 
 	case <-time.After(2 * time.Minute):
 		t.Fatal("executors did not finish within 2 minutes of the last fault")
 	}
-	time.Sleep(time.Second) // the auditor's watches deliver the last deletes
+	// Everything written so far reaches the auditor before it stops: its
+	// watches catch up with the streams' last sequence (CatchUp).
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := aud.CatchUp(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
 	aud.Stop()
 
 	var holds []Hold

@@ -266,7 +266,13 @@ func freezeSuiteRun(t *testing.T, bin, natsBin string, seed uint64, kills bool, 
 	case <-time.After(2 * time.Minute):
 		t.Fatal("executors did not finish within 2 minutes of the last fault")
 	}
-	time.Sleep(time.Second) // the auditor's watches deliver the last deletes
+	// Everything written so far reaches the auditor before it stops: its
+	// watches catch up with the streams' last sequence (CatchUp).
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := aud.CatchUp(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
 	aud.Stop()
 
 	var holds []Hold
