@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,10 +59,14 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 		t.Cleanup(func() { lc.Close() })
 		return lc, nc
 	}
+	// waitFor starts lc's acquire of the held slot and returns once the
+	// manager answered that it is queued.
 	waitFor := func(lc *lease.Client) (<-chan *lease.Lease, <-chan time.Time) {
 		got, at := make(chan *lease.Lease, 1), make(chan time.Time, 1)
+		queued := make(chan struct{})
+		var once sync.Once
 		go func() {
-			l, err := lc.Acquire(ctx, "gpu", 1)
+			l, err := lc.Acquire(ctx, "gpu", 1, lease.OnQueued(func(int) { once.Do(func() { close(queued) }) }))
 			if err != nil {
 				t.Errorf("waiter: %v", err)
 				close(got)
@@ -70,6 +75,11 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 			at <- time.Now()
 			got <- l
 		}()
+		select {
+		case <-queued:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not queued")
+		}
 		return got, at
 	}
 
@@ -85,7 +95,6 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	waiter, _ := client(2)
 	harness.Eventually(t, 5*time.Second, "holder holds", func() bool { return statsOf(t, waiter).InUse == 1 })
 	got, _ := waitFor(waiter)
-	time.Sleep(200 * time.Millisecond) // queued
 	closed := time.Now()
 	hnc.Close()
 	var w *lease.Lease
@@ -115,7 +124,6 @@ func TestFastReleaseAcrossTheCluster(t *testing.T) {
 	}
 	waiter2, _ := client(0)
 	got2, at2 := waitFor(waiter2)
-	time.Sleep(200 * time.Millisecond)
 	cl.Kill(1)
 	if err := cl.Restart(1); err != nil {
 		t.Fatal(err)

@@ -288,15 +288,22 @@ func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
 	}
 	defer w.Close()
 	got := make(chan time.Duration, 1)
+	realQueued := make(chan struct{})
+	var once sync.Once
 	go func() {
 		start := time.Now()
-		l, err := w.Acquire(context.Background(), "gpu", 1, lease.WithWait(3*p.st.LeaseTTL))
+		l, err := w.Acquire(context.Background(), "gpu", 1, lease.WithWait(3*p.st.LeaseTTL),
+			lease.OnQueued(func(int) { once.Do(func() { close(realQueued) }) }))
 		if err == nil {
 			_ = l.Release(context.Background())
 		}
 		got <- time.Since(start)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-realQueued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the real waiter was not queued")
+	}
 	_ = holder.Release(context.Background())
 	took := <-got
 	t.Logf("the real waiter was granted %v after queueing", took.Round(time.Millisecond))

@@ -180,7 +180,16 @@ func TestJobControlCLI(t *testing.T) {
 	if out := run(1, "cancel", "no-such-job"); !strings.Contains(out, "no-such-job\tnot found") {
 		t.Fatalf("cancel of an unknown job:\n%s", out)
 	}
-	time.Sleep(300 * time.Millisecond) // the freed slot would have been given to the queued job by now
+	// A job submitted after the cancelled one runs in the freed slot: the
+	// queue is served in order, so by the time it has run, the cancelled job
+	// would have run before it.
+	after := submit("--pool", "p", "--writable", dir, "--env", "DIR="+dir, "--", "sh", "-c", `touch "$DIR/after-ran"`)
+	eventually(t, 30*time.Second, "the job submitted after the cancelled one to run", func() bool {
+		return record(q, after).State == jobs.StateSucceeded
+	})
+	if _, err := os.Stat(filepath.Join(dir, "after-ran")); err != nil {
+		t.Fatalf("the later job left no mark: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "queued-ran")); err == nil {
 		t.Fatal("the job cancelled while queued ran")
 	}
