@@ -120,8 +120,17 @@ func TestWaitFailFast(t *testing.T) {
 	if sum.Failed[0].ID != badID || !strings.Contains(sum.Failed[0].Error, "broken") {
 		t.Fatalf("first failed %+v, want %s with its stderr", sum.Failed[0], badID)
 	}
+	// A queued job the executor took just as fail-fast cancelled it shows
+	// "running" for a moment (the executor's write lands after the
+	// cancel's) until the cancel marker stops it: wait for the records to
+	// settle, each cancelled by fail-fast.
 	for _, id := range append(queued, longID) {
-		if r := get(t, q, id); r.State != jobs.StateCancelled || !strings.Contains(r.Error, "fail-fast: job "+badID+" failed") {
+		var r *jobs.Record
+		harness.Eventually(t, 10*time.Second, "job "+id+" cancelled by fail-fast", func() bool {
+			r = get(t, q, id)
+			return r.State == jobs.StateCancelled
+		})
+		if !strings.Contains(r.Error, "fail-fast: job "+badID+" failed") {
 			t.Fatalf("job %s: %s %q", id, r.State, r.Error)
 		}
 	}
