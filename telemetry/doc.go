@@ -29,7 +29,7 @@
 // OpenTelemetry no-op one. The span helpers then cost what the no-op API
 // costs (a context holding a non-recording span, tens of nanoseconds) and
 // no more: attributes are only copied onto recording spans, and
-// InjectMsg adds no header to a message when there is no trace to carry, so
+// natstrace.InjectMsg adds no header to a message when there is no trace to carry, so
 // requests stay plain PUBs. BenchmarkServerSpanNoop measures it.
 // Metrics are always on: a counter add or histogram record per lease event,
 // with attribute sets built once per pool.

@@ -58,9 +58,9 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanAcquire, natstrace.Pool("gpu"), natstrace.Slots(2))
+	ctx, span := natstrace.StartClient(context.Background(), otel.Tracer(natstrace.ScopeName), natstrace.SpanAcquire, natstrace.Pool("gpu"), natstrace.Slots(2))
 	msg := &nats.Msg{Subject: "lease.n1.gpu.acquire", Data: []byte("{}")}
-	telemetry.InjectMsg(ctx, msg)
+	natstrace.InjectMsg(ctx, otel.GetTextMapPropagator(), msg)
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := client.RequestMsgWithContext(rctx, msg); err != nil {
@@ -116,14 +116,14 @@ func TestTraceContextAcrossNATS(t *testing.T) {
 func TestInjectMsgWithoutSpanAddsNoHeader(t *testing.T) {
 	useRecorder(t)
 	msg := &nats.Msg{Subject: "x"}
-	telemetry.InjectMsg(context.Background(), msg)
+	natstrace.InjectMsg(context.Background(), otel.GetTextMapPropagator(), msg)
 	if msg.Header != nil {
 		t.Fatalf("header %v, want none", msg.Header)
 	}
 	// And with one, the header appears.
-	ctx, span := telemetry.StartClientSpan(context.Background(), "x")
+	ctx, span := natstrace.StartClient(context.Background(), otel.Tracer(natstrace.ScopeName), "x")
 	defer span.End()
-	telemetry.InjectMsg(ctx, msg)
+	natstrace.InjectMsg(ctx, otel.GetTextMapPropagator(), msg)
 	if msg.Header.Get("traceparent") == "" {
 		t.Fatalf("header %v, want a traceparent", msg.Header)
 	}

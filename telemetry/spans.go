@@ -45,15 +45,6 @@ func tracer() trace.Tracer {
 	return t
 }
 
-// StartClientSpan starts a client span (a request this process sends) as a
-// child of the span in ctx. Send the request with the returned context
-// through InjectMsg so the server continues the trace.
-func StartClientSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	ctx, span := tracer().Start(ctx, name, clientKind...)
-	natstrace.SetAttributes(span, attrs...)
-	return ctx, span
-}
-
 // StartServerSpan starts a server span for a request that arrived with
 // header h, continuing the sender's trace if h carries one.
 func StartServerSpan(h nats.Header, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {

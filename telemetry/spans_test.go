@@ -109,7 +109,7 @@ func TestAcquireTraceImmediateAndExpired(t *testing.T) {
 
 func TestEndRecordsError(t *testing.T) {
 	rec := useRecorder(t)
-	_, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanRenew)
+	_, span := natstrace.StartClient(context.Background(), otel.Tracer(natstrace.ScopeName), natstrace.SpanRenew)
 	natstrace.End(span, errors.New("lease: lease_not_found"))
 	_, ok := telemetry.StartSpan(context.Background(), natstrace.SpanRelease)
 	natstrace.End(ok, nil)
@@ -136,7 +136,7 @@ func TestNoopSpansAllocateNoMoreThanTheAPI(t *testing.T) {
 	msg := &nats.Msg{}
 	ours := testing.AllocsPerRun(1000, func() {
 		ctx, span := telemetry.StartServerSpan(h, natstrace.SpanAcquire, natstrace.Node("n1"), natstrace.Pool("gpu"), natstrace.Slots(1), natstrace.RequestID("r1"))
-		telemetry.InjectMsg(ctx, msg)
+		natstrace.InjectMsg(ctx, otel.GetTextMapPropagator(), msg)
 		natstrace.Fail(span, "x", "y")
 		natstrace.End(span, nil)
 	})

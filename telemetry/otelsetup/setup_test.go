@@ -51,7 +51,7 @@ func TestSetupWithoutEnvInstallsNoTraceExporter(t *testing.T) {
 	if _, ok := otel.GetTracerProvider().(noop.TracerProvider); !ok {
 		t.Fatalf("tracer provider %T with no exporter configured, want the no-op one", otel.GetTracerProvider())
 	}
-	_, span := telemetry.StartClientSpan(context.Background(), natstrace.SpanAcquire)
+	_, span := natstrace.StartClient(context.Background(), otel.Tracer(natstrace.ScopeName), natstrace.SpanAcquire)
 	if span.IsRecording() || span.SpanContext().IsValid() {
 		t.Fatal("a span records with tracing off")
 	}
@@ -133,7 +133,7 @@ func TestSetupOTLPExportsToCollector(t *testing.T) {
 		t.Fatalf("tracer provider %T, want the SDK's", otel.GetTracerProvider())
 	}
 	ctx, run := telemetry.StartSpan(context.Background(), natstrace.SpanExecutorRun)
-	_, acq := telemetry.StartClientSpan(ctx, natstrace.SpanAcquire, natstrace.Pool("gpu"))
+	_, acq := natstrace.StartClient(ctx, otel.Tracer(natstrace.ScopeName), natstrace.SpanAcquire, natstrace.Pool("gpu"))
 	acq.End()
 	run.End()
 	c, err := telemetry.Meter().Int64Counter("otlp.test")
