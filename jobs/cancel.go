@@ -15,7 +15,9 @@ import (
 // can lose it. A job that is not running is moved to StateCancelled at
 // once, by a conditional write on the revision read (so a cancel never
 // overwrites an executor's "running"), and its message is deleted from
-// the stream. A running job is stopped by the executor running it: it
+// the stream; the executor's writes are conditional as well, so one that
+// took the job just before finds it cancelled and does not run it
+// (taskrecord.go). A running job is stopped by the executor running it: it
 // watches the markers (Server.watchCancels) and looks for one when a run
 // starts, stops the run through its sandbox, releases the lease, and
 // stores the job as cancelled. A cancelled job is final: never run again.
@@ -107,7 +109,7 @@ func (q *Queue) settleCancel(ctx context.Context, id, reason string, seq uint64)
 			return nil, err
 		}
 		if _, err := q.results.Update(ctx, id, val, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) { // revision moved: read again
+			if revisionMoved(err) { // read again
 				continue
 			}
 			return nil, fmt.Errorf("jobs: cancelling %s: %w", id, err)

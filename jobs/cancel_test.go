@@ -82,7 +82,7 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 	}
 
 	// Running.
-	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	sv := startServing(t, srv.URL, "n1", jobs.ServerConfig{})
 	running := submit(t, q, spec("p", "sleep", "60"))
 	waitState(t, q, running, jobs.StateRunning, 10*time.Second)
 	harness.Eventually(t, 10*time.Second, "the job's slot to be taken", func() bool { return n.Manager.Stats()[0].InUse == 1 })
@@ -104,7 +104,8 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 		n, _ := stored(t, q, "p")
 		return n == 0
 	})
-	time.Sleep(500 * time.Millisecond) // a retry, if any, would start now
+	// Acknowledged, it is never delivered again; its run has ended.
+	harness.Eventually(t, 5*time.Second, "the executor's run to end", func() bool { return sv.srv.Running() == 0 })
 	if rec := get(t, q, running); rec.State != jobs.StateCancelled || rec.Attempts != 1 {
 		t.Fatalf("the cancelled job ran again: %+v", rec)
 	}
@@ -158,5 +159,81 @@ func TestPurgeLeavesRunningJobs(t *testing.T) {
 	}
 	if _, err := q.Purge(ctx, "bad.pool", "x"); !errors.Is(err, jobs.ErrInvalidSpec) {
 		t.Fatalf("purge of a bad pool name: %v", err)
+	}
+}
+
+// A job cancelled after an executor took it, while the executor waits for
+// its leases, never runs and stays cancelled: the executor's writes are
+// conditional on the revision it read, find the job cancelled, and it lets
+// go of the leases and the message without running the job or writing
+// over the cancel. Whether the leases then come (granted) or not (the
+// executor stops while it waits, and would give the job back).
+func TestCancelWhileTakenNeverRuns(t *testing.T) {
+	for _, ending := range []string{"granted", "executor stops"} {
+		t.Run(ending, func(t *testing.T) {
+			t.Parallel()
+			cancelWhileTaken(t, ending == "granted")
+		})
+	}
+}
+
+func cancelWhileTaken(t *testing.T, granted bool) {
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
+	cluster := harness.StartManager(t, srv.URL, manager.Config{Node: lease.ClusterNode, Pools: []manager.PoolConfig{{Name: "api", Capacity: 1}}})
+	q := openQueue(t, srv.URL)
+	ctx := t.Context()
+	gate, err := harness.Client(t, srv.URL, lease.ClusterNode).Acquire(ctx, "api", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := harness.Connect(t, srv.URL)
+	released, err := nc.SubscribeSync(lease.EventSubject(lease.DefaultPrefix, "n1", "p", lease.EventReleased))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	marker := filepath.Join(t.TempDir(), "ran")
+	s := spec("p", "touch", marker)
+	s.Pools = []jobs.PoolSlots{{Pool: "api", Slots: 1}}
+	id := submit(t, q, s)
+	sv := startServing(t, srv.URL, "n1", jobs.ServerConfig{AcquireWait: time.Minute})
+	harness.Eventually(t, 10*time.Second, "the executor to wait for the api slot", func() bool {
+		return harness.PoolStats(t, cluster.Manager, "api").QueuedRequests == 1
+	})
+	rec, err := q.Cancel(ctx, id, "not now")
+	if err != nil || rec.State != jobs.StateCancelled {
+		t.Fatalf("cancel of a taken job not yet running: %+v, %v", rec, err)
+	}
+	if granted {
+		if err := gate.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The executor is granted both leases, finds the job cancelled,
+		// and gives its p lease back.
+		msg, err := released.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the executor's p lease was never released: %v", err)
+		}
+		var ev lease.Event
+		if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.LeaseID != id+"-d1-p" {
+			t.Fatalf("released %+v (%v), want lease %s-d1-p", ev, err, id)
+		}
+		harness.Eventually(t, 10*time.Second, "the executor's run to end", func() bool { return sv.srv.Running() == 0 })
+	} else if _, err := sv.stop(); err != nil { // waits for the taken job to be let go
+		t.Fatal(err)
+	}
+	rec = get(t, q, id)
+	if rec.State != jobs.StateCancelled || rec.Attempts != 0 || rec.Returned != 0 || rec.StoppedBy != "" || !strings.Contains(rec.Error, "not now") {
+		t.Fatalf("the executor wrote over the cancel: %+v", rec)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the cancelled job ran")
+	}
+	if n, _ := stored(t, q, "p"); n != 0 {
+		t.Fatalf("%d jobs left in the stream, want 0", n)
 	}
 }

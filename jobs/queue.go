@@ -282,6 +282,26 @@ func (q *Queue) put(ctx context.Context, kv jetstream.KeyValue, rec *Record) err
 	return err
 }
 
+// putAt stores a record, stamping UpdatedAt, only if the stored one is at
+// revision rev (0: only if there is none); it returns the new revision.
+func (q *Queue) putAt(ctx context.Context, kv jetstream.KeyValue, rec *Record, rev uint64) (uint64, error) {
+	rec.UpdatedAt = time.Now().UTC()
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return kv.Create(ctx, rec.ID, val)
+	}
+	return kv.Update(ctx, rec.ID, val, rev)
+}
+
+// revisionMoved reports whether a conditional write failed because the key
+// is no longer at the revision it was conditional on.
+func revisionMoved(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
 // List returns up to limit records, most recently updated first, optionally
 // only those in state (empty: all). It reads the whole results bucket, which
 // its TTL keeps bounded.

@@ -366,6 +366,7 @@ type task struct {
 	msg       jetstream.Msg
 	job       Job
 	rec       *Record
+	rev       uint64 // rec's revision as this executor last read or wrote it (0: none stored)
 	pool      string
 	delivered uint64
 	attempt   int    // this delivery's attempt number
@@ -395,7 +396,7 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 	// Read on a context that outlives a shutdown: a job taken just as the
 	// server stops must still be given back properly.
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	rec, err := s.q.Get(gctx, job.ID)
+	rec, rev, err := s.q.get(gctx, s.q.results, job.ID)
 	cancel()
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -405,7 +406,7 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 		_ = msg.NakWithDelay(s.cfg.PollInterval)
 		return idle
 	}
-	t.rec = rec
+	t.rec, t.rev = rec, rev
 	if rec.State.Final() {
 		// Its result is stored; the acknowledgement was lost.
 		s.ack(t)
@@ -527,7 +528,13 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	rec.StartedAt, rec.FinishedAt, rec.NextAttemptAt = time.Now().UTC(), time.Time{}, time.Time{}
 	rec.ExitCode, rec.Signal, rec.DurationMs, rec.StoppedBy = nil, "", 0, ""
 	rec.PeakMemoryBytes, rec.Isolation, rec.Notes, rec.StdoutTail, rec.StderrTail = 0, "", nil, "", ""
-	if err := s.store(rec); err != nil {
+	if err := s.storeTask(t); errors.Is(err, errEnded) {
+		// Cancelled between the fetch and now: it does not run.
+		natstrace.End(t.span, err)
+		s.releaseAll(t, set)
+		s.endedMeanwhile(t, err)
+		return
+	} else if err != nil {
 		s.log.Warn("storing a job's running state", "job", rec.ID, "err", err)
 	}
 	s.log.Info("job started", "job", rec.ID, "pool", t.pool, "attempt", t.attempt, "lease", l.ID())
@@ -574,13 +581,8 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		natstrace.SetAttributes(span, natstrace.ExitCode(res.ExitCode))
 	}
 
-	// Slots back first: the result write does not need them. In the run's
-	// trace: the release span is the run span's child.
-	rctx, cancel := context.WithTimeout(spanCtx, 5*time.Second)
-	if rerr := set.Release(rctx); rerr != nil {
-		s.log.Warn("releasing a job's leases (they expire on their own)", "job", rec.ID, "err", rerr)
-	}
-	cancel()
+	// Slots back first: the result write does not need them.
+	s.releaseAll(t, set)
 
 	var cancelled cancelCause
 	switch {
@@ -607,6 +609,16 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 		} else {
 			s.fail(t, describe(res))
 		}
+	}
+}
+
+// releaseAll gives back the leases of t's run. In the run's trace the
+// release span is the run span's child.
+func (s *Server) releaseAll(t *task, set *lease.LeaseSet) {
+	ctx, cancel := context.WithTimeout(t.spanCtx, 5*time.Second)
+	defer cancel()
+	if err := set.Release(ctx); err != nil {
+		s.log.Warn("releasing a job's leases (they expire on their own)", "job", t.job.ID, "err", err)
 	}
 }
 
@@ -646,7 +658,7 @@ func lastLine(b []byte) string {
 func (s *Server) succeed(t *task) {
 	t.rec.State, t.rec.Error = StateSucceeded, ""
 	t.stopClaim()
-	if err := s.store(t.rec); err != nil {
+	if err := s.storeTask(t); err != nil && !errors.Is(err, errEnded) { // ended: stored by an earlier try of this write
 		// Not acknowledged: the job runs again (at least once).
 		s.log.Error("storing a job's result; it will run again", "job", t.rec.ID, "err", err)
 		_ = t.msg.NakWithDelay(s.cfg.PollInterval)
@@ -668,7 +680,10 @@ func (s *Server) fail(t *task, why string) {
 	}
 	delay := Backoff(t.attempt, s.cfg.Backoff, s.cfg.MaxBackoff)
 	t.rec.State, t.rec.NextAttemptAt = StateFailed, time.Now().UTC().Add(delay)
-	if err := s.store(t.rec); err != nil {
+	if err := s.storeTask(t); errors.Is(err, errEnded) {
+		s.endedMeanwhile(t, err)
+		return
+	} else if err != nil {
 		s.log.Warn("storing a failed attempt", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job attempt failed; retrying", "job", t.rec.ID, "attempt", t.attempt, "of", t.job.Spec.MaxAttempts, "retry_in", delay, "error", why)
@@ -686,7 +701,9 @@ func (s *Server) bury(t *task) {
 	t.rec.Attempts = t.attempt
 	err := s.storeIn(s.q.dead, t.rec)
 	if err == nil {
-		err = s.store(t.rec)
+		if err = s.storeTask(t); errors.Is(err, errEnded) {
+			err = nil // stored by an earlier try of this write, or cancelled: final either way
+		}
 	}
 	if err != nil {
 		// Delivered again later, it finds its attempts used up and comes
@@ -719,7 +736,7 @@ func (s *Server) buryMalformed(msg jetstream.Msg, meta *jetstream.MsgMetadata, e
 		_ = msg.NakWithDelay(s.cfg.PollInterval)
 		return
 	}
-	_ = s.store(rec)
+	_ = s.storeIn(s.q.results, rec)
 	s.log.Error("dead-lettered a malformed job message", "id", id, "err", err)
 	_ = msg.Term()
 }
@@ -742,7 +759,7 @@ func (s *Server) cancelled(t *task, reason string, res *sandbox.Result) {
 		rec.StdoutTail, rec.StderrTail = string(res.StdoutTail), string(res.StderrTail)
 		rec.Notes = res.Notes // how the stop went: within its kill grace or killed
 	}
-	if err := s.store(rec); err != nil {
+	if err := s.storeTask(t); err != nil && !errors.Is(err, errEnded) { // ended: stored by an earlier try of this write
 		s.log.Error("storing a cancelled job; it is delivered again and found cancelled then", "job", rec.ID, "err", err)
 		_ = t.msg.NakWithDelay(s.cfg.PollInterval)
 		return
@@ -758,7 +775,10 @@ func (s *Server) giveBack(t *task, delay time.Duration, why string) {
 	t.stopClaim()
 	t.rec.Returned++
 	t.rec.State = StateQueued
-	if err := s.store(t.rec); err != nil {
+	if err := s.storeTask(t); errors.Is(err, errEnded) {
+		s.endedMeanwhile(t, err)
+		return
+	} else if err != nil {
 		s.log.Warn("storing a returned job", "job", t.rec.ID, "err", err)
 	}
 	s.log.Info("job given back", "job", t.rec.ID, "why", why)
@@ -779,8 +799,6 @@ func (s *Server) ack(t *task) {
 		s.log.Warn("acknowledging a job", "job", t.job.ID, "err", err)
 	}
 }
-
-func (s *Server) store(rec *Record) error { return s.storeIn(s.q.results, rec) }
 
 // storeIn writes a record, retrying briefly: the write stands between a
 // finished job and its acknowledgement.

@@ -1,0 +1,77 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A task's record is written by its executor at each step: running, then
+// how the attempt ended. Cancel settles a job that is not running by a
+// write conditional on the revision it read (settleCancel); the executor's
+// writes are conditional too, on the revision it read when it took the
+// job or last wrote, so neither lands over the other. An executor that
+// finds its job ended meanwhile (a cancel settled it between the fetch and
+// the run) leaves the record as it is and does not run the job.
+
+// errEnded: the job's record was made final by another write (a cancel)
+// since this executor read it.
+var errEnded = errors.New("jobs: the job ended meanwhile")
+
+// storeTask writes t.rec conditionally on t.rev and keeps t.rev current;
+// errEnded if the stored record is final. It retries briefly, as storeIn
+// does: the write stands between a finished job and its acknowledgement.
+func (s *Server) storeTask(t *task) error {
+	var err error
+	for i, wait := 0, 100*time.Millisecond; i < 4; i, wait = i+1, wait*3 {
+		if i > 0 {
+			time.Sleep(wait)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.writeTask(ctx, t)
+		cancel()
+		if err == nil || errors.Is(err, errEnded) {
+			return err
+		}
+	}
+	return err
+}
+
+// writeTask makes one conditional write of t.rec. When the revision moved,
+// it reads the record again: final, it is left alone (errEnded); otherwise
+// an earlier delivery's executor wrote it, and this delivery's write goes
+// over it, as the current attempt's.
+func (s *Server) writeTask(ctx context.Context, t *task) error {
+	for range 5 {
+		rev, err := s.q.putAt(ctx, s.q.results, t.rec, t.rev)
+		if err == nil {
+			t.rev = rev
+			return nil
+		}
+		if !revisionMoved(err) {
+			return err
+		}
+		cur, rev, err := s.q.get(ctx, s.q.results, t.rec.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			t.rev = 0 // deleted meanwhile: written anew
+		case err != nil:
+			return err
+		case cur.State.Final():
+			return fmt.Errorf("%w: %s is %s", errEnded, cur.ID, cur.State)
+		default:
+			t.rev = rev
+		}
+	}
+	return fmt.Errorf("jobs: storing %s: its record kept changing", t.rec.ID)
+}
+
+// endedMeanwhile lets go of a task whose job was made final by another
+// write since it was taken: nothing more is stored, and its message
+// (deleted by the cancel, if it could be) is acknowledged.
+func (s *Server) endedMeanwhile(t *task, err error) {
+	s.log.Info("job ended while this executor held it; leaving it as it is", "job", t.job.ID, "why", err)
+	s.metrics.ended(t.pool, OutcomeCancelled, 1)
+	s.ack(t)
+}
