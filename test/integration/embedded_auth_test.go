@@ -306,7 +306,7 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 				eventually(t, 10*time.Second, "publish to "+subj+" refused", func() bool { return errs.refused("Publish", subj) })
 			}
 			if tc.role == config.RoleExecutor {
-				pushIntoLeaseState(t, nc)
+				pushIntoLeaseState(t, nc, mgr)
 			}
 			for _, subj := range tc.subs {
 				eventually(t, 10*time.Second, "subscription to "+subj+" refused", func() bool { return errs.refused("Subscription", subj) })
@@ -387,10 +387,14 @@ func TestEmbeddedCredentialsMustBePrivate(t *testing.T) {
 
 // pushIntoLeaseState tries the one write path the executor's job-queue
 // rights leave: a push consumer on a job stream it may read, delivering
-// into the event subjects and the lease bucket. nats-server 2.15.2 does
-// not deliver there (the caller checks that nothing arrived); this guards
-// against a server upgrade that would.
-func pushIntoLeaseState(t *testing.T, nc *nats.Conn) {
+// into the event subjects and the lease bucket. The server delivers it in
+// the executors' account, which imports the events and exports nothing
+// back, so nothing reaches the managers' account (the caller checks that
+// nothing arrived there); this guards against an account layout that would
+// let it. The event subject's delivery is made to happen, and waited for,
+// on a subscription of the executor's own; nobody in its account may
+// listen on the buckets' subjects, so the server delivers nothing there.
+func pushIntoLeaseState(t *testing.T, nc, mgr *nats.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -402,18 +406,42 @@ func pushIntoLeaseState(t *testing.T, nc *nats.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, "forged", []byte(`{"kind":"granted","node":"sec","pool":"gpu","slots":99}`)); err != nil {
+	const forged = `{"kind":"granted","node":"sec","pool":"gpu","slots":99}`
+	if _, err := kv.Put(ctx, "forged", []byte(forged)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := js.Stream(ctx, "KV_lease_job_results")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, deliver := range []string{"lease.events.sec.gpu.granted", "$KV.lease_leases.sec.gpu.forged", "$KV.lease_leaders.forged"} {
-		// Created or refused: either way nothing may arrive.
+	const eventSubject = "lease.events.sec.gpu.granted"
+	own, err := nc.SubscribeSync(eventSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = own.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, deliver := range []string{eventSubject, "$KV.lease_leases.sec.gpu.forged", "$KV.lease_leaders.forged"} {
+		// Created or refused: either way nothing may arrive in the
+		// managers' account.
 		_, _ = s.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Name: fmt.Sprintf("push%d", i), DeliverSubject: deliver, AckPolicy: natsjs.AckNonePolicy})
 	}
-	time.Sleep(time.Second) // a delivery, if any, has a second to land before the caller looks
+	for { // the stream's messages in order: the forged one is the last
+		msg, err := own.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the push consumer's delivery of the forged event on %s in the executors' account: %v", eventSubject, err)
+		}
+		if string(msg.Data) == forged {
+			break
+		}
+	}
+	// Delivered there, it would have crossed into the managers' account
+	// in the same publish; the round trip brings it to mgr if it did.
+	if err := mgr.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func checkMode(t *testing.T, path string, want os.FileMode) {

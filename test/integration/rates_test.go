@@ -129,8 +129,12 @@ func TestClusterRateAcrossATakeover(t *testing.T) {
 	watch := start(t, envs[other], "leasemgr", "watch", "--node", "cluster", "--kind", "granted", "--json")
 	eventually(t, 10*time.Second, "watch to subscribe", func() bool { return strings.Contains(watch.Output(), "watching") })
 	var killed time.Time
+	runsAfter := 0 // runs started after the kill: each granted by the new leader
 	for wave := 0; time.Since(t0) < 40*time.Second; wave++ {
 		var runs []*proc
+		if !killed.IsZero() {
+			runsAfter += 8
+		}
 		for range 8 {
 			runs = append(runs, start(t, envs[other], "executor", "run", "--node", "cluster", "--pool", "api", "--", "true"))
 		}
@@ -150,21 +154,39 @@ func TestClusterRateAcrossATakeover(t *testing.T) {
 	if killed.IsZero() {
 		t.Fatal("the serving manager was never killed")
 	}
-	time.Sleep(500 * time.Millisecond) // the last events
-	var starts []time.Time
-	for _, line := range strings.Split(watch.Output(), "\n") {
-		if !strings.HasPrefix(line, "{") {
-			continue
+	grants := func() []time.Time {
+		var starts []time.Time
+		out := watch.Output()
+		lines := strings.Split(out, "\n")
+		if !strings.HasSuffix(out, "\n") {
+			lines = lines[:len(lines)-1] // still being written
 		}
-		var ev struct {
-			Time  time.Time `json:"time"`
-			Slots int64     `json:"slots"`
+		for _, line := range lines {
+			if !strings.HasPrefix(line, "{") {
+				continue
+			}
+			var ev struct {
+				Time time.Time `json:"time"`
+			}
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("watch --json line %q: %v", line, err)
+			}
+			starts = append(starts, ev.Time)
 		}
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("watch --json line %q: %v", line, err)
-		}
-		starts = append(starts, ev.Time)
+		return starts
 	}
+	// A grant's event may follow its reply: wait until the watch shows
+	// the grant of every run started after the kill.
+	eventually(t, 10*time.Second, "the watch to show every grant after the kill", func() bool {
+		n := 0
+		for _, at := range grants() {
+			if !at.Before(killed) {
+				n++
+			}
+		}
+		return n >= runsAfter
+	})
+	starts := grants()
 	slices.SortFunc(starts, time.Time.Compare)
 	var before, after int
 	for _, at := range starts {
