@@ -22,3 +22,28 @@ func (m *Manager) FillHistory(n int) {
 		m.disc.hist.record(m.poolPoints(now.Add(-time.Duration(i) * lease.HistoryStep)))
 	}
 }
+
+// QueueEntryDecided reports whether the manager has written, or set out
+// to write, a queue entry for the waiting request id of pool. The decision
+// is made under the Manager's lock as the request is queued, so a test
+// can look as soon as the request is counted queued, rather than wait for
+// a write that must not come.
+func (m *Manager) QueueEntryDecided(pool, id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pools[pool]
+	if p == nil {
+		return false
+	}
+	r := p.waiting[id]
+	return r != nil && r.entry.has
+}
+
+// EntryWriters returns how many queue entry writers run, and how many
+// entries wait for one. Both are set under the Manager's lock as requests
+// are queued; writers is 0 only once every write they took has ended.
+func (m *Manager) EntryWriters() (writers, waiting int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.journal.writers, len(m.journal.queue)
+}

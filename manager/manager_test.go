@@ -477,11 +477,20 @@ type gatedStore struct {
 	// instead of passing it on; later calls pass.
 	failOnce error
 	failed   atomic.Bool
+	opened   sync.Once
 }
+
+// open lets the held call, and every later one, through; a test's cleanup
+// opens it too, so that a test failing early does not leave the manager's
+// Close waiting for a held write.
+func (g *gatedStore) open() { g.opened.Do(func() { close(g.gate) }) }
 
 func (g *gatedStore) hold(op string) error {
 	if g.op == op {
-		g.entered <- struct{}{}
+		select {
+		case g.entered <- struct{}{}:
+		case <-g.gate: // open: nobody waits to hear of calls any more
+		}
 		<-g.gate
 		if g.failOnce != nil && g.failed.CompareAndSwap(false, true) {
 			return g.failOnce
@@ -514,6 +523,7 @@ func startGated(t *testing.T, op string) (*harness.Server, *harness.Node, *gated
 			gs = &gatedStore{Store: s, op: op, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 			return gs
 		})
+	t.Cleanup(gs.open) // before the manager's Close
 	return srv, n, gs
 }
 
@@ -539,7 +549,7 @@ func TestCancelWhileGrantIsStoredReleasesIt(t *testing.T) {
 	if r.Status != lease.StatusCancelled {
 		t.Fatalf("cancel reply %+v", r)
 	}
-	close(gs.gate)
+	gs.open()
 	harness.Eventually(t, 5*time.Second, "the raced grant given back", func() bool {
 		s := harness.PoolStats(t, n.Manager, "p")
 		return s.InUse == 0 && len(n.Manager.Leases()) == 0
@@ -658,7 +668,7 @@ func TestRetryWhileReleasingIsNoGrant(t *testing.T) {
 	if retry.Error == nil || retry.Error.Code != lease.CodeUnavailable {
 		t.Fatalf("retry while releasing: %+v", retry)
 	}
-	close(gd.gate)
+	gd.open()
 	harness.Eventually(t, 5*time.Second, "released", func() bool { return harness.PoolStats(t, n.Manager, "p").InUse == 0 })
 	again := harness.Request(t, nc, acq, req)
 	if again.Status != lease.StatusGranted || again.Lease.Token <= first.Lease.Token {

@@ -213,14 +213,25 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 		return v.QueuedAt, true
 	}
 
-	r2 := f.send("r2")
-	f.waitQueued(1)
-	time.Sleep(300 * time.Millisecond) // far longer than an entry write or a reply takes
-	if _, ok := entry("r2"); ok {
-		t.Fatal("queue entry written for a request covered by the release in flight")
+	queued, err := f.nc.SubscribeSync(lease.EventSubject("lease", node, "p", lease.EventQueued))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if msg, err := r2.NextMsg(time.Millisecond); err == nil {
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := f.send("r2")
+	// The manager answers a request before it announces it queued, on the
+	// same connection: once the event is here, an answer would be too.
+	if msg, err := queued.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(msg.Data), `"request_id":"r2"`) {
+		t.Fatalf("r2's queued event: %v, %v", msg, err)
+	}
+	if n, _, _ := r2.Pending(); n != 0 {
+		msg, _ := r2.NextMsg(0)
 		t.Fatalf("a request covered by the release in flight was answered: %s", msg.Data)
+	}
+	if f.n.Manager.QueueEntryDecided("p", "r2") {
+		t.Fatal("queue entry written for a request covered by the release in flight")
 	}
 	wantQueued(t, "r3", f.send("r3"), 2) // two queued slots, one being released: no longer covered
 	wantQueued(t, "r2", r2, 1)
@@ -235,7 +246,7 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 		t.Fatalf("r2 queued at %d, not before r3 at %d", at2, at3)
 	}
 
-	close(f.gd.gate)
+	f.gd.open()
 	if r := nextReply(t, r2); r.Status != lease.StatusGranted || r.Lease.Token <= f.first.Lease.Token {
 		t.Fatalf("r2 after the release was stored: %+v", r)
 	}
@@ -257,7 +268,7 @@ func TestQueuedBehindFailingRelease(t *testing.T) {
 	}
 
 	f.gd.failOnce = errors.New("injected: store unavailable")
-	close(f.gd.gate) // the delete fails once, then is retried and stored
+	f.gd.open() // the delete fails once, then is retried and stored
 	wantQueued(t, "r2", r2, 1)
 	if r := nextReply(t, r2); r.Status != lease.StatusGranted {
 		t.Fatalf("after the retried delete: %+v, want granted", r)
@@ -320,8 +331,10 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	// Every request is answered, but only so many entry writes run.
 	harness.Eventually(t, 5*time.Second, "entry writes started", func() bool { return g.entered.Load() >= 32 })
-	time.Sleep(200 * time.Millisecond)
-	if got := g.entered.Load(); got != 32 {
+	if writers, waiting := n.Manager.EntryWriters(); writers != 32 || waiting != waiters-32 {
+		t.Fatalf("%d queue entry writers with %d entries waiting for one, want 32 and %d", writers, waiting, waiters-32)
+	}
+	if got := g.entered.Load(); got != 32 { // each writer holds one write at the gate
 		t.Fatalf("%d queue entry writes in flight at once, want 32", got)
 	}
 	// The last ones leave the queue while their entries still wait.
@@ -332,8 +345,10 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 		}
 	}
 	g.release()
-	harness.Eventually(t, 10*time.Second, "entries stored", func() bool { return storedQueueEntries(t, n) == waiters-leaving })
-	time.Sleep(200 * time.Millisecond) // a stray write of a left request would land here
+	harness.Eventually(t, 10*time.Second, "every entry write to end", func() bool {
+		writers, waiting := n.Manager.EntryWriters()
+		return writers == 0 && waiting == 0
+	})
 	if got := storedQueueEntries(t, n); got != waiters-leaving {
 		t.Errorf("%d queue entries stored, want %d", got, waiters-leaving)
 	}

@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,15 +74,20 @@ func TestFailedStartStopsItsWatch(t *testing.T) {
 	}
 }
 
-// closeOnCaughtUp closes conn as the rebuild completes, so Start fails
-// while subscribing, and slows grant writes (a queued grant replaces its
-// entry with Renew) so one is still in flight when it fails.
-type closeOnCaughtUp struct {
+// stallOnCaughtUp stalls the manager's connection (proxy) as the rebuild
+// completes, so Start cannot finish subscribing, and closes it once the
+// restored request's grant write has begun (Renew: a queued grant replaces
+// its entry), so Start fails while that write is in flight; the write is
+// slow, to stay in flight.
+type stallOnCaughtUp struct {
 	manager.Store
-	conn interface{ Close() }
+	proxy *harness.Proxy
+	conn  interface{ Close() }
+	// renews counts the grant writes started; inFlight those not ended.
+	renews, inFlight atomic.Int32
 }
 
-func (s *closeOnCaughtUp) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
+func (s *stallOnCaughtUp) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
 	w, err := s.Store.Watch(ctx, filter)
 	if err != nil {
 		return nil, err
@@ -91,7 +97,7 @@ func (s *closeOnCaughtUp) Watch(ctx context.Context, filter string) (manager.Wat
 		defer close(h.out)
 		for ch := range w.Changes() {
 			if ch.Op == manager.ChangeCaughtUp {
-				s.conn.Close()
+				s.proxy.Stall()
 			}
 			h.out <- ch
 		}
@@ -99,8 +105,13 @@ func (s *closeOnCaughtUp) Watch(ctx context.Context, filter string) (manager.Wat
 	return h, nil
 }
 
-func (s *closeOnCaughtUp) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
-	time.Sleep(300 * time.Millisecond)
+func (s *stallOnCaughtUp) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	if s.renews.Add(1) == 1 {
+		s.conn.Close() // Start's flush through the stalled proxy fails now
+	}
+	time.Sleep(300 * time.Millisecond) // slow: still in flight as Start fails
 	return s.Store.Renew(ctx, key, value, ttl, rev)
 }
 
@@ -110,13 +121,15 @@ func (s *closeOnCaughtUp) Renew(ctx context.Context, key string, value []byte, t
 func TestFailedStartLeavesNoGrantRunning(t *testing.T) {
 	t.Parallel()
 	srv := harness.StartServer(t)
-	st := harness.StartManagerStore(t, srv.URL)
+	st := harness.StartManagerStore(t, srv.URL) // its own connection, not stalled
 	entry := []byte(`{"id":"waiting","node":"` + node + `","pool":"p","slots":1,"holder":"h","manager":"old","queued":true,"reply_to":"_INBOX.x","queued_at":1}`)
-	if _, err := st.Create(context.Background(), lease.RecordKey(node, "p", "waiting"), entry, 0); err != nil {
+	if _, err := st.Create(context.Background(), lease.RecordKey(node, "p", "waiting"), entry, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	nc := harness.Connect(t, srv.URL)
-	m, err := manager.New(manager.Config{Node: node, TTL: 5 * time.Second, Conn: nc, Store: &closeOnCaughtUp{Store: st, conn: nc},
+	proxy := harness.StartProxy(t, srv.Server.Addr().String())
+	nc := harness.Connect(t, proxy.URL())
+	cs := &stallOnCaughtUp{Store: st, proxy: proxy, conn: nc}
+	m, err := manager.New(manager.Config{Node: node, TTL: 5 * time.Second, Conn: nc, Store: cs,
 		Logger: harness.Logger(), Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +137,18 @@ func TestFailedStartLeavesNoGrantRunning(t *testing.T) {
 	if err := m.Start(context.Background()); err == nil {
 		t.Fatal("Start succeeded on a closed connection")
 	}
+	if cs.renews.Load() == 0 {
+		t.Fatal("the restored request's grant was never written: nothing to check")
+	}
+	if n := cs.inFlight.Load(); n != 0 {
+		t.Fatalf("%d grant writes still in flight after Start had failed", n)
+	}
+	// Start closed the manager, which waits for everything it runs:
+	// nothing of it is left to write.
 	before := lastSeq(t, harness.Connect(t, srv.URL))
-	time.Sleep(quiet)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if after := lastSeq(t, harness.Connect(t, srv.URL)); after != before {
 		t.Fatalf("the store moved from sequence %d to %d after Start had failed", before, after)
 	}
