@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,11 +277,14 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 	srv, _ := startNode(t, ttl, manager.PoolConfig{Name: "p", Capacity: 1})
 	c := harness.Client(t, srv.URL, node)
 	nc := harness.Connect(t, srv.URL)
-	renews := make(chan string, 16)
-	sub, err := nc.Subscribe(lease.Subject("lease", node, "p", lease.VerbRenew), func(msg *nats.Msg) {
-		var r lease.RenewRequest
-		if json.Unmarshal(msg.Data, &r) == nil {
-			renews <- r.LeaseID
+	// The client's renewals and releases, in the order it sent them.
+	sent := make(chan string, 16)
+	sub, err := nc.Subscribe(lease.Subject("lease", node, "p", "*"), func(msg *nats.Msg) {
+		var r lease.RenewRequest // a release names its lease the same way
+		if strings.HasSuffix(msg.Subject, "."+lease.VerbRenew) || strings.HasSuffix(msg.Subject, "."+lease.VerbRelease) {
+			if json.Unmarshal(msg.Data, &r) == nil {
+				sent <- msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:] + " " + r.LeaseID
+			}
 		}
 	})
 	if err != nil {
@@ -290,16 +294,21 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	renewsOf := func(id string) int {
+	// renewsBeforeRelease counts the renewals of id the client sent
+	// before its release of id.
+	renewsBeforeRelease := func(t *testing.T, id string) int {
 		n := 0
 		for {
 			select {
-			case got := <-renews:
-				if got == id {
+			case got := <-sent:
+				switch got {
+				case lease.VerbRenew + " " + id:
 					n++
+				case lease.VerbRelease + " " + id:
+					return n
 				}
-			default:
-				return n
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no release of %s seen", id)
 			}
 		}
 	}
@@ -322,19 +331,20 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := mustGrant(t, got, errc)
-			defer l.Release(context.Background())
-			time.Sleep(200 * time.Millisecond) // the flush of any renewal
-			if err := nc.Flush(); err != nil {
+			record, deadline := l.Record(), l.Deadline()
+			// The release, sent right after the grant, comes after any
+			// renewal the client sent for it.
+			if err := l.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if n := renewsOf(l.ID()); n != tc.confirms {
+			if n := renewsBeforeRelease(t, l.ID()); n != tc.confirms {
 				t.Fatalf("%d renewals right after the grant, want %d", n, tc.confirms)
 			}
-			if !l.Deadline().Before(l.Record().ExpiresAt) {
-				t.Fatalf("holder deadline %v not before the record's expiry %v", l.Deadline(), l.Record().ExpiresAt)
+			if !deadline.Before(record.ExpiresAt) {
+				t.Fatalf("holder deadline %v not before the record's expiry %v", deadline, record.ExpiresAt)
 			}
-			if tc.confirms == 0 && l.Deadline().After(queuedBy.Add(ttl-ttl/10)) {
-				t.Fatalf("deadline %v not measured from the first send (before %v)", l.Deadline(), queuedBy.Add(ttl-ttl/10))
+			if tc.confirms == 0 && deadline.After(queuedBy.Add(ttl-ttl/10)) {
+				t.Fatalf("deadline %v not measured from the first send (before %v)", deadline, queuedBy.Add(ttl-ttl/10))
 			}
 		})
 	}

@@ -165,8 +165,13 @@ func TestManagerFreezeNoOvergrant(t *testing.T) {
 		capacity[node] = map[string]int64{"gpu": 2}
 		holds = append(holds, freezeSequence(t, bin, url, node)...)
 	}
-	// Let the auditor's watches deliver the last deletes.
-	time.Sleep(time.Second)
+	// Everything written so far reaches the auditor before it stops: its
+	// watches catch up with the streams' last sequence.
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := aud.CatchUp(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
 	aud.Stop()
 	leases, leaders, events := aud.Observations()
 	rep := Audit(AuditInput{

@@ -170,10 +170,24 @@ func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 	other := p.acquireOther(t)
 	t.Logf("b granted the slot to %q, token %d", "other", other.Token())
 
+	w, err := p.kv.Watch(context.Background(), key, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
 	p.a.Proxy.Heal()
-	// The delayed write reaches the store now; b deletes it as soon as its
-	// watch shows it. Either way it must not give the slot a second holder.
-	time.Sleep(500 * time.Millisecond)
+	// The delayed write reaches the store now, and b deletes it as soon as
+	// its watch shows it. The retry comes right after the write landed,
+	// before or after b's delete: either way it must not give the slot a
+	// second holder.
+	select {
+	case e := <-w.Updates():
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			t.Fatalf("the first change of %s after the heal: %v, want the late grant's put", key, e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held grant write never reached the store")
+	}
 	late, err := p.retry(t, "late", "late-holder", "s3cret")
 	if err == nil {
 		defer late.Release(context.Background())

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,6 +48,13 @@ func treeMarkers() [4]string {
 
 // treeProcs lists the live processes whose argv holds one of the markers.
 func treeProcs(m [4]string) []int {
+	return liveProcs(func(args []string) bool {
+		return len(args) > 1 && args[0] == "sleep" && slices.Contains(m[:], args[1])
+	})
+}
+
+// liveProcs lists the live processes (not zombies) whose argv matches.
+func liveProcs(match func(args []string) bool) []int {
 	var pids []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
@@ -58,14 +66,10 @@ func treeProcs(m [4]string) []int {
 		if err != nil || strings.Contains(string(stat[strings.LastIndexByte(string(stat), ')')+1:]), " Z ") {
 			continue // gone or a zombie
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		for _, mk := range m {
-			if len(args) > 1 && args[0] == "sleep" && args[1] == mk {
-				var pid int
-				fmt.Sscan(filepath.Base(d), &pid)
-				pids = append(pids, pid)
-				break
-			}
+		if match(strings.Split(string(cmdline), "\x00")) {
+			var pid int
+			fmt.Sscan(filepath.Base(d), &pid)
+			pids = append(pids, pid)
 		}
 	}
 	return pids
