@@ -33,7 +33,7 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	harness.Eventually(t, 20*time.Second, "the manager serves", c.Serving)
+	harness.Eventually(t, 2*time.Minute, "the manager serves", c.Serving) // only catches one that never does
 
 	addr := func(i int) string { return "nats://" + cl.ClientAddr(i) }
 	exeNC, err := dial(ctx, addr(1), "executor", cl.Auth(config.RoleExecutor))

@@ -48,7 +48,7 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Crash)
-	harness.Eventually(t, 10*time.Second, "a leads", a.Serving)
+	harness.Eventually(t, 2*time.Minute, "a leads", a.Serving) // only catches one that never does: the cluster may start slowly beside other suites
 	b, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "b", Pools: pools, Upstream: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -64,7 +64,7 @@ func injectedRun(t *testing.T, managerCap int64, wrap func(manager.Store) manage
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	harness.Eventually(t, 10*time.Second, "the manager serves", c.Serving)
+	harness.Eventually(t, 2*time.Minute, "the manager serves", c.Serving) // only catches one that never does
 
 	rec := &Recorder{}
 	runCtx, stop := context.WithTimeout(ctx, 4*time.Second)
