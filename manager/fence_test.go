@@ -35,13 +35,34 @@ func (f *testFence) Valid() bool  { return f.valid.Load() }
 func (f *testFence) Term() uint64 { return f.term }
 
 // startFenced starts a manager serving term under fence, with pools "p"
-// and "q" of one slot each.
-func startFenced(t *testing.T, fence manager.Fence) (*harness.Server, *harness.Node) {
+// and "q" of one slot each. ignored, if not nil, counts the requests it
+// drops for having no reply subject (see barrier).
+func startFenced(t *testing.T, fence manager.Fence, ignored *atomic.Int32) (*harness.Server, *harness.Node) {
 	t.Helper()
 	srv := harness.StartServer(t)
-	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Instance: "current", Fence: fence,
-		Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}, {Name: "q", Capacity: 1}}})
+	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Instance: "current", Fence: fence,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}, {Name: "q", Capacity: 1}}}
+	if ignored != nil {
+		cfg.ReplyRefused = func() { ignored.Add(1) }
+	}
+	n := harness.StartManager(t, srv.URL, cfg)
 	return srv, n
+}
+
+// barrier publishes a request without a reply subject on each subject and
+// waits until the manager has dropped them all (ignored counts them): a
+// subscription's handler takes its messages one at a time, in order, so
+// by then the manager has handled everything sent before on those
+// subjects, answer or no answer.
+func barrier(t *testing.T, nc *nats.Conn, ignored *atomic.Int32, subjects ...string) {
+	t.Helper()
+	want := ignored.Load() + int32(len(subjects))
+	for _, subj := range subjects {
+		if err := nc.Publish(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	harness.Eventually(t, 10*time.Second, "the manager to handle what was sent before", func() bool { return ignored.Load() >= want })
 }
 
 // lastSeq is the lease bucket stream's last sequence: it moves with every
@@ -91,18 +112,14 @@ func stillStored(t *testing.T, st *jetstream.LeaseStore, key string, rev uint64)
 	return got == rev
 }
 
-// quiet is how long a test waits for something that must not happen:
-// long enough for a manager on a loaded machine to have acted on what it
-// was sent.
-const quiet = 1500 * time.Millisecond
-
 // Once its fence is invalid, a manager stores, deletes, answers and
 // publishes nothing, whatever it is sent: acquire (free slots and full
 // pool), renew, release and cancel.
 func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	t.Parallel()
 	fence := newTestFence(5)
-	srv, n := startFenced(t, fence)
+	var ignored atomic.Int32
+	srv, n := startFenced(t, fence, &ignored)
 	nc := harness.Connect(t, srv.URL)
 
 	// Valid: a lease on p, and a request queued behind it (its entry stored).
@@ -138,12 +155,21 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	if n.Manager.Serving() {
 		t.Fatal("Serving() with an invalid fence")
 	}
+	sent := 0 // requests sent to the manager from here on
 	send := func(pool, verb string, body any) {
 		t.Helper()
 		data, _ := json.Marshal(body)
 		if err := nc.PublishRequest(lease.Subject(lease.DefaultPrefix, node, pool, verb), nc.NewInbox(), data); err != nil {
 			t.Fatal(err)
 		}
+		sent++
+	}
+	verb := func(v string) string { return lease.Subject(lease.DefaultPrefix, node, "p", v) }
+	services := []string{"$SRV.PING", "$SRV.INFO." + lease.ServiceName, lease.ResizeSubject(lease.DefaultPrefix, node)}
+	wait := func(subjects ...string) {
+		t.Helper()
+		barrier(t, nc, &ignored, subjects...)
+		sent += len(subjects)
 	}
 	send("q", lease.VerbAcquire, lease.AcquireRequest{RequestID: "free", Holder: "c", Slots: 1, Secret: "s"})
 	send("p", lease.VerbAcquire, lease.AcquireRequest{RequestID: "full", Holder: "d", Slots: 1, Secret: "s"})
@@ -155,16 +181,28 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the acquire on q handled", func() bool { return harness.PoolStats(t, n.Manager, "q").InUse == 1 })
 	// The release last, so that the renewal (handled on another
 	// subscription) meets a live lease and tries its write.
-	time.Sleep(quiet / 2)
+	wait(verb(lease.VerbRenew))
 	send("p", lease.VerbRelease, lease.ReleaseRequest{LeaseID: "held", Token: held.Lease.Token, Secret: "s"})
 	// Discovery and a resize error (answered with micro's error headers)
 	// go through the same fence.
-	for _, subj := range []string{"$SRV.PING", "$SRV.INFO." + lease.ServiceName, lease.ResizeSubject(lease.DefaultPrefix, node)} {
+	for _, subj := range services {
 		if err := nc.PublishRequest(subj, nc.NewInbox(), []byte(`{"set":{"nope":0}}`)); err != nil {
 			t.Fatal(err)
 		}
+		sent++
 	}
-	time.Sleep(quiet)
+	// Every subscription has handled what it was sent; Close then waits
+	// for whatever the handlers started (a grant's write). Anything the
+	// manager published is at the spy after the two round trips.
+	wait(append([]string{verb(lease.VerbAcquire), verb(lease.VerbRenew), verb(lease.VerbRelease), verb(lease.VerbCancel)}, services...)...)
+	if err := n.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*nats.Conn{n.Conn, nc} {
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -176,12 +214,16 @@ func TestFencedManagerWritesAndAnswersNothing(t *testing.T) {
 		case strings.HasPrefix(s, "$JS.API."), s == "$JS.EVENT.ADVISORY.API":
 			// reads (a renewal's revision check, the stream info below)
 			// and the server's advisories about them
+		case strings.HasPrefix(s, "$JS.EVENT.ADVISORY.CONSUMER.DELETED.KV_"+jetstream.NamesFor(lease.DefaultPrefix).Leases+"."),
+			strings.HasPrefix(s, nats.InboxPrefix) && strings.Contains(string(m.Data), `"type":"io.nats.jetstream.api.v1.consumer_delete_response"`):
+			// Close stopping the manager's watch: the server deletes its
+			// consumer and answers the delete
 		default:
 			t.Errorf("fenced manager caused a message on %s: header %v, data %q", s, m.Header, m.Data)
 		}
 	}
-	if requests != 9 {
-		t.Errorf("the spy saw %d requests, want 9", requests)
+	if requests != sent {
+		t.Errorf("the spy saw %d requests, want the %d sent", requests, sent)
 	}
 	if after := lastSeq(t, nc); after != before {
 		t.Errorf("lease bucket moved from sequence %d to %d with the fence invalid", before, after)
@@ -241,7 +283,8 @@ func TestDeposedManagerLeavesSuccessorsGrantAndStops(t *testing.T) {
 	if m.Serving() {
 		t.Fatal("deposed manager reports Serving")
 	}
-	time.Sleep(quiet)
+	// Run returned after Close, which waits for everything the manager
+	// runs: nothing of it is left to delete.
 	if !stillStored(t, st, key, rev) {
 		t.Fatal("the deposed manager deleted its successor's grant")
 	}
@@ -253,7 +296,7 @@ func TestDeposedManagerLeavesSuccessorsGrantAndStops(t *testing.T) {
 func TestLeaderDeletesOnlyLowerTermLateGrants(t *testing.T) {
 	t.Parallel()
 	fence := newTestFence(5)
-	srv, n := startFenced(t, fence)
+	srv, n := startFenced(t, fence, nil)
 	st := harness.StartManagerStore(t, srv.URL)
 
 	type late struct {
@@ -279,7 +322,18 @@ func TestLeaderDeletesOnlyLowerTermLateGrants(t *testing.T) {
 
 	fence.valid.Store(false)
 	key, rev := storeRecord(t, st, "whilefenced", "predecessor", 3)
-	time.Sleep(quiet)
+	// A later term's grant, stored after it, deposes the manager when its
+	// watch, which takes records in order, comes to it; Close then waits
+	// for whatever the watch started on the late grant.
+	storeRecord(t, st, "later", "successor", 9)
+	select {
+	case <-n.Manager.Deposed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("manager not deposed by a later term's grant")
+	}
+	if err := n.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if !stillStored(t, st, key, rev) {
 		t.Fatal("a manager with an invalid fence deleted a late grant")
 	}
