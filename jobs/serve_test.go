@@ -325,7 +325,10 @@ func startedOrder(t *testing.T, q *jobs.Queue, names map[string]string) []string
 // a low job that waited two aging periods goes before a fresh high one.
 func TestPriorityAndAging(t *testing.T) {
 	t.Parallel()
-	setup := func(t *testing.T, aging time.Duration) (*jobs.Queue, *lease.Lease) {
+	// setup also counts the executor's looks at the pool (a stats request
+	// to the manager, each poll).
+	setup := func(t *testing.T, aging time.Duration) (*jobs.Queue, *lease.Lease, *atomic.Int32) {
+		var polls atomic.Int32
 		srv := harness.StartServer(t)
 		harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 		q := openQueue(t, srv.URL)
@@ -333,8 +336,15 @@ func TestPriorityAndAging(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		spy := harness.Connect(t, srv.URL)
+		if _, err := spy.Subscribe(lease.StatsSubject(lease.DefaultPrefix, "n1"), func(*nats.Msg) { polls.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		startServing(t, srv.URL, "n1", jobs.ServerConfig{Aging: aging})
-		return q, busy
+		return q, busy, &polls
 	}
 	submitAt := func(t *testing.T, q *jobs.Queue, names map[string]string, name string, p jobs.Priority) {
 		s := spec("p", "true")
@@ -343,18 +353,17 @@ func TestPriorityAndAging(t *testing.T) {
 	}
 
 	t.Run("high first", func(t *testing.T) {
-		q, busy := setup(t, -1)
+		q, busy, polls := setup(t, -1)
 		names := map[string]string{}
 		submitAt(t, q, names, "low", jobs.Low)
 		submitAt(t, q, names, "normal", jobs.Normal)
 		submitAt(t, q, names, "high", jobs.High)
-		// The server polls every 50ms: give it several chances to hoard.
-		deadline := time.Now().Add(400 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			if _, inFlight := stored(t, q, "p"); inFlight != 0 {
-				t.Fatalf("a job was taken while the node's only slot was busy")
-			}
-			time.Sleep(20 * time.Millisecond)
+		// Several chances to hoard: three looks at the pool after the
+		// last submit, each of which finds the only slot busy.
+		looked := polls.Load()
+		harness.Eventually(t, 10*time.Second, "the executor to look at the pool three times", func() bool { return polls.Load() >= looked+3 })
+		if _, inFlight := stored(t, q, "p"); inFlight != 0 {
+			t.Fatalf("a job was taken while the node's only slot was busy")
 		}
 		if err := busy.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -366,7 +375,7 @@ func TestPriorityAndAging(t *testing.T) {
 
 	t.Run("aging promotes an old low job", func(t *testing.T) {
 		const aging = 300 * time.Millisecond
-		q, busy := setup(t, aging)
+		q, busy, _ := setup(t, aging)
 		names := map[string]string{}
 		submitAt(t, q, names, "old-low", jobs.Low)
 		submitted := time.Now()
