@@ -188,7 +188,7 @@ func TestAcquireWaitsOutAMissingManager(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the fault: no manager for a second while the client waits
 	harness.StartManager(t, srv.URL, manager.Config{Node: node, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
 	select {
 	case err := <-got:

@@ -64,7 +64,7 @@ func TestPriorityAgingPromotesOldLowRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	lowGot, lowErr, _ := harness.QueuedAcquire(t, c, ctx, "p", 1, lease.WithPriority(-1))
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(800 * time.Millisecond) // the claim: aged past two 300ms steps
 	highGot, highErr, _ := harness.QueuedAcquire(t, c, ctx, "p", 1, lease.WithPriority(1))
 	_ = h.Release(ctx)
 	low := mustGrant(t, lowGot, lowErr)

@@ -115,7 +115,7 @@ func hammer(ctx context.Context, t *testing.T, cs []*lease.Client, pool string, 
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				if d := hold(); d > 0 {
-					time.Sleep(d)
+					time.Sleep(d) // the holder works this long
 				}
 				inUse.Add(-slots) // before the release: the manager frees later
 				_ = l.Release(context.Background())
@@ -243,7 +243,7 @@ func TestRateWeightedRequests(t *testing.T) {
 	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs <= 0 || le.RetryAfterMs > 1000 || !strings.Contains(le.Message, "rate 90000/m") {
 		t.Fatalf("try-acquire on an empty bucket: %#v, want would_wait with retry_after_ms in (0, 1000] and the rate in the message", err)
 	}
-	time.Sleep(time.Duration(le.RetryAfterMs) * time.Millisecond)
+	time.Sleep(time.Duration(le.RetryAfterMs) * time.Millisecond) // the claim: the bucket refills in retry_after_ms
 	l, err = c.Acquire(context.Background(), "llm-tpm", 1500, lease.NoWait())
 	if err != nil {
 		t.Fatalf("try-acquire after retry_after_ms (%d): %v", le.RetryAfterMs, err)

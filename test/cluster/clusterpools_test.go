@@ -92,7 +92,7 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 			multiPoolExecutor(rctx, t, cl, st, rec, fmt.Sprintf("x%d", i), node, i%3, uint64(i), grants[i])
 		})
 	}
-	time.Sleep(run / 2)
+	time.Sleep(run / 2) // the fault comes half-way through the run
 	victim := serving()
 	if victim == nil {
 		t.Fatal("no candidate serves the cluster pools mid-run")
