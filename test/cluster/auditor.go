@@ -59,6 +59,7 @@ type Auditor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	feeds  []*feed // one per watch, for CatchUp
+	probe  *storeProbe
 
 	mu      sync.Mutex
 	leases  []Observation
@@ -128,6 +129,10 @@ func StartAuditor(ctx context.Context, url string, auth natsconn.Auth, prefix st
 	if err != nil {
 		a.Stop()
 		return nil, fmt.Errorf("auditor: event stream: %w", err)
+	}
+	if a.probe, err = startStoreProbe(ctx, nc, prefix); err != nil {
+		a.Stop()
+		return nil, fmt.Errorf("auditor: %w", err)
 	}
 	return a, nil
 }
@@ -291,11 +296,20 @@ func streamLastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (u
 	}
 }
 
-// Stop ends the watches; the observations stay.
+// Stop ends the watches and the store probe; the observations stay.
 func (a *Auditor) Stop() {
 	a.cancel()
 	a.wg.Wait()
+	if a.probe != nil {
+		a.probe.stop()
+	}
 	a.nc.Close()
+}
+
+// StoreStalls returns the times longer than over in which the store took
+// none of the probe's writes (storeprobe.go).
+func (a *Auditor) StoreStalls(over time.Duration) []StoreStall {
+	return storeStalls(a.probe.snapshot(), over)
 }
 
 // Observations returns copies of what the auditor saw so far.
@@ -396,6 +410,9 @@ type AuditInput struct {
 	// leadership and pool record must be one of theirs (checkWriters).
 	Instances map[string]bool
 	Pools     []Observation // the pool bucket's entries, for checkWriters
+	// StoreStalls are the times the auditor's store probe saw no write
+	// acknowledged: one long enough excuses a lost lease (storeStalled).
+	StoreStalls []StoreStall
 }
 
 // Report is the auditor's verdict.
@@ -741,7 +758,8 @@ func excuse(in AuditInput, h Hold, from time.Time) string {
 			}
 		}
 	}
-	return ""
+	// No renewal can succeed while the store takes no write.
+	return storeStalled(in, from, h.End)
 }
 
 // stalledTakeover describes, if there was one, a time in [from, to] when
