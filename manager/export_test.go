@@ -47,3 +47,22 @@ func (m *Manager) EntryWriters() (writers, waiting int) {
 	defer m.mu.Unlock()
 	return m.journal.writers, len(m.journal.queue)
 }
+
+// HeardClose reports whether an advisory naming connection id of server
+// has been heard and not yet settled (or forgotten, 30 s on). The
+// advisories are handled one at a time, in order: once the last of a
+// burst is heard, every one before it has been handled.
+func (m *Manager) HeardClose(server string, id uint64) bool {
+	m.gone.mu.Lock()
+	defer m.gone.mu.Unlock()
+	_, ok := m.gone.heard[conn{server, id}]
+	return ok
+}
+
+// CloseChecks returns how many close checks are in flight and how many
+// frees are armed.
+func (m *Manager) CloseChecks() (checking, armed int) {
+	m.gone.mu.Lock()
+	defer m.gone.mu.Unlock()
+	return len(m.gone.checking), len(m.gone.timers)
+}

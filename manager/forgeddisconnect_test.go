@@ -64,6 +64,26 @@ func forgeAdvisory(t *testing.T, srv *harness.SecureServer, role config.Role, su
 	}
 }
 
+// forgeAndSettle forges bodies as a manager could, then one more advisory
+// naming a connection nobody holds, and waits until the manager has heard
+// that last one (its advisories are handled one at a time, in order, so
+// every one before it has been handled) and every close check they
+// started has settled. Nothing is then left to free a slot: no free may
+// be armed.
+func forgeAndSettle(t *testing.T, srv *harness.SecureServer, n *harness.Node, server string, bodies ...[]byte) {
+	t.Helper()
+	const marker = 999_999_999 // no connection's id
+	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, append(bodies, advisoryFor(server, marker))...)
+	harness.Eventually(t, 10*time.Second, "the manager to hear the last forged advisory", func() bool { return n.Manager.HeardClose(server, marker) })
+	harness.Eventually(t, 10*time.Second, "every close check to settle", func() bool {
+		checking, _ := n.Manager.CloseChecks()
+		return checking == 0
+	})
+	if _, armed := n.Manager.CloseChecks(); armed != 0 {
+		t.Fatalf("%d frees armed after forged advisories", armed)
+	}
+}
+
 func advisoryFor(server string, cid uint64) []byte {
 	return fmt.Appendf(nil, `{"type":"io.nats.server.advisory.v1.client_disconnect","server":{"id":%q},"client":{"id":%d}}`, server, cid)
 }
@@ -99,7 +119,7 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 	// Defence in depth: an advisory published in the managers' account
 	// (by a manager here; by any client of a single-account NATS) reaches
 	// the manager, and the close check is what stops it.
-	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, advisoryFor(rec.ConnServer, rec.ConnID))
+	forgeAndSettle(t, srv, n, rec.ConnServer, advisoryFor(rec.ConnServer, rec.ConnID))
 	if _, err := spy.NextMsg(5 * time.Second); err != nil {
 		t.Fatalf("the forged advisory did not reach the advisory subject (%v): this test no longer tries the check", err)
 	}
@@ -111,7 +131,7 @@ func TestForgedDisconnectAdvisoryFreesNothing(t *testing.T) {
 		t.Fatal(err)
 	case <-l.Done():
 		t.Fatalf("the live holder lost its lease to a forged advisory: %v", l.Err())
-	case <-time.After(4 * lease.DefaultDisconnectGrace):
+	default: // the checks have settled and no free is armed: nothing more can come of it
 	}
 	if q := harness.PoolStats(t, n.Manager, "p"); q.InUse != 1 || q.QueuedRequests != 1 {
 		t.Fatalf("pool after the forged advisory: %+v, want 1 in use and 1 queued", q)
@@ -151,13 +171,12 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 			bodies = append(bodies, advisoryFor(rec.ConnServer, rec.ConnID)) // the live holder's
 		}
 	}
-	forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, bodies...)
-	for range bodies {
+	forgeAndSettle(t, srv, n, rec.ConnServer, bodies...)
+	for range len(bodies) + 1 { // and forgeAndSettle's last one
 		if _, err := advisories.NextMsg(5 * time.Second); err != nil {
 			t.Fatalf("not every forged advisory reached the advisory subject: %v", err)
 		}
 	}
-	time.Sleep(2 * lease.DefaultDisconnectGrace)
 	select {
 	case w := <-got:
 		t.Fatalf("forged advisories freed a live holder's slot: the waiter was granted it too (%+v)", w.Record())
