@@ -188,7 +188,9 @@ func TestManagerRecordsCarryTTLAndManager(t *testing.T) {
 	defer stopWaiting()
 	got, errc, _ := harness.QueuedAcquire(t, c, waitCtx, "p", 1, lease.WithWait(time.Minute))
 	harness.Eventually(t, 10*time.Second, "a queue entry stored", func() bool { return storedQueueEntries(t, n) == 1 })
-	time.Sleep(2 * time.Second) // a renewal or two of a
+	// A renewal of a (every TTL/3), whose write the watch checks too.
+	renewedFrom := a.Deadline()
+	harness.Eventually(t, 10*time.Second, "a renewal of a", func() bool { return a.Deadline().After(renewedFrom) })
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
