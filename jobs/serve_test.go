@@ -439,7 +439,7 @@ func TestShutdownGraceAndGiveBack(t *testing.T) {
 	}
 	// Released, not left to expire: well before the 10s TTL. (The manager
 	// answers a release before its delete is stored, so poll briefly.)
-	harness.Eventually(t, time.Second, "the stopped job's slot to be released", func() bool {
+	harness.Eventually(t, 5*time.Second, "the stopped job's slot to be released", func() bool {
 		for _, ps := range n.Manager.Stats() {
 			if ps.Name == "p" {
 				return ps.InUse == 0
