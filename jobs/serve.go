@@ -803,16 +803,23 @@ func (s *Server) ack(t *task) {
 // storeIn writes a record, retrying briefly: the write stands between a
 // finished job and its acknowledgement.
 func (s *Server) storeIn(kv jetstream.KeyValue, rec *Record) error {
+	return retryWrite(func(ctx context.Context) error { return s.q.put(ctx, kv, rec) }, nil)
+}
+
+// retryWrite makes a record write up to four times, 100ms, 300ms and
+// 900ms apart, each try within 5s, until it succeeds or returns an error
+// that settles (settled, if not nil, says which do).
+func retryWrite(write func(ctx context.Context) error, settled func(error) bool) error {
 	var err error
 	for i, wait := 0, 100*time.Millisecond; i < 4; i, wait = i+1, wait*3 {
 		if i > 0 {
 			time.Sleep(wait)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.q.put(ctx, kv, rec)
+		err = write(ctx)
 		cancel()
-		if err == nil {
-			return nil
+		if err == nil || (settled != nil && settled(err)) {
+			return err
 		}
 	}
 	return err

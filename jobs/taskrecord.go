@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // A task's record is written by its executor at each step: running, then
@@ -23,19 +22,8 @@ var errEnded = errors.New("jobs: the job ended meanwhile")
 // errEnded if the stored record is final. It retries briefly, as storeIn
 // does: the write stands between a finished job and its acknowledgement.
 func (s *Server) storeTask(t *task) error {
-	var err error
-	for i, wait := 0, 100*time.Millisecond; i < 4; i, wait = i+1, wait*3 {
-		if i > 0 {
-			time.Sleep(wait)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.writeTask(ctx, t)
-		cancel()
-		if err == nil || errors.Is(err, errEnded) {
-			return err
-		}
-	}
-	return err
+	return retryWrite(func(ctx context.Context) error { return s.writeTask(ctx, t) },
+		func(err error) bool { return errors.Is(err, errEnded) })
 }
 
 // writeTask makes one conditional write of t.rec. When the revision moved,
