@@ -146,18 +146,6 @@ func (s *LeaseStore) Put(ctx context.Context, key string, value []byte) (uint64,
 	return s.kv.Put(ctx, key, value)
 }
 
-// Get returns a live record.
-func (s *LeaseStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("%w: %w", manager.ErrStoreNotFound, err)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	return e.Value(), e.Revision(), nil
-}
-
 // parseAck returns the sequence of a JetStream publish acknowledgement.
 // The usual one, {"stream":"<name>","seq":<n>} possibly followed by more
 // fields, is read by hand; an error or any other shape is decoded as

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -177,51 +176,3 @@ func MsgTTL(h nats.Header) time.Duration {
 	}
 	return 0
 }
-
-// leaderLastSeq is the sequence of the last message of the stream whose
-// subject matches filter, as the stream's leader has it (a stream message
-// get, which only the leader answers; a direct get may be answered by a
-// follower and be stale); 0 when none matches.
-func (s *LeaseStore) leaderLastSeq(ctx context.Context, filter string) (uint64, error) {
-	req, err := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{filter})
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, leaderLastTimeout)
-	defer cancel()
-	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.kv.Bucket(), req)
-	if err != nil {
-		return 0, fmt.Errorf("the stream leader's last sequence: %w", err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("the stream leader's last sequence: %w", err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == jsErrNoMessageFound:
-		return 0, nil
-	case resp.Error != nil:
-		return 0, fmt.Errorf("the stream leader's last sequence: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return 0, errors.New("the stream leader's last sequence: an answer without a message")
-	}
-	return resp.Message.Seq, nil
-}
-
-// jsErrNoMessageFound is JetStream's error code for a message get that
-// matches nothing.
-const jsErrNoMessageFound = 10037
-
-// leaderLastTimeout bounds leaderLastSeq within the watch's set-up.
-const leaderLastTimeout = 5 * time.Second
