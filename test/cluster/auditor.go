@@ -411,8 +411,10 @@ type AuditInput struct {
 	Instances map[string]bool
 	Pools     []Observation // the pool bucket's entries, for checkWriters
 	// StoreStalls are the times the auditor's store probe saw no write
-	// acknowledged: one long enough excuses a lost lease (storeStalled).
+	// acknowledged, Leaderless the times a bucket's stream had no leader:
+	// outages long enough excuse a lost lease (outages.go).
 	StoreStalls []StoreStall
+	Leaderless  []Leaderless
 }
 
 // Report is the auditor's verdict.
@@ -758,8 +760,8 @@ func excuse(in AuditInput, h Hold, from time.Time) string {
 			}
 		}
 	}
-	// No renewal can succeed while the store takes no write.
-	return storeStalled(in, from, h.End)
+	// No renewal can succeed while the store is out (outages.go).
+	return storeOut(in, from, h.End)
 }
 
 // stalledTakeover describes, if there was one, a time in [from, to] when

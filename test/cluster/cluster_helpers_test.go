@@ -2,6 +2,10 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/slotlease/slotlease/config"
@@ -23,4 +27,29 @@ func provisionedCluster(ctx context.Context, t *testing.T, st *Settings) *Cluste
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// suiteLog sends the suite's timeline to the test log: as it happens when
+// verbose (or FAULT_LOG is set), else kept and written only if the test
+// fails, so a failure in CI shows what led to it.
+func suiteLog(t *testing.T, cfg *SuiteConfig) {
+	if testing.Verbose() || os.Getenv("FAULT_LOG") != "" {
+		cfg.Logf = t.Logf
+		return
+	}
+	var mu sync.Mutex
+	var lines []string
+	cfg.Logf = func(format string, args ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("the suite's timeline:\n%s", strings.Join(lines, "\n"))
+	})
 }

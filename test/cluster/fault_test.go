@@ -112,9 +112,7 @@ func runSeed(t *testing.T, cfg SuiteConfig, seed uint64) {
 	cfg.Dir = t.TempDir()
 	cfg.StrictOrphans = os.Getenv("FAULT_LENIENT") == ""
 	cfg.Logger = harness.Logger()
-	if testing.Verbose() || os.Getenv("FAULT_LOG") != "" {
-		cfg.Logf = t.Logf
-	}
+	suiteLog(t, &cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+3*time.Minute)
 	defer cancel()
 	res, err := RunSuite(ctx, cfg)

@@ -176,33 +176,3 @@ func storeStalls(attempts []probeAttempt, over time.Duration) []StoreStall {
 	}
 	return out
 }
-
-// storeStallBound is how long the store must take no write to excuse a lost
-// lease. A holder renews TTL/3 after its last successful renewal and re-sends
-// until its deadline, TTL - TTL/10 after it (lease/lease.go): the store
-// alone defeats every one of those renewals only if it takes no write for
-// the whole span between, 2/3 TTL - TTL/10 (4.53 s at the suite's 8 s TTL).
-// A shorter stall followed by a takeover can cost a lease too, but is not
-// excused: the point is to excuse only outages that alone explain a loss.
-func storeStallBound(ttl time.Duration) time.Duration {
-	return ttl - ttl/10 - ttl/3
-}
-
-// storeStalled names a stall that overlaps [from, to] for at least the
-// bound, or "".
-func storeStalled(in AuditInput, from, to time.Time) string {
-	bound := storeStallBound(in.LeaseTTL)
-	for _, s := range in.StoreStalls {
-		start, end := s.Start, s.End
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(to) {
-			end = to
-		}
-		if end.Sub(start) >= bound {
-			return fmt.Sprintf("store stalled: no write acknowledged for %.1fs", s.Duration().Seconds())
-		}
-	}
-	return ""
-}

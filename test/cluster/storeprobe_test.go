@@ -87,7 +87,7 @@ func TestAuditStoreStallExcusesLostLease(t *testing.T) {
 				Leases: h.leases, Holds: []Hold{hold("x#1", "a", a, 1, 110, 3700, HoldLost)}, StoreStalls: []StoreStall{c.stall}}
 			rep := Audit(in)
 			if c.excused {
-				if want := fmt.Sprintf("store stalled: no write acknowledged for %.1fs", c.stall.Duration().Seconds()); len(rep.Violations) != 0 || rep.LostExcused[want] != 1 {
+				if want := fmt.Sprintf("store out for %.1fs: no probe write acknowledged for %.1fs", c.stall.Duration().Seconds(), c.stall.Duration().Seconds()); len(rep.Violations) != 0 || rep.LostExcused[want] != 1 {
 					t.Fatalf("violations %q excused %v, want the loss excused by the stall", rep.Violations, rep.LostExcused)
 				}
 			} else if len(rep.Violations) != 1 || !strings.HasPrefix(rep.Violations[0], "lease lost while its holder could reach NATS") {
@@ -106,5 +106,48 @@ func TestAuditStoreStallExcusesLostLease(t *testing.T) {
 		StoreStalls: []StoreStall{{at(0), at(9000)}}}
 	if rep := Audit(in); len(rep.Violations) != 1 || !strings.HasPrefix(rep.Violations[0], "over-grant (KV view)") {
 		t.Fatalf("violations %q, want the over-grant despite the stall", rep.Violations)
+	}
+}
+
+// A bucket's stream without a leader is an outage too: the lease bucket's
+// as it is, the leadership bucket's only when it outlasts a leader's
+// deadline, and then a takeover longer. Outages that overlap count as one.
+func TestAuditLeaderlessBucketExcusesLostLease(t *testing.T) {
+	t.Parallel()
+	// TTL 4s, LeaderTTL 2s: the bound is 2.267s, a leader's deadline 1.8s,
+	// a takeover 2s; the lease held from 110 ms was lost at 3700 ms.
+	for _, c := range []struct {
+		name       string
+		stalls     []StoreStall
+		leaderless []Leaderless
+		excused    string
+	}{
+		{"lease bucket long", nil, []Leaderless{{LeaseBucket, at(1000), at(3500)}},
+			"store out for 2.5s: lease bucket without a stream leader for 2.5s"},
+		{"lease bucket short", nil, []Leaderless{{LeaseBucket, at(1000), at(2000)}}, ""},
+		// 1.9s > the 1.8s deadline: out until 2s after it had a leader.
+		{"leadership bucket past a leader's deadline", nil, []Leaderless{{LeadershipBucket, at(500), at(2400)}},
+			"store out for 3.9s: leadership bucket without a stream leader for 1.9s (every leader stepped down), and a takeover"},
+		{"leadership bucket within a leader's deadline", nil, []Leaderless{{LeadershipBucket, at(500), at(2200)}}, ""},
+		// 1.5s of stall, then 1.5s without a lease bucket leader: 3s out.
+		{"a stall, then no leader", []StoreStall{{at(500), at(2000)}}, []Leaderless{{LeaseBucket, at(1900), at(3400)}},
+			"store out for 2.9s: no probe write acknowledged for 1.5s; lease bucket without a stream leader for 1.5s"},
+		{"a stall and no leader apart", []StoreStall{{at(500), at(1700)}}, []Leaderless{{LeaseBucket, at(2000), at(3400)}}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &history{}
+			a := h.grant(100, "a", 1, "m1")
+			h.gone(4200, lease.RecordKey("n1", "p", "a"))
+			in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 1}}, LeaseTTL: 4 * time.Second, LeaderTTL: 2 * time.Second, RunEnd: at(10000), StrictKill: true,
+				Leases: h.leases, Holds: []Hold{hold("x#1", "a", a, 1, 110, 3700, HoldLost)}, StoreStalls: c.stalls, Leaderless: c.leaderless}
+			rep := Audit(in)
+			if c.excused != "" {
+				if len(rep.Violations) != 0 || rep.LostExcused[c.excused] != 1 {
+					t.Fatalf("violations %q excused %v, want the loss excused as %q", rep.Violations, rep.LostExcused, c.excused)
+				}
+			} else if len(rep.Violations) != 1 || !strings.HasPrefix(rep.Violations[0], "lease lost while its holder could reach NATS") {
+				t.Fatalf("violations %q excused %v, want the lost lease", rep.Violations, rep.LostExcused)
+			}
+		})
 	}
 }

@@ -132,7 +132,10 @@ type SuiteResult struct {
 	// StoreStalls: when the auditor's probe saw no store write
 	// acknowledged for longer than probeStallMin.
 	StoreStalls []StoreStall
-	leaseTTL    time.Duration
+	// Leaderless: when the lease or leadership bucket's stream had no
+	// leader for longer than probeStallMin (leaderwatch.go).
+	Leaderless []Leaderless
+	leaseTTL   time.Duration
 }
 
 func (r *SuiteResult) serverSummary() string {
@@ -150,20 +153,21 @@ func (r *SuiteResult) serverSummary() string {
 	return strings.Join(parts, ", ")
 }
 
-// stallSummary counts the store stalls longer than over and names the
-// longest of all.
+// stallSummary lists the store stalls longer than over, each with its
+// start, and names the longest of all.
 func (r *SuiteResult) stallSummary(over time.Duration) string {
-	n, longest := 0, time.Duration(0)
+	var parts []string
+	longest := time.Duration(0)
 	for _, s := range r.StoreStalls {
 		if s.Duration() > over {
-			n++
+			parts = append(parts, fmt.Sprintf("from %s for %v", s.Start.Format(tsFormat), s.Duration().Round(time.Millisecond)))
 		}
 		longest = max(longest, s.Duration())
 	}
 	if longest == 0 {
 		return fmt.Sprintf("0 (none over %v)", probeStallMin)
 	}
-	return fmt.Sprintf("%d, longest %v (excusing a lost lease takes %v)", n, longest.Round(time.Millisecond), storeStallBound(r.leaseTTL))
+	return fmt.Sprintf("%d %v, longest %v (excusing a lost lease takes %v)", len(parts), parts, longest.Round(time.Millisecond), storeStallBound(r.leaseTTL))
 }
 
 // Summary is a few lines for the test log.
@@ -176,7 +180,7 @@ func (r *SuiteResult) Summary() string {
 	fmt.Fprintf(&b, "lost leases: %d, excused %v\n", rep.Lost, sortedCounts(rep.LostExcused))
 	fmt.Fprintf(&b, "expiry markers after last write + TTL: %s\n", durations(rep.ExpiryLags))
 	fmt.Fprintf(&b, "takeovers after a crash/partition: %s; after a clean stop: %s\n", durations(r.Takeovers), durations(r.Handovers))
-	fmt.Fprintf(&b, "store stalls (no probe write acknowledged) over 1s: %s\n", r.stallSummary(time.Second))
+	fmt.Fprintf(&b, "store stalls (no probe write acknowledged) over 1s: %s; buckets without a stream leader over 1s: %s\n", r.stallSummary(time.Second), leaderlessSummary(r.Leaderless, time.Second))
 	fmt.Fprintf(&b, "grants stored just after the granter's leadership lapsed (nobody else leading): %d, latest by %v; grants whose leader the auditor could not see: %d\n", rep.LateGrants, rep.LateGrantMax, rep.LeaderUnverified)
 	fmt.Fprintf(&b, "server kills: %s; lease bucket leader re-elected after killing its leader: %s\n", r.serverSummary(), durations(r.LeaseLeaderBack))
 	fmt.Fprintf(&b, "known problems: KV-view over-grants by orphan records (1): %d; leases lost to a stalled takeover (3): %d; queue entries left after the drain (4): %d; live leases refused on renewal (5): %d\n",
@@ -276,6 +280,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 	if err := Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), cfg.Settings); err != nil {
 		return nil, err
 	}
+	names := jetstream.NamesFor(cfg.Prefix)
+	leaderWatch := watchLeaders(cl, Bucket{LeaseBucket, "KV_" + names.Leases}, Bucket{LeadershipBucket, "KV_" + names.Leaders})
+	defer leaderWatch.end(0)
 	if s.cfg.Weights["exec-forge"] > 0 {
 		if s.forger, err = dial(ctx, cl.URL(), "forger", cl.Auth(config.RoleManager)); err != nil {
 			return nil, err
@@ -382,6 +389,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 
 	leases, leaders, events := aud.Observations()
 	stalls := aud.StoreStalls(probeStallMin)
+	leaderless := leaderWatch.end(probeStallMin)
 	holds, calls, nf := s.rec.Snapshot()
 	capacity := map[string]map[string]int64{}
 	for _, node := range s.nodes {
@@ -394,7 +402,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		Capacity: capacity, Rates: rateLimits(s.nodes, cfg.Pools), LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, NetFaults: nf, Servers: s.servers, Terms: s.terms.All(), Overlaps: s.terms.Overlaps(),
 		RunEnd: runEnd, HangGrace: 2 * time.Second, StrictKill: !cfg.ExcuseServerKills, StrictOrphans: cfg.StrictOrphans,
-		StrictStalls: cfg.StrictOrphans, Instances: s.instances, Pools: aud.PoolChanges(), StoreStalls: stalls,
+		StrictStalls: cfg.StrictOrphans, Instances: s.instances, Pools: aud.PoolChanges(), StoreStalls: stalls, Leaderless: leaderless,
 	})
 	for _, k := range liveLeases {
 		rep.violate("leaked lease record after the drain: %s", k)
@@ -416,7 +424,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		rep.violate("%s", e)
 	}
 	s.errMu.Unlock()
-	res := &SuiteResult{Report: rep, Faults: s.faults, Grants: len(holds), Servers: s.servers, StoreStalls: stalls, leaseTTL: cfg.LeaseTTL}
+	res := &SuiteResult{Report: rep, Faults: s.faults, Grants: len(holds), Servers: s.servers, StoreStalls: stalls, Leaderless: leaderless, leaseTTL: cfg.LeaseTTL}
 	for _, f := range s.servers {
 		if !f.LeaseLeaderAt.IsZero() {
 			res.LeaseLeaderBack = append(res.LeaseLeaderBack, f.LeaseLeaderAt.Sub(f.Start))
