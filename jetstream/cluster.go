@@ -26,21 +26,12 @@ type ClusterServerConfig struct {
 	// servers' client addresses, so clients that reach it through a proxy
 	// stay behind that proxy when they reconnect.
 	NoAdvertise bool
-	// LameDuck and LameDuckGrace, if set, replace nats-server's lame duck
-	// duration (2 min) and grace period (10 s): how long LameDuckShutdown
-	// takes to close the clients, and how long it waits before the first
-	// close. The grace must be shorter than the duration.
-	LameDuck, LameDuckGrace time.Duration
 }
 
 // StartClusterServer starts one embedded server of a JetStream cluster and
 // waits until it accepts client connections. JetStream is usable only once
 // a majority of the cluster runs and a meta leader is elected: see
-// WaitJetStreamCluster. Stop it with LameDuckShutdown (it hands the raft
-// groups it leads over and waits a second for that before it stops, as
-// nats-server does on SIGUSR2) or Shutdown (steps them down without
-// waiting: a stream it led can be left without a leader for an election,
-// 4-9 s), then WaitForShutdown.
+// WaitJetStreamCluster. Stop it with Shutdown and WaitForShutdown.
 func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
 	if cfg.Name == "" || cfg.Cluster == "" {
 		return nil, errors.New("jetstream: cluster server needs a server name and a cluster name")
@@ -60,7 +51,6 @@ func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
 		opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", Host: r})
 	}
 	opts.Cluster = server.ClusterOpts{Name: cfg.Cluster, Host: chost, Port: cport, NoAdvertise: cfg.NoAdvertise}
-	opts.LameDuckDuration, opts.LameDuckGracePeriod = cfg.LameDuck, cfg.LameDuckGrace
 	return startServer(opts, cfg.Debug, fmt.Sprintf("cluster server %s on %s / %s", cfg.Name, cfg.Listen, cfg.ClusterListen))
 }
 

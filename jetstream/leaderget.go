@@ -18,7 +18,7 @@ import (
 // the leader has stored. A manager that resolved a lost grant
 // acknowledgement with such an answer gave the slots back while its record
 // still held them: a second holder of one slot (TestRollingRestart, its
-// auditor's orphan check, when a server in lame duck mode dropped the
+// auditor's orphan check, when a server's stop dropped the
 // acknowledgement). A stream message get is answered by the leader only.
 
 // leaderMsg is a stream message as a message get returns it.

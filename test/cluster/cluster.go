@@ -142,8 +142,6 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			ClusterListen: routes[i],
 			Routes:        routes,
 			NoAdvertise:   true,
-			LameDuck:      lameDuck,
-			LameDuckGrace: lameDuckGrace,
 		}})
 	}
 	for i := range c.members {
@@ -206,32 +204,16 @@ func (c *Cluster) DisconnectSubject() string {
 // Size returns the number of servers.
 func (c *Cluster) Size() int { return len(c.members) }
 
-// Kill shuts server i down as SIGTERM does (Shutdown): it steps the raft
-// groups it leads down but does not wait for a successor, so a stream it
-// led can be left without a leader until an election (4-9 s). The
-// fault suite's server-kill: a stop no operator planned.
-func (c *Cluster) Kill(i int) { c.stop(i, (*server.Server).Shutdown) }
-
-// Stop stops server i the way docs/guarantees.md's rolling restart does:
-// lame duck mode (SIGUSR2 to nats-server), which hands the raft groups it
-// leads over and waits a second for that, stops its JetStream, then closes
-// its clients over lameDuck and shuts down.
-func (c *Cluster) Stop(i int) { c.stop(i, (*server.Server).LameDuckShutdown) }
-
-// lameDuck and lameDuckGrace shorten nats-server's lame duck mode (2 min,
-// 10 s) for the test: its clients are closed over 1.5 s.
-const (
-	lameDuck      = 2 * time.Second
-	lameDuckGrace = 500 * time.Millisecond
-)
-
-func (c *Cluster) stop(i int, how func(*server.Server)) {
+// Kill shuts server i down as SIGTERM does (Shutdown): nats-server steps
+// the raft groups it leads down on the way, so this is a clean stop of the
+// process, not a power cut.
+func (c *Cluster) Kill(i int) {
 	c.mu.Lock()
 	s := c.members[i].srv
 	c.members[i].srv = nil
 	c.mu.Unlock()
 	if s != nil {
-		how(s)
+		s.Shutdown()
 		s.WaitForShutdown()
 	}
 }

@@ -57,9 +57,9 @@ func (s *suite) restartNode(ctx context.Context) bool {
 	return true
 }
 
-// rollingRestart restarts every NATS server, one at a time (stopped in
-// lame duck mode, started again a second later, the cluster healthy again
-// before the next), then every manager candidate, one at a time (stopped cleanly, a
+// rollingRestart restarts every NATS server, one at a time (stopped,
+// started again a second later, the cluster healthy again before the
+// next), then every manager candidate, one at a time (stopped cleanly, a
 // new one started and standing by or serving before the next), while the
 // executors work.
 func (s *suite) rollingRestart(ctx context.Context) {
@@ -67,7 +67,7 @@ func (s *suite) rollingRestart(ctx context.Context) {
 		led := s.led(i)
 		at := time.Now()
 		s.logf("rolling: stop server n%d (led %v)", i, led)
-		s.cluster.Stop(i)
+		s.cluster.Kill(i)
 		s.servers = append(s.servers, ServerFault{Server: i, Start: at, Led: led})
 		s.faults["rolling-server"]++
 		time.Sleep(time.Second)

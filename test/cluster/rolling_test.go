@@ -16,8 +16,7 @@ import (
 // No lease may be lost (a server's stop frees nothing, and the holders
 // move to another server) unless the store itself was out for longer than
 // the budget, nothing over-granted, and the usual checks hold.
-// docs/guarantees.md, "Rolling restart", is the procedure this follows:
-// each server is stopped in lame duck mode.
+// docs/guarantees.md, "Rolling restart", is the procedure this follows.
 //
 // A holder whose server stops must move its lease to another server within
 // 3/4 of the grace: 4s here (below), FAULT_DISCONNECT_GRACE=800ms for the
