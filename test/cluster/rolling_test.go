@@ -48,8 +48,8 @@ func TestRollingRestart(t *testing.T) {
 		}
 		cfg.LeaseTTL = d
 	}
-	// And the default LEADER_TTL: a server's stop stalls the buckets for a
-	// second or two (its raft leaders move); a manager keeps serving
+	// And the default LEADER_TTL: a server's stop usually stalls the
+	// buckets for a second or two (its raft leaders move); a manager keeps serving
 	// through that within its 4.5s deadline, and answers the renewals that
 	// move its holders' leases to their new connections (in memory, before
 	// the store write). With the suite's 1s a manager stepped down in such
