@@ -48,6 +48,18 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 			m.out.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
 			return
 		}
+		if h.restored && overCapacity(p) {
+			// Counted from the store at this term's start while the pool
+			// holds more slots than it has: one of its records may be a
+			// grant a deposed manager stored after a successor had given
+			// its slots away, whose holder never heard of it. Handing it
+			// out now would give a slot a second holder (docs/guarantees.md,
+			// problem 9); unrenewed, it expires at its TTL.
+			e := errorf(lease.CodeUnavailable, "lease %q was stored by an earlier manager while pool %q holds more slots than it has; retry after its TTL", h.rec.ID, p.name)
+			natstrace.Fail(span, string(e.Code), e.Message)
+			m.out.respond(msg.Reply, errReply(e))
+			return
+		}
 		// Existing tells the holder the record was written before this
 		// request was sent, so it must confirm with a renewal before
 		// trusting a deadline measured from its own send time.
@@ -215,4 +227,10 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
 	}
 	return checkConn(req.ConnServer, req.ConnID)
+}
+
+// overCapacity reports whether p counts more slots in use than it has.
+func overCapacity(p *pool) bool {
+	st := p.p.Stats()
+	return st.InUse > st.Capacity
 }

@@ -102,7 +102,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		rec.Token = ch.Rev
 	}
 	delete(m.restored, ch.Key)
-	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool]}
+	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool], restored: true}
 	m.leases[ch.Key] = h
 	if h.pool == nil {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)

@@ -99,6 +99,9 @@ type held struct {
 	// the lease go ("" for the holder's own release).
 	releaseCode lease.Code
 	renewal     renewSeq
+	// restored: counted from the store while rebuilding, not granted in
+	// this term (see the retry in acquire.go).
+	restored bool
 }
 
 // poolToken returns the pool token of a request subject

@@ -157,9 +157,47 @@ func TestLostGrantAckIsNotOrphaned(t *testing.T) {
 // instance stored after it took over. This reproduction now checks that.
 func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 	t.Parallel()
-	p := startPair(t, 8*time.Second)
-	key := lease.RecordKey("node1", "gpu", "late")
-	p.a.Proxy.StallOn("$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key)
+	p, _, other, landed := heldLateGrant(t)
+	p.a.Proxy.Heal()
+	// The delayed write reaches the store now, and b deletes it as soon as
+	// its watch shows it. The retry comes right after the write landed,
+	// before or after b's delete: either way it must not give the slot a
+	// second holder.
+	landed()
+	p.retryMustNotGrant(t, other)
+}
+
+// Problem 9 (fixed): the late grant of problem 2 lands, and before the
+// successor b deletes it, b goes (crashed here, its delete held) and a
+// takes over again. a's rebuild counts every record in the store, the late
+// grant beside the lease b granted in its place: the pool holds 2 slots of
+// 1, and the late holder's retry used to be answered with the late grant.
+// A record restored from an earlier term is now not handed out while its
+// pool holds more slots than it has.
+func TestLateGrantCountedByARebuildIsNotHandedOut(t *testing.T) {
+	t.Parallel()
+	p, key, other, landed := heldLateGrant(t)
+	p.b.Proxy.StallOn(keySubject(p, key)) // b's delete of the late grant
+	p.a.Proxy.Heal()
+	landed()
+	p.b.Crash()
+	harness.Eventually(t, 30*time.Second, "a takes over from the crashed b", p.a.Serving)
+	p.retryMustNotGrant(t, other)
+}
+
+func keySubject(p *pair, key string) string {
+	return "$KV." + sljs.NamesFor(p.st.Prefix).Leases + "." + key
+}
+
+// heldLateGrant makes the late grant of problem 2: a's grant write for
+// request "late" is held by a's proxy until the test heals it, b takes
+// over and grants the pool's one slot to "other". landed waits until the
+// held write has reached the store once healed.
+func heldLateGrant(t *testing.T) (p *pair, key string, other *lease.Lease, landed func()) {
+	t.Helper()
+	p = startPair(t, 8*time.Second)
+	key = lease.RecordKey("node1", "gpu", "late")
+	p.a.Proxy.StallOn(keySubject(p, key))
 	go func() {
 		// No answer will come while the write is held.
 		body, _ := json.Marshal(lease.AcquireRequest{RequestID: "late", Holder: "late-holder", Slots: 1, Secret: "s3cret"})
@@ -167,27 +205,31 @@ func TestLateGrantAfterTakeoverIsNotHonoured(t *testing.T) {
 	}()
 	harness.Eventually(t, 5*time.Second, "a's grant write held by the proxy", p.a.Proxy.Stalled)
 	harness.Eventually(t, 30*time.Second, "b takes over from the stalled a", p.b.Serving)
-	other := p.acquireOther(t)
+	other = p.acquireOther(t)
 	t.Logf("b granted the slot to %q, token %d", "other", other.Token())
 
 	w, err := p.kv.Watch(context.Background(), key, jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
-	p.a.Proxy.Heal()
-	// The delayed write reaches the store now, and b deletes it as soon as
-	// its watch shows it. The retry comes right after the write landed,
-	// before or after b's delete: either way it must not give the slot a
-	// second holder.
-	select {
-	case e := <-w.Updates():
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			t.Fatalf("the first change of %s after the heal: %v, want the late grant's put", key, e)
+	t.Cleanup(func() { _ = w.Stop() })
+	return p, key, other, func() {
+		t.Helper()
+		select {
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				t.Fatalf("the first change of %s after the heal: %v, want the late grant's put", key, e)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held grant write never reached the store")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held grant write never reached the store")
 	}
+}
+
+// retryMustNotGrant retries the late request as its client would: it must
+// not be granted while other holds the pool's one slot.
+func (p *pair) retryMustNotGrant(t *testing.T, other *lease.Lease) {
+	t.Helper()
 	late, err := p.retry(t, "late", "late-holder", "s3cret")
 	if err == nil {
 		defer late.Release(context.Background())
