@@ -140,6 +140,29 @@ func TestAuditChecks(t *testing.T) {
 			in.Servers = append(in.Servers, ServerFault{Server: 0, Start: at(200), End: at(2000)})
 			h.gone(900, lease.RecordKey("n1", "p", "a"))
 		}, "lease lost while its holder could reach NATS"},
+		{"lost lease, fast release, no manager to move it to", func(h *history, in *AuditInput) {
+			// The node's managers were all stopped when the holder's
+			// server went: nobody could answer the renewal that moves it.
+			a := h.grant(100, "a", 1, "m1")
+			lost := hold("x#1", "a", a, 1, 110, 3000, HoldLost)
+			lost.Dropped = true
+			in.Holds = append(in.Holds, lost)
+			in.DisconnectGrace = 2 * time.Second
+			in.Terms = []Term{{Node: "n1", Instance: "m1", Start: at(0), End: at(1200)}, {Node: "n1", Instance: "m2", Start: at(3500)}}
+			in.Servers = append(in.Servers, ServerFault{Server: 0, Start: at(1500), End: at(4000)})
+			h.gone(3100, lease.RecordKey("n1", "p", "a"))
+		}, ""},
+		{"lost lease, fast release, a manager served while it had to move", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			lost := hold("x#1", "a", a, 1, 110, 3000, HoldLost)
+			lost.Dropped = true
+			in.Holds = append(in.Holds, lost)
+			in.DisconnectGrace = 2 * time.Second
+			// Served until 1600, 100 ms into the 1.5 s before the loss.
+			in.Terms = []Term{{Node: "n1", Instance: "m1", Start: at(0), End: at(1600)}, {Node: "n1", Instance: "m2", Start: at(3500)}}
+			in.Servers = append(in.Servers, ServerFault{Server: 0, Start: at(1500), End: at(4000)})
+			h.gone(3100, lease.RecordKey("n1", "p", "a"))
+		}, "lease lost while its holder could reach NATS"},
 		{"acquire hangs", func(h *history, in *AuditInput) {
 			in.Calls = append(in.Calls, Call{Executor: "x#1", Node: "n1", Pool: "p", RequestID: "r", Start: at(0), Bound: time.Second})
 		}, "acquire r by x#1 on n1.p hung"},

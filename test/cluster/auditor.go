@@ -410,6 +410,8 @@ type AuditInput struct {
 	// leadership and pool record must be one of theirs (checkWriters).
 	Instances map[string]bool
 	Pools     []Observation // the pool bucket's entries, for checkWriters
+	// DisconnectGrace is the managers' fast release grace (unservedMove).
+	DisconnectGrace time.Duration
 	// StoreStalls are the times the auditor's store probe saw no write
 	// acknowledged, Leaderless the times a bucket's stream had no leader:
 	// outages long enough excuse a lost lease (outages.go).
@@ -753,6 +755,9 @@ func excuse(in AuditInput, h Hold, from time.Time) string {
 			return "holder's own " + f.Kind
 		}
 	}
+	if why := unservedMove(in, h); why != "" {
+		return why
+	}
 	if !in.StrictKill {
 		for _, s := range in.Servers {
 			if !s.End.Before(from) && !s.Start.After(h.End) {
@@ -762,6 +767,36 @@ func excuse(in AuditInput, h Hold, from time.Time) string {
 	}
 	// No renewal can succeed while the store is out (outages.go).
 	return storeOut(in, from, h.End)
+}
+
+// unservedMove names why a lease lost by fast release's dropped-connection
+// clock could not have been moved: no manager served its node at any time
+// in the last 3/4 of the grace before the loss, when the holder had to
+// move it (lease/liveness.go), so nobody could answer the renewal that
+// moves it. The holder cannot tell its server's stop from a reset on its
+// path, which a serving manager would free the lease for, so it gives the
+// lease up by its rule: the cost of fast release, as after a reset. ""
+// when a term of the node overlaps that time, or when no term of the node
+// is known.
+func unservedMove(in AuditInput, h Hold) string {
+	if !h.Dropped || in.DisconnectGrace <= 0 {
+		return ""
+	}
+	from := h.End.Add(-(in.DisconnectGrace - in.DisconnectGrace/4))
+	known := false
+	for _, t := range in.Terms {
+		if t.Node != h.Node {
+			continue
+		}
+		known = true
+		if t.Start.Before(h.End) && (t.End.IsZero() || t.End.After(from)) {
+			return ""
+		}
+	}
+	if !known {
+		return ""
+	}
+	return "fast release: no manager served the node while the holder had to move its lease"
 }
 
 // stalledTakeover describes, if there was one, a time in [from, to] when

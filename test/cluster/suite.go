@@ -399,7 +399,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		}
 	}
 	rep := Audit(AuditInput{
-		Capacity: capacity, Rates: rateLimits(s.nodes, cfg.Pools), LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, Leases: leases, Leaders: leaders, Events: events,
+		Capacity: capacity, Rates: rateLimits(s.nodes, cfg.Pools), LeaseTTL: cfg.LeaseTTL, LeaderTTL: cfg.LeaderTTL, DisconnectGrace: cfg.DisconnectGrace, Leases: leases, Leaders: leaders, Events: events,
 		Holds: holds, Calls: calls, NetFaults: nf, Servers: s.servers, Terms: s.terms.All(), Overlaps: s.terms.Overlaps(),
 		RunEnd: runEnd, HangGrace: 2 * time.Second, StrictKill: !cfg.ExcuseServerKills, StrictOrphans: cfg.StrictOrphans,
 		StrictStalls: cfg.StrictOrphans, Instances: s.instances, Pools: aud.PoolChanges(), StoreStalls: stalls, Leaderless: leaderless,
