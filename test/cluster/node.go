@@ -104,6 +104,7 @@ type Stores struct {
 // cluster cannot answer (a meta leader election, a server restarting).
 func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) {
 	var st Stores
+	var last error // the last error that was not ctx's end, for the report
 	for {
 		var err error
 		st.Leases, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Leases, Replicas: s.Replicas})
@@ -116,8 +117,14 @@ func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) 
 		if err == nil {
 			return st, nil
 		}
+		if ctx.Err() == nil {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
+			if last != nil && last != err {
+				return st, fmt.Errorf("open lease buckets: %w (before that: %v)", err, last)
+			}
 			return st, fmt.Errorf("open lease buckets: %w", err)
 		case <-time.After(100 * time.Millisecond):
 		}

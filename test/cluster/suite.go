@@ -459,7 +459,10 @@ func (s *suite) logf(format string, args ...any) {
 func (s *suite) startCandidate(ctx context.Context, node string) error {
 	s.candSeq++
 	inst := fmt.Sprintf("%s-c%d", node, s.candSeq)
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Two minutes only catch a candidate that never starts: beside the
+	// integration tests, opening the buckets once took over 30s (CI, in
+	// TestRollingRestart, right after a server's restart).
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	c, err := StartCandidate(sctx, CandidateConfig{
 		Settings: s.cfg.Settings, Cluster: s.cluster, Node: node, Instance: inst,
