@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,21 +70,51 @@ func TestDeadlineExtendedLetsTheWorkerFinish(t *testing.T) {
 }
 
 // termHandler exits 0 after a TERM handler of 1.5s; it prints "cleaned"
-// once the handler is done.
-const termHandler = `trap 'sleep 1.5; echo cleaned; exit 0' TERM; while :; do sleep 0.05; done`
+// once the handler is done, and "ready" once the handler is installed.
+const termHandler = `trap 'sleep 1.5; echo cleaned; exit 0' TERM; echo ready; while :; do sleep 0.05; done`
 
-// A graceful stop (a timeout here; a cancel likewise) has its whole kill
-// grace while the lease lives: the supervisor is still told each new
-// deadline, so a grace longer than the deadline's lead is not cut to it.
-func TestGracefulStopKeepsGettingDeadlines(t *testing.T) {
-	res, err := Run(context.Background(), Spec{Command: []string{"sh", "-c", termHandler},
-		Timeout: 300 * time.Millisecond, KillGrace: 4 * time.Second,
-		Deadline: func() time.Time { return time.Now().Add(400 * time.Millisecond) }}, nil)
+// runStoppedWhenReady runs spec, whose command prints "ready" once its TERM
+// trap is installed, and cancels the run (a graceful stop) only then: a
+// stop sent before the shell installed its trap would end the shell at
+// once, whatever the machine's load. It returns once Run does; after the
+// stop it calls also (if not nil). Safe from any goroutine.
+func runStoppedWhenReady(spec Spec, lost <-chan struct{}, also func()) (*Result, error) {
+	var out syncBuffer
+	spec.Stdout = &out
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runAsync(ctx, spec, lost)
+	if !waitFor(time.Minute, func() bool { return strings.Contains(out.String(), "ready\n") }) {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("the worker never installed its TERM trap; output %q", out.String())
+	}
+	cancel()
+	if also != nil {
+		also()
+	}
+	o := <-done
+	return o.res, o.err
+}
+
+// mustStopWhenReady is runStoppedWhenReady from the test's goroutine.
+func mustStopWhenReady(t *testing.T, spec Spec, lost <-chan struct{}, also func()) *Result {
+	t.Helper()
+	res, err := runStoppedWhenReady(spec, lost, also)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return res
+}
+
+// A graceful stop (a cancel here; a timeout likewise) has its whole kill
+// grace while the lease lives: the supervisor is still told each new
+// deadline, so a grace longer than the deadline's lead is not cut to it.
+func TestGracefulStopKeepsGettingDeadlines(t *testing.T) {
+	res := mustStopWhenReady(t, Spec{Command: []string{"sh", "-c", termHandler}, KillGrace: 4 * time.Second,
+		Deadline: func() time.Time { return time.Now().Add(400 * time.Millisecond) }}, nil, nil)
 	notes := strings.Join(res.Notes, "\n")
-	if res.StoppedBy != StoppedTimeout || res.ExitCode != 0 || !strings.Contains(string(res.StdoutTail), "cleaned") {
+	if res.StoppedBy != StoppedCancelled || res.ExitCode != 0 || !strings.Contains(string(res.StdoutTail), "cleaned") {
 		t.Fatalf("result %+v (notes %q): want the TERM handler to finish within the kill grace", res, notes)
 	}
 	if !strings.Contains(notes, "within its 4s kill grace") || strings.Contains(notes, "lease deadline passed") {
@@ -95,14 +126,9 @@ func TestGracefulStopKeepsGettingDeadlines(t *testing.T) {
 // be gone before the slots can go to the next holder.
 func TestLeaseLostDuringTheGraceEndsIt(t *testing.T) {
 	lost := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	time.AfterFunc(200*time.Millisecond, cancel)
-	time.AfterFunc(700*time.Millisecond, func() { close(lost) })
-	res, err := Run(ctx, Spec{Command: []string{"sh", "-c", termHandler}, KillGrace: 4 * time.Second, LostGrace: 50 * time.Millisecond}, lost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Lost half a second into the 1.5 s handler.
+	res := mustStopWhenReady(t, Spec{Command: []string{"sh", "-c", termHandler}, KillGrace: 4 * time.Second, LostGrace: 50 * time.Millisecond}, lost,
+		func() { time.Sleep(500 * time.Millisecond); close(lost) })
 	notes := strings.Join(res.Notes, "\n")
 	if res.StoppedBy != StoppedCancelled || res.Signal != "killed" || strings.Contains(string(res.StdoutTail), "cleaned") || !strings.Contains(notes, "the lease was lost") {
 		t.Fatalf("result %+v (notes %q): want the cancelled worker killed, its handler cut, when the lease was lost", res, notes)
@@ -114,7 +140,7 @@ func TestLeaseLostDuringTheGraceEndsIt(t *testing.T) {
 // had begun ran it again (a 2s cleanup then took 4s of the kill grace, in
 // about one stop in five). Eight stops at once, each trap must run once.
 func TestGracefulStopSignalsOnce(t *testing.T) {
-	const trapOnce = `trap 'echo trapped; sleep 1; exit 0' TERM; while :; do sleep 0.02; done`
+	const trapOnce = `trap 'echo trapped; sleep 1; exit 0' TERM; echo ready; while :; do sleep 0.02; done`
 	type out struct {
 		res *Result
 		err error
@@ -122,7 +148,7 @@ func TestGracefulStopSignalsOnce(t *testing.T) {
 	results := make(chan out, 8)
 	for range 8 {
 		go func() {
-			res, err := Run(context.Background(), Spec{Command: []string{"sh", "-c", trapOnce}, Timeout: 300 * time.Millisecond, KillGrace: 5 * time.Second}, nil)
+			res, err := runStoppedWhenReady(Spec{Command: []string{"sh", "-c", trapOnce}, KillGrace: 5 * time.Second}, nil, nil)
 			results <- out{res, err}
 		}()
 	}
@@ -131,8 +157,9 @@ func TestGracefulStopSignalsOnce(t *testing.T) {
 		if o.err != nil {
 			t.Fatal(o.err)
 		}
-		if n := strings.Count(string(o.res.StdoutTail), "trapped"); n != 1 {
-			t.Errorf("the TERM trap ran %d times (memory limit %s, isolation %s): %q", n, o.res.MemoryLimit, o.res.Isolation, o.res.StdoutTail)
+		res := o.res
+		if n := strings.Count(string(res.StdoutTail), "trapped"); n != 1 {
+			t.Errorf("the TERM trap ran %d times (memory limit %s, isolation %s): %q", n, res.MemoryLimit, res.Isolation, res.StdoutTail)
 		}
 	}
 }
