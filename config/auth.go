@@ -22,8 +22,17 @@ func (c *Common) resolveAuth() []error {
 	if c.NATSNKey != "" {
 		if err := checkNKeySeed(c.NATSNKey); err != nil {
 			errs = append(errs, varErr(EnvNATSNKey, c.NATSNKey, err))
+		} else if err := CheckSafeFile(c.NATSNKey); err != nil {
+			errs = append(errs, varErr(EnvNATSNKey, c.NATSNKey, err))
 		} else if c.NATSCreds != "" {
 			errs = append(errs, varErr(EnvNATSNKey, c.NATSNKey, reason("cannot be combined with NATS_CREDS: a .creds file holds its own nkey seed; set one of them")))
+		}
+	}
+	// NATS_CREDS itself is checked in resolve, with the other paths; its
+	// way (safepath.go) only once it is known to be readable.
+	if c.NATSCreds != "" && checkReadable(c.NATSCreds, "a .creds file") == nil {
+		if err := CheckSafeFile(c.NATSCreds); err != nil {
+			errs = append(errs, varErr(EnvNATSCreds, c.NATSCreds, err))
 		}
 	}
 	if c.NATSUser != "" {

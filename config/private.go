@@ -12,7 +12,10 @@ import (
 
 // CheckPrivateDir checks that path is a directory (not a symbolic link)
 // owned by this process's user and closed to group and others, as a
-// directory holding secrets must be. The error names the path and the fix.
+// directory holding secrets must be, and that no one else may move it
+// away: every directory on the way to it is root's or this user's and
+// writable by neither group nor others, unless sticky and root's
+// (safepath.go). The error names the path and the fix.
 func CheckPrivateDir(path string) error {
 	return checkPrivate(path, true)
 }
@@ -41,7 +44,8 @@ func checkPrivate(path string, dir bool) error {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return reason(fmt.Sprintf("%s: is accessible to group or others (mode %04o); run: %s", path, perm, fix))
 	}
-	return nil
+	_, err = checkWay(path, false)
+	return err
 }
 
 func unwrapPath(err error) error {
