@@ -27,7 +27,10 @@ import (
 // set of namespaces tried, the step that failed. Init must have been
 // called. Callers that confine by default call it once at start, to refuse
 // to start (or to run unconfined only when told to) where confinement is
-// impossible.
+// impossible. Where the namespaces work but a worker could only run as
+// uid 0 or gid 0, the error is a *WorkerIDsError: confinement is possible
+// but for its ids, and running unconfined would not help (the worker
+// would keep the executor's ids).
 func CheckConfine() (Confinement, error) {
 	if !initHookCalled.Load() {
 		return Confinement{}, ErrInitNotCalled
@@ -52,11 +55,22 @@ func CheckConfine() (Confinement, error) {
 	}
 	r := &runner{spec: Spec{Confine: true}, plan: plan, confined: true, workdir: dir,
 		lend: []string{dir}, hide: []hiddenPath{{Path: filepath.Join(dir, "hidden"), Dir: true}}}
+	// Where a worker's ids would be 0 no run starts; the namespaces are
+	// probed all the same, with the executor's ids, for the caller to
+	// tell a machine without them (where an opt-out may run workers
+	// unconfined) from one that lacks only the ids.
+	var probeAs *Identity
+	if plan.refused != nil {
+		probeAs = &Identity{UID: plan.uid, GID: plan.gid, Kind: IdentityExecutor}
+	}
 	var failures []string
 	for _, v := range r.nsVariants() {
-		err := r.probe(v)
+		err := r.probe(v, probeAs)
 		if err == nil {
 			c.Namespaces = v.String()
+			if plan.refused != nil {
+				return c, plan.refused
+			}
 			probedUserOnly.Store(v.user)
 			return c, nil
 		}
@@ -65,14 +79,18 @@ func CheckConfine() (Confinement, error) {
 	if len(failures) == 0 {
 		failures = append(failures, plainEnvVar+"=1 (test setting): no namespaces")
 	}
+	if plan.refused != nil {
+		failures = append(failures, "and with namespaces: "+plan.refused.Reason())
+	}
 	return c, fmt.Errorf("%w: %s", ErrNotIsolated, strings.Join(failures, "; "))
 }
 
-// probe runs CheckConfine's helper in the namespaces of v.
-func (r *runner) probe(v nsVariant) error {
+// probe runs CheckConfine's helper in the namespaces of v, switching to
+// the ids as, or to a new run's if nil.
+func (r *runner) probe(v nsVariant, as *Identity) error {
 	cfg := r.config(v, false)
 	cfg.Path, cfg.Argv = "/bin/true", []string{"true"} // never run
-	status, err := r.runHelper(initProbeValue, v, cfg, nil)
+	status, err := r.runHelper(initProbeValue, v, cfg, as)
 	for _, line := range status {
 		for _, kind := range []string{"isolation:", "error:"} {
 			if msg, ok := strings.CutPrefix(line, kind); ok {

@@ -165,8 +165,11 @@ func TestConfineFailsClosed(t *testing.T) {
 }
 
 // exhaustEnv makes this test binary the inside of
-// TestConfineRefusedWhenNamespacesRunOut: uid 0 of a user namespace of its
-// own, which may lower that namespace's limits.
+// TestConfineRefusedWhenNamespacesRunOut: uid 4242 of a user namespace of
+// its own that maps only that uid, with the capabilities it has there
+// (unshare --keep-caps), so that it may lower that namespace's limits. Not
+// uid 0: the only ids its workers could get there are its own, and a
+// worker never runs as uid 0 (TestConfineRefusesRootOnlyNamespace).
 const exhaustEnv = "SANDBOX_TEST_EXHAUST"
 
 // A worker (or anything of the same user) can use up the per-user
@@ -182,7 +185,8 @@ func TestConfineRefusedWhenNamespacesRunOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("unshare", "-U", "-r", exe, "-test.run", "^TestConfineRefusedWhenNamespacesRunOut$", "-test.v", "-test.count=1")
+		cmd := exec.Command("unshare", "-U", "--map-user=4242", "--map-group=4242", "--keep-caps",
+			exe, "-test.run", "^TestConfineRefusedWhenNamespacesRunOut$", "-test.v", "-test.count=1")
 		cmd.Env = append(os.Environ(), exhaustEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "--- PASS") {

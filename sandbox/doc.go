@@ -34,7 +34,9 @@
 //     worker runs as ids of its own where any can be had (identity_linux.go:
 //     a per-run id of a range no account uses when the executor is root,
 //     one of the user's subordinate ids through newuidmap/newgidmap, else
-//     the executor's own uid, which Result.Identity and CheckConfine say),
+//     the executor's own uid, which Result.Identity and CheckConfine say;
+//     never uid 0 or gid 0: where those are all there is, a confined run
+//     starts nothing and returns a *WorkerIDsError, see noroot_linux.go),
 //     in its own PID, mount and IPC namespaces (plus a user namespace when
 //     the executor is not root). Every mount is read-only in its view but
 //     its working directory (lent: chowned to its ids for the run and back

@@ -44,6 +44,16 @@ import (
 //     namespace such a user maps). The read-only view and the hidden paths
 //     are then what keep the worker from the user's files.
 //
+// Never uid 0 or gid 0, as the executor's user namespace sees them,
+// whatever it maps (refusal): where the only ids to be had are the
+// executor's own and one of them is 0 (root in a container whose
+// uid_map is "0 0 1", or that maps no range of 3 ids; root without
+// CAP_SETUID and without subordinate ids; a user whose gid is 0), or
+// where the worker would keep a supplementary group 0, a confined run
+// starts nothing and returns a *WorkerIDsError. Ids of the worker's own
+// are never 0 either: pick skips it, in a mapped range or a subordinate
+// one that starts at 0.
+//
 // The maps are written after the supervisor has exec'd, before it makes
 // itself non-dumpable: a non-dumpable process (the executor is one, and
 // its fork inherits it until exec) has a root-owned /proc/<pid>, so a
@@ -65,7 +75,8 @@ func (r idRange) String() string {
 }
 
 // pick is the id of the run whose supervisor has pid: never avoid (the
-// executor's own id) nor 0.
+// executor's own id) nor 0. Of 3 ids in a row at most 2 are those, and
+// mappedRange and subordinateRange take no range of fewer.
 func (r idRange) pick(pid, avoid int) int {
 	n := uint64(pid) % r.count
 	for range 3 {
@@ -95,6 +106,27 @@ type idPlan struct {
 	newuidmap, newgidmap string
 	// why says, for IdentityExecutor, what is missing for ids of its own.
 	why string
+	// refused is set where a confined worker could only run as uid 0 or
+	// gid 0 (refusal): such runs start nothing.
+	refused *WorkerIDsError
+}
+
+// planFacts are what a plan is made from: this process's ids and
+// capabilities, and the files its ids' maps and subordinate ranges are
+// read from. makePlan reads them from the process; tests make them up.
+type planFacts struct {
+	uid, gid int
+	groups   []int // supplementary groups, as this namespace shows them
+	// canMap, canNamespace, setgroups: see idPlan.
+	canMap, canNamespace, setgroups bool
+	uidMap, gidMap                  string // /proc/self/uid_map, gid_map
+	subuid, subgid                  string // /etc/subuid, /etc/subgid
+	// names are who a line of subuid and subgid may name for this user:
+	// its uid, and its name where the user database has it (else
+	// userErr says so: newuidmap needs the entry).
+	names                []string
+	userErr              string
+	newuidmap, newgidmap string // "" where not installed
 }
 
 var planOnce = sync.OnceValue(makePlan)
@@ -102,26 +134,64 @@ var planOnce = sync.OnceValue(makePlan)
 // currentPlan is this process's plan, worked out once.
 func currentPlan() *idPlan { return planOnce() }
 
-func makePlan() *idPlan {
-	p := &idPlan{kind: IdentityExecutor, uid: os.Geteuid(), gid: os.Getegid(), setgroups: setgroupsAllowed("/proc/self/setgroups")}
+func makePlan() *idPlan { return planFrom(readFacts()) }
+
+// readFacts reads this process's planFacts.
+func readFacts() planFacts {
+	f := planFacts{uid: os.Geteuid(), gid: os.Getegid(), setgroups: setgroupsAllowed("/proc/self/setgroups"),
+		uidMap: "/proc/self/uid_map", gidMap: "/proc/self/gid_map", subuid: "/etc/subuid", subgid: "/etc/subgid"}
+	f.groups, _ = os.Getgroups()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if unix.Capget(&hdr, &data[0]) == nil {
 		has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-		p.canMap = has(unix.CAP_SETUID) && has(unix.CAP_SETGID)
-		p.canNamespace = has(unix.CAP_SYS_ADMIN)
+		f.canMap = has(unix.CAP_SETUID) && has(unix.CAP_SETGID)
+		f.canNamespace = has(unix.CAP_SYS_ADMIN)
 	}
+	f.newuidmap, f.newgidmap = findTool("newuidmap"), findTool("newgidmap")
+	owner := strconv.Itoa(f.uid)
+	f.names = []string{owner}
+	if u, err := user.LookupId(owner); err == nil {
+		f.names = append(f.names, u.Username)
+	} else {
+		f.userErr = fmt.Sprintf("uid %d has no entry in the user database, which newuidmap needs", f.uid)
+	}
+	return f
+}
+
+// findTool is the path of newuidmap or newgidmap, or "".
+func findTool(name string) string {
+	if path, err := exec.LookPath(name); err == nil {
+		return path
+	}
+	if _, err := os.Stat("/usr/bin/" + name); err == nil {
+		return "/usr/bin/" + name
+	}
+	return ""
+}
+
+// planFrom works out the plan of a process with facts f.
+func planFrom(f planFacts) *idPlan {
+	p := &idPlan{kind: IdentityExecutor, uid: f.uid, gid: f.gid, canMap: f.canMap, canNamespace: f.canNamespace,
+		setgroups: f.setgroups, newuidmap: f.newuidmap, newgidmap: f.newgidmap}
 	if p.canMap {
-		uids, uerr := mappedRange("/proc/self/uid_map", p.uid)
-		gids, gerr := mappedRange("/proc/self/gid_map", p.gid)
+		uids, uerr := mappedRange(f.uidMap)
+		gids, gerr := mappedRange(f.gidMap)
 		if uerr == nil && gerr == nil {
 			p.kind, p.uids, p.gids = IdentityOwnRange, uids, gids
-			return p
+		} else {
+			var errs []string
+			for _, err := range []error{uerr, gerr} {
+				if err != nil {
+					errs = append(errs, err.Error())
+				}
+			}
+			p.why = fmt.Sprintf("this user namespace maps no ids but the executor's own (%s)", strings.Join(errs, "; "))
 		}
-		p.why = fmt.Sprintf("this user namespace maps no ids but the executor's own (%v)", errors.Join(uerr, gerr))
-		return p
+	} else {
+		p.kind, p.why = p.subordinate(f)
 	}
-	p.kind, p.why = p.subordinate()
+	p.refused = p.refusal(f.groups)
 	return p
 }
 
@@ -134,7 +204,7 @@ func setgroupsAllowed(file string) bool {
 
 // mappedRange is ownRange if this user namespace maps all of it, else the
 // largest range of ids it maps with at least 3 ids.
-func mappedRange(mapFile string, own int) (idRange, error) {
+func mappedRange(mapFile string) (idRange, error) {
 	data, err := os.ReadFile(mapFile)
 	if err != nil {
 		return idRange{}, err
@@ -166,36 +236,21 @@ func mappedRange(mapFile string, own int) (idRange, error) {
 // subordinate looks for subordinate ids of the executor's user and the
 // tools that map them; it returns IdentitySubordinate, or
 // IdentityExecutor and what is missing.
-func (p *idPlan) subordinate() (kind, why string) {
+func (p *idPlan) subordinate(f planFacts) (kind, why string) {
 	var missing []string
-	for _, tool := range []*string{&p.newuidmap, &p.newgidmap} {
-		name := "newuidmap"
-		if tool == &p.newgidmap {
-			name = "newgidmap"
+	for _, t := range []struct{ name, path string }{{"newuidmap", f.newuidmap}, {"newgidmap", f.newgidmap}} {
+		if t.path == "" {
+			missing = append(missing, t.name+" is not installed (Debian package uidmap)")
 		}
-		path, err := exec.LookPath(name)
-		if err != nil {
-			if _, serr := os.Stat("/usr/bin/" + name); serr == nil {
-				path, err = "/usr/bin/"+name, nil
-			}
-		}
-		if err != nil {
-			missing = append(missing, name+" is not installed (Debian package uidmap)")
-		}
-		*tool = path
 	}
-	owner := strconv.Itoa(p.uid)
-	names := []string{owner}
-	if u, err := user.LookupId(owner); err == nil {
-		names = append(names, u.Username)
-	} else {
-		missing = append(missing, fmt.Sprintf("uid %d has no entry in the user database, which newuidmap needs", p.uid))
+	if f.userErr != "" {
+		missing = append(missing, f.userErr)
 	}
 	var err error
-	if p.uids, err = subordinateRange("/etc/subuid", names, p.uid); err != nil {
+	if p.uids, err = subordinateRange(f.subuid, f.names); err != nil {
 		missing = append(missing, err.Error())
 	}
-	if p.gids, err = subordinateRange("/etc/subgid", names, p.gid); err != nil {
+	if p.gids, err = subordinateRange(f.subgid, f.names); err != nil {
 		missing = append(missing, err.Error())
 	}
 	if len(missing) > 0 {
@@ -206,7 +261,7 @@ func (p *idPlan) subordinate() (kind, why string) {
 
 // subordinateRange is the first range of /etc/subuid or /etc/subgid owned
 // by one of names (user name or uid) with at least 3 ids.
-func subordinateRange(file string, names []string, own int) (idRange, error) {
+func subordinateRange(file string, names []string) (idRange, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return idRange{}, fmt.Errorf("no %s (%v)", file, errors.Unwrap(err))
@@ -228,12 +283,25 @@ func subordinateRange(file string, names []string, own int) (idRange, error) {
 }
 
 // identity is the identity of a run whose supervisor has pid; not
-// confined runs keep the executor's.
-func (p *idPlan) identity(pid int, confined bool) Identity {
-	if !confined || p.kind == IdentityExecutor {
-		return Identity{UID: p.uid, GID: p.gid, Kind: IdentityExecutor}
+// confined runs keep the executor's. A confined one is never uid 0 or
+// gid 0: the plan refuses it (refusal), and the last check here keeps
+// any later way to 0 from reaching a worker.
+func (p *idPlan) identity(pid int, confined bool) (Identity, error) {
+	own := Identity{UID: p.uid, GID: p.gid, Kind: IdentityExecutor}
+	switch {
+	case !confined:
+		return own, nil
+	case p.refused != nil:
+		return own, p.refused
 	}
-	return Identity{UID: p.uids.pick(pid, p.uid), GID: p.gids.pick(pid, p.gid), Kind: p.kind}
+	id := own
+	if p.kind != IdentityExecutor {
+		id = Identity{UID: p.uids.pick(pid, p.uid), GID: p.gids.pick(pid, p.gid), Kind: p.kind}
+	}
+	if id.UID == 0 || id.GID == 0 {
+		return id, &WorkerIDsError{UID: id.UID, GID: id.GID, Why: fmt.Sprintf("the %s ids picked are uid %d, gid %d", id.Kind, id.UID, id.GID)}
+	}
+	return id, nil
 }
 
 // mapTimeout bounds newuidmap and newgidmap.

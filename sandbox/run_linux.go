@@ -56,6 +56,9 @@ func Run(ctx context.Context, spec Spec, lost <-chan struct{}) (*Result, error) 
 	}
 
 	r := &runner{spec: spec, grace: spec.KillGrace, plan: currentPlan(), confined: spec.Confine || len(spec.Hide) > 0}
+	if r.confined && r.plan.refused != nil {
+		return nil, r.plan.refused // its ids would be 0 (identity_linux.go)
+	}
 	if r.grace <= 0 {
 		r.grace = DefaultKillGrace
 	}
@@ -569,9 +572,12 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 // closes w.
 func (r *runner) handOver(v nsVariant, pid int, w *os.File, fixed *Identity) (Identity, error) {
 	defer w.Close()
-	id := r.plan.identity(pid, r.confined)
+	id, err := r.plan.identity(pid, r.confined)
 	if fixed != nil {
-		id = *fixed
+		id, err = *fixed, nil
+	}
+	if err != nil {
+		return id, err
 	}
 	h := handover{UID: -1, GID: -1}
 	if v.user {

@@ -220,3 +220,26 @@ var (
 	// a later attempt can succeed.
 	ErrNotIsolated = errors.New("sandbox: the worker could not be isolated, so it was not started")
 )
+
+// WorkerIDsError is returned by Run for a confined run, and by
+// CheckConfine where namespaces work, when the only ids a worker could
+// get here include uid 0 or gid 0, which a worker never runs as (root in
+// a user namespace that maps no other ids, say): nothing was started. It
+// matches ErrNotIsolated. UID and GID are the executor's; Why says what is
+// missing for ids of the worker's own.
+type WorkerIDsError struct {
+	UID, GID int
+	Why      string
+}
+
+func (e *WorkerIDsError) Error() string {
+	return ErrNotIsolated.Error() + ": " + e.Reason()
+}
+
+// Reason is the error without ErrNotIsolated's words: for a message of
+// its own.
+func (e *WorkerIDsError) Reason() string {
+	return "a worker never runs as uid 0 or gid 0, and no other ids can be had here: " + e.Why
+}
+
+func (e *WorkerIDsError) Unwrap() error { return ErrNotIsolated }

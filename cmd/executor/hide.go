@@ -28,7 +28,9 @@ const ExitNotIsolated = 71
 // it cannot: where it cannot at all, the executor refuses to start
 // (ExitNotIsolated) unless EXECUTOR_UNCONFINED=1, and then it warns once,
 // naming the paths the workers can read, and returns none. Where workers
-// can only keep the executor's own uid, it says so once.
+// can only keep the executor's own uid, it says so once; where that uid
+// or gid is 0 and the namespaces work, it refuses to start whatever
+// EXECUTOR_UNCONFINED says (sandbox.WorkerIDsError).
 func workerHide(cfg *config.Common, stderr io.Writer) ([]string, error) {
 	paths := cfg.SecretPaths()
 	unconfined := false
@@ -40,6 +42,15 @@ func workerHide(cfg *config.Common, stderr io.Writer) ([]string, error) {
 		return nil, fail(ExitUsage, "%s=%q: want 1 (run workers unconfined where this machine cannot confine them) or 0", EnvUnconfined, v)
 	}
 	c, err := sandbox.CheckConfine()
+	var ids *sandbox.WorkerIDsError
+	if errors.As(err, &ids) {
+		// Confinement works here but for the worker's ids. The opt-out is
+		// for machines without namespaces, and would not help: an
+		// unconfined worker keeps the executor's ids, 0 among them.
+		return nil, fail(ExitNotIsolated, "%s; nothing was run. Map a range of at least 3 ids besides 0 into the executor's user namespace, "+
+			"give its user subordinate ids (/etc/subuid, /etc/subgid and newuidmap), or run it as an ordinary user whose groups do not include 0 "+
+			"(see docs/security.md, \"Who the worker is\")", ids.Reason())
+	}
 	if err == nil {
 		if c.Identity == sandbox.IdentityExecutor {
 			fmt.Fprintf(stderr, "executor: note: workers run as this user (uid %s), confined: no ids of their own can be had (%s); see docs/security.md, \"Who the worker is\"\n", c.UIDs, c.Why)
