@@ -219,8 +219,10 @@ func WithRequestID(id string) AcquireOption {
 }
 
 // WithSecret sets the secret that proves holdership on renew, release and
-// cancel (a fresh random one otherwise). Give the same secret with the same
-// request id when retrying from another process.
+// cancel (otherwise 128 fresh random bits from crypto/rand: secret.go).
+// Give the same secret with the same request id when retrying from another
+// process, and make it as hard to guess: anyone who sees the lease id in an
+// event may try secrets, SecretBytes of randomness makes that hopeless.
 func WithSecret(secret string) AcquireOption {
 	return func(o *acquireOptions) { o.secret = secret }
 }
@@ -295,7 +297,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		waitMs = 1 // a wait under 1ms is a very short wait, not no limit
 	}
 	if o.secret == "" {
-		o.secret = nuid.Next()
+		o.secret = newSecret() // never from nuid, as the id is: secret.go
 	}
 	pollMs := c.pollInterval.Milliseconds()
 	if pollMs > MaxPollMs {

@@ -17,6 +17,7 @@ import {
   WaitExpiredError,
 } from "./errors.js";
 import { Lease, LeaseSet, margin, releaseAll, type LeaseHost } from "./lease.js";
+import { newSecret } from "./secret.js";
 import { Liveness, type Conn } from "./liveness.js";
 import {
   CLUSTER_NODE,
@@ -98,7 +99,11 @@ export interface AcquireOptions {
    * returns the same lease (with the same secret). A fresh one otherwise.
    */
   requestId?: string;
-  /** The secret that proves holdership (a fresh random one otherwise); give the same one with the same requestId when retrying from another process. */
+  /**
+   * The secret that proves holdership (otherwise 128 fresh random bits:
+   * secret.ts); give the same one with the same requestId when retrying
+   * from another process, and make it as hard to guess.
+   */
   secret?: string;
   /** Try-acquire: granted at once, or WouldWaitError. */
   noWait?: boolean;
@@ -357,7 +362,7 @@ export class Client implements LeaseHost {
     if (!(wait >= 0) || wait > MAX_WAIT_MS) throw new BadRequestError(`wait ${wait}ms must be from 0 to the protocol's 30 days (wait_ms ${MAX_WAIT_MS})`);
     let waitMs = Math.floor(wait);
     if (wait > 0 && waitMs === 0) waitMs = 1; // a wait under 1ms is a very short wait, not no limit
-    const secret = opts.secret ?? nuid.next();
+    const secret = opts.secret ?? newSecret(); // never nuid, as the id is: secret.ts
     let pollMs = Math.round(this.pollIntervalMs);
     if (pollMs > MAX_POLL_MS) pollMs = 0; // polls rarer than the protocol's bound: promise nothing
     const req: Record<string, unknown> = { request_id: id, holder: this.holder, slots, secret };
