@@ -145,9 +145,9 @@ func managerServices(p string) []service {
 	exe, both := []string{ExecutorAccount}, []string{ExecutorAccount, ReaderAccount}
 	services := []service{
 		{subject: lease.Subject(p, "*", "*", lease.VerbAcquire), multi: true, to: exe, share: true},
-		{subject: lease.Subject(p, "*", "*", lease.VerbRenew), multi: true, to: exe},
-		{subject: lease.Subject(p, "*", "*", lease.VerbRelease), to: exe},
-		{subject: lease.Subject(p, "*", "*", lease.VerbCancel), to: exe},
+		{subject: lease.Subject(p, "*", "*", lease.VerbRenew), multi: true, to: exe, share: true},
+		{subject: lease.Subject(p, "*", "*", lease.VerbRelease), to: exe, share: true},
+		{subject: lease.Subject(p, "*", "*", lease.VerbCancel), to: exe, share: true},
 		{subject: lease.StatsSubject(p, "*"), to: both},
 		{subject: lease.SnapshotSubject(p, "*"), to: []string{ReaderAccount}},
 		// leasemgr watch --since: a direct get answers only on its

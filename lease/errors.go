@@ -28,9 +28,14 @@ const (
 	CodeLeaseNotFound      Code = "lease_not_found" // no live lease with that id (released, expired, never granted)
 	CodeTokenMismatch      Code = "token_mismatch"  // the token does not match the lease's fencing token
 	CodeConflict           Code = "conflict"        // the request id is in use by another holder
-	CodePoolBusy           Code = "pool_busy"       // a resize would remove a pool that has holders or waiters
-	CodeUnavailable        Code = "unavailable"     // the manager could not reach its store or is shutting down; retry
-	CodeInternal           Code = "internal"        // a bug; please report
+	// CodeTooManyAttempts: the requester's connection presented too many
+	// wrong secrets lately (16 within a minute; docs/protocol.md, section
+	// 4), so a request that would be checked against a secret is refused
+	// without the check until retry_after_ms.
+	CodeTooManyAttempts Code = "too_many_attempts"
+	CodePoolBusy        Code = "pool_busy"   // a resize would remove a pool that has holders or waiters
+	CodeUnavailable     Code = "unavailable" // the manager could not reach its store or is shutting down; retry
+	CodeInternal        Code = "internal"    // a bug; please report
 )
 
 // Error is a lease error with a wire code. Compare with errors.Is against
@@ -40,7 +45,8 @@ type Error struct {
 	Message string `json:"message"`
 	// RetryAfterMs hints when to retry a queue_full refusal, or a
 	// would_wait one from a pool with a start rate (the earliest the rate
-	// lets the request in).
+	// lets the request in); on too_many_attempts, when the connection's
+	// window of wrong secrets ends.
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -78,6 +84,9 @@ var (
 	ErrLeaseNotFound   = &Error{Code: CodeLeaseNotFound}
 	ErrTokenMismatch   = &Error{Code: CodeTokenMismatch}
 	ErrConflict        = &Error{Code: CodeConflict}
+	// ErrTooManyAttempts: this connection sent too many wrong secrets; a
+	// renewal refused so is retried until the lease's deadline.
+	ErrTooManyAttempts = &Error{Code: CodeTooManyAttempts}
 	ErrPoolBusy        = &Error{Code: CodePoolBusy}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrInternal        = &Error{Code: CodeInternal}

@@ -23,6 +23,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
 		e = validateAcquire(&req)
 	}
+	who := requesterOf(msg, req.ConnServer, req.ConnID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e != nil {
@@ -38,7 +39,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	// A retry: answer from what is already known, never grant twice.
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if e := sameRequest(req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
+		if e := m.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
 			m.out.respond(msg.Reply, errReply(e))
 			return
@@ -68,7 +69,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if e := sameRequest(req, r.holder, r.secret, r.slots); e != nil {
+		if e := m.sameRequestLocked(who, req, r.holder, r.secret, r.slots); e != nil {
 			natstrace.Fail(span, string(e.Code), e.Message)
 			m.out.respond(msg.Reply, errReply(e))
 			return
@@ -89,7 +90,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: ownerOf(msg, &req)}
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: who.key}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
 	if m.gone.knownClosedLocked(r.conn) {

@@ -73,6 +73,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		return
 	}
 	poolName := poolToken(msg.Subject)
+	who := requesterOf(msg, "", 0)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, e := m.poolLocked(poolName)
@@ -81,8 +82,8 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		return
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if r.holder != req.Holder || !secretMatches(r.secret, req.Secret) {
-			m.out.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+		if e := m.cancellerLocked(who, req, r.holder, r.secret); e != nil {
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		if r.state != queued {
@@ -95,8 +96,8 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 		return
 	}
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if h.rec.Holder != req.Holder || !secretMatches(h.rec.Secret, req.Secret) {
-			m.out.respond(msg.Reply, errReply(errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)))
+		if e := m.cancellerLocked(who, req, h.rec.Holder, h.rec.Secret); e != nil {
+			m.out.respond(msg.Reply, errReply(e))
 			return
 		}
 		if !h.releasing {
@@ -107,4 +108,22 @@ func (m *Manager) handleCancel(msg *nats.Msg) {
 	}
 	// Nothing to cancel: already ended. Cancel is idempotent.
 	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
+}
+
+// cancellerLocked checks that a cancel of who names the holder and secret
+// of the request or lease it cancels (the secret only once who may try
+// one: guesses.go).
+func (m *Manager) cancellerLocked(who requester, req lease.CancelRequest, holder, secret string) *lease.Error {
+	now := time.Now()
+	if e := m.guesses.admitLocked(who, now); e != nil {
+		return e
+	}
+	conflict := errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
+	if holder != req.Holder {
+		return conflict
+	}
+	if !secretMatches(secret, req.Secret) {
+		return m.guesses.wrongLocked(who, conflict, now)
+	}
+	return nil
 }

@@ -1,11 +1,8 @@
 package manager
 
 import (
-	"encoding/json"
-	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/rules"
 )
@@ -17,39 +14,10 @@ import (
 // request that cannot be granted at once gets queue_full; one that can is
 // granted, since it costs no waiting.
 //
-// A connection is known by what the server says of it: a request that
-// crossed a service import carries the requester's account, server and
-// client id in its Nats-Request-Info header, set by the server over
-// whatever the client sent (jetstream/accounts.go imports the acquire
-// with share). Where the holders share the managers' account there is no
-// import and no such header the server vouches for; the request's own
-// conn_server and conn_id (or a header it sent) stand in, which a client
-// can vary to get around the bound.
-
-// clientInfoHeader is the server's Nats-Request-Info header.
-const clientInfoHeader = "Nats-Request-Info"
-
-// maxClientInfo bounds the header decoded: the server's is a few hundred
-// bytes (more with a JWT).
-const maxClientInfo = 16 << 10
-
-// ownerOf names the connection msg came on, "" if nothing does.
-func ownerOf(msg *nats.Msg, req *lease.AcquireRequest) string {
-	if h := msg.Header.Get(clientInfoHeader); h != "" && len(h) <= maxClientInfo {
-		var ci struct {
-			Account string `json:"acc"`
-			Server  string `json:"server"`
-			ID      uint64 `json:"id"`
-		}
-		if json.Unmarshal([]byte(h), &ci) == nil && ci.ID != 0 {
-			return ci.Account + " " + ci.Server + " " + strconv.FormatUint(ci.ID, 10)
-		}
-	}
-	if req.ConnServer != "" {
-		return "conn " + req.ConnServer + " " + strconv.FormatUint(req.ConnID, 10)
-	}
-	return ""
-}
+// A connection is the requester the server vouches for, where it does
+// (requester.go); where the holders share the managers' account, the
+// request's own conn_server and conn_id stand in, which a client can vary
+// to get around the bound.
 
 // waiters counts the requests waiting on this node by the connection that
 // sent them, and puts requests into and out of their pools' waiting maps.

@@ -61,6 +61,11 @@ type Config struct {
 	// ReplyRefused, if set, counts each request refused for its reply
 	// subject, or ignored for having none (leasemetrics.Metrics.ReplyRefusals).
 	ReplyRefused func()
+	// SecretRefused, if set, is told the reason (SecretRefusalReasons) of
+	// every request refused over its secret: a wrong one, or one of a
+	// connection that presented too many (guesses.go). Its calls come under
+	// the manager's lock, and it must not block.
+	SecretRefused func(reason string)
 	// DisconnectEvents, if set, turns fast release on (disconnect.go): it
 	// is the subject on which the NATS server's client disconnect
 	// advisories for the holders' account reach this manager
@@ -134,6 +139,7 @@ type Manager struct {
 
 	// Guarded by mu, as they change with the pools and the leases.
 	waiters waiters   // the pools' waiting requests, by connection (connqueue.go)
+	guesses *guesses  // wrong secrets, by connection (guesses.go)
 	journal *journal  // the queue entries: which, when, writing (queue.go, journal.go)
 	rates   rates     // the start-rate timers (rate.go)
 	stop    stopState // a clean stop's progress (stop.go)
@@ -162,6 +168,7 @@ func New(cfg Config) (*Manager, error) {
 		restored: make(map[string]restoredReq),
 		waiters:  newWaiters(cfg),
 	}
+	m.guesses = newGuesses(cfg.SecretRefused, m.log)
 	m.rates = newRates(m.refill)
 	m.lead = newLeadership(cfg.Fence, cfg.Instance, m.log)
 	m.records = newRecordCheck(cfg.Node, m.lead, cfg.RecordRefused, m.log)

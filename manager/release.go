@@ -22,9 +22,10 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+	who := requesterOf(msg, "", 0)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
+	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
 		m.out.respond(msg.Reply, errReply(e))

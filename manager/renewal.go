@@ -46,8 +46,9 @@ func closingError(node string) *lease.Error {
 	return errorf(lease.CodeUnavailable, "lease manager for node %s is shutting down; retry", node)
 }
 
-// lookupLocked finds the lease a renew or release names and checks its token.
-func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, secret string) (*held, *lease.Error) {
+// lookupLocked finds the lease a renew or release of who names and checks
+// its token and secret: the secret only once who may try one (guesses.go).
+func (m *Manager) lookupLocked(who requester, subject string, leaseID string, token uint64, secret string) (*held, *lease.Error) {
 	poolName := poolToken(subject)
 	if _, e := m.poolLocked(poolName); e != nil {
 		return nil, e
@@ -62,11 +63,15 @@ func (m *Manager) lookupLocked(subject string, leaseID string, token uint64, sec
 	if h == nil || h.releasing {
 		return nil, errorf(lease.CodeLeaseNotFound, "no live lease %q in pool %q on node %s", leaseID, poolName, m.cfg.Node)
 	}
+	now := time.Now()
+	if e := m.guesses.admitLocked(who, now); e != nil {
+		return nil, e
+	}
 	if h.rec.Token != token {
 		return nil, errorf(lease.CodeTokenMismatch, "lease %q has a different fencing token than %d", leaseID, token)
 	}
 	if !secretMatches(h.rec.Secret, secret) {
-		return nil, errorf(lease.CodeTokenMismatch, "lease %q was acquired with a different secret", leaseID)
+		return nil, m.guesses.wrongLocked(who, errorf(lease.CodeTokenMismatch, "lease %q was acquired with a different secret", leaseID), now)
 	}
 	return h, nil
 }
@@ -86,8 +91,9 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 		return
 	}
 	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+	who := requesterOf(msg, req.ConnServer, req.ConnID)
 	m.mu.Lock()
-	h, e := m.lookupLocked(msg.Subject, req.LeaseID, req.Token, req.Secret)
+	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e == nil {
 		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID)
 	}

@@ -65,6 +65,7 @@ func clusterConfig(cfg *config.Manager, node manager.Config, metrics *leasemetri
 	mc.GrantLatency = func(pool string, d time.Duration) { metrics.ObserveGrantLatency(lease.ClusterNode, pool, d) }
 	mc.ReplyRefused = metrics.ReplyRefusals(lease.ClusterNode)
 	mc.RecordRefused = metrics.RecordsRefused(lease.ClusterNode)
+	mc.SecretRefused = metrics.SecretsRefused(lease.ClusterNode)
 	mc.ServedBy = cfg.NodeID
 	mc.Warnings = cs.Warnings
 	mc.Logger = node.Logger.With("role", "cluster pools")

@@ -105,6 +105,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		GrantLatency:  func(pool string, d time.Duration) { metrics.ObserveGrantLatency(cfg.NodeID, pool, d) },
 		ReplyPrefixes: replyPrefixes(&cfg.Common, cfg.ReplyPrefixes, embedded), ReplyRefused: metrics.ReplyRefusals(cfg.NodeID),
 		RecordRefused:    metrics.RecordsRefused(cfg.NodeID),
+		SecretRefused:    metrics.SecretsRefused(cfg.NodeID),
 		DisconnectEvents: disconnectEvents(cfg, embedded), DisconnectGrace: cfg.DisconnectGrace,
 		// Its own embedded server stops with it: a clean stop says so, and
 		// holders do not count that server's going against their leases.

@@ -23,6 +23,9 @@
 //	                                                                   manager.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
 //	                                                                   not an inbox (ReplyRefusals; 0 from the start)
+//	lease.secrets_refused lease_secrets_refused_total{node,reason}     renew, release, cancel and acquire retries refused
+//	                                                                   over their secret: wrong_secret, or
+//	                                                                   too_many_attempts (SecretsRefused; 0 from the start)
 //	lease.queue_wait      lease_queue_wait_seconds{node,pool}          histogram: request arrival to grant, per grant
 //	lease.grant_latency   lease_grant_latency_seconds{node,pool}       histogram: what the manager reports through
 //	                                                                   ObserveGrantLatency (arrival to stored grant)
@@ -60,7 +63,8 @@ const (
 	KeyNode = attribute.Key("node")
 	KeyPool = attribute.Key("pool")
 	KeyCode = attribute.Key("code")
-	// KeyReason labels lease_records_refused_total.
+	// KeyReason labels lease_records_refused_total and
+	// lease_secrets_refused_total.
 	KeyReason = attribute.Key("reason")
 )
 
@@ -82,6 +86,7 @@ type Metrics struct {
 	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
 	recordsRefused                                                               metric.Int64Counter
 	repliesRefused                                                               metric.Int64Counter
+	secretsRefused                                                               metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
 
@@ -149,6 +154,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
 	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
 	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
+	m.secretsRefused = counter("lease.secrets_refused", "{request}", "Requests refused over their lease secret: a wrong one, or too many wrong ones from the connection, by reason.")
 	histogram := func(name, desc string) metric.Float64Histogram {
 		if err != nil {
 			return nil
