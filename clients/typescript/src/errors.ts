@@ -16,6 +16,7 @@ export type ErrorCode =
   | "lease_not_found"
   | "token_mismatch"
   | "conflict"
+  | "too_many_attempts"
   | "pool_busy"
   | "unavailable"
   | "internal";
@@ -24,9 +25,10 @@ export type ErrorCode =
 export class LeaseError extends Error {
   readonly code: ErrorCode;
   /**
-   * A hint of when to try again, in milliseconds: on queue_full, and on
+   * A hint of when to try again, in milliseconds: on queue_full, on
    * would_wait from a pool with a start rate (the earliest the rate lets the
-   * request in). Undefined otherwise.
+   * request in), and on too_many_attempts (when the connection's window of
+   * wrong secrets ends). Undefined otherwise.
    */
   readonly retryAfterMs: number | undefined;
 
@@ -86,6 +88,12 @@ export class LeaseNotFoundError extends sub("lease_not_found") {}
 export class TokenMismatchError extends sub("token_mismatch") {}
 /** The request id belongs to another holder, secret or slot count. */
 export class ConflictError extends sub("conflict") {}
+/**
+ * This connection presented too many wrong secrets lately (16 within a
+ * minute): requests naming a lease or request are refused unchecked until
+ * retryAfterMs. A renewal refused so is retried until the deadline.
+ */
+export class TooManyAttemptsError extends sub("too_many_attempts") {}
 /** A resize would remove a pool that has holders or waiters. */
 export class PoolBusyError extends sub("pool_busy") {}
 /** The manager could not answer now (failing over, storing failed, none serving): retry. */
@@ -106,6 +114,7 @@ const byCode: Record<ErrorCode, Ctor> = {
   lease_not_found: LeaseNotFoundError,
   token_mismatch: TokenMismatchError,
   conflict: ConflictError,
+  too_many_attempts: TooManyAttemptsError,
   pool_busy: PoolBusyError,
   unavailable: UnavailableError,
   internal: InternalError,

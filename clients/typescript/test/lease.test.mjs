@@ -21,6 +21,7 @@ import {
   LeaseNotFoundError,
   TokenMismatchError,
   ConflictError,
+  TooManyAttemptsError,
   PoolBusyError,
   UnavailableError,
   InternalError,
@@ -34,7 +35,7 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1",
+    pools: "gpu=1,fifo=1,multi=3,qf=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1",
     env: { POOL_MAX_QUEUE: "qf=1", POOL_RATES: "rated=1/m", CLUSTER_POOLS: "capi=1" },
   });
   client = await mgr.connect();
@@ -205,6 +206,24 @@ test("every error code", async (t) => {
     await (await w).release();
   });
 
+  await t.test("too_many_attempts: a connection that sent 16 wrong secrets", async () => {
+    const held = await client.acquire("tma");
+    const guesser = await mgr.connect();
+    try {
+      const release = (secret) => guesser.request("lease.tsnode.tma.release", { lease_id: held.id, token: held.token, secret });
+      for (let i = 0; i < 16; i++) await expect(release(`guess${i}`), TokenMismatchError);
+      // Refused unchecked from now on, the right secret included.
+      const e = await expect(release(held.record.secret), TooManyAttemptsError);
+      assert.ok(e.retryAfterMs > 0 && e.retryAfterMs <= 60_000, `retryAfterMs ${e.retryAfterMs}`);
+      console.log(`# too_many_attempts retryAfterMs ${e.retryAfterMs}`);
+    } finally {
+      await guesser.close();
+    }
+    // The holder's own connection is not held back.
+    await held.release();
+    assert.equal(await held.done, null);
+  });
+
   await t.test("holder_disconnected: an acquire naming a connection that closed at the holder's end", async () => {
     const gone = await mgr.connect();
     const id = gone.live.identity();
@@ -260,6 +279,52 @@ test("every error code", async (t) => {
   });
 
   assert.deepEqual([...seen].sort(), [...errorCodes].sort(), "every protocol error code was seen");
+});
+
+// Issue 38: the secret was drawn from nuid right after the request id, so
+// it was the public lease id plus 33..333 in its last digits. 10,000
+// acquires: every secret is 16 bytes in canonical base64url, all distinct,
+// none shares 6 leading characters with its lease id nor 8 with another
+// secret, and their bits are balanced. (4 characters of 64 would match by
+// chance in about one run of 1,600; 6 in one of 7 million, 8 of another
+// secret in one of 5 million.)
+test("secrets are 128 random bits that share nothing with the id", async () => {
+  const n = 10_000;
+  const workers = 32;
+  const secrets = new Map(); // secret -> lease id
+  let started = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      while (started < n) {
+        started++;
+        const l = await client.acquire("sec");
+        secrets.set(l.record.secret, l.id);
+        await l.release();
+      }
+    }),
+  );
+  console.log(`# ${n} acquires and releases in ${Math.round(performance.now() - t0)}ms`);
+  assert.equal(secrets.size, n, "all secrets distinct");
+  const common = (a, b) => {
+    let i = 0;
+    while (i < a.length && i < b.length && a[i] === b[i]) i++;
+    return i;
+  };
+  let ones = 0;
+  for (const [secret, id] of secrets) {
+    const b = Buffer.from(secret, "base64url");
+    assert.ok(b.length === 16 && b.toString("base64url") === secret, `secret ${secret}: ${b.length} bytes, want 16 in canonical base64url`);
+    assert.ok(common(secret, id) < 6, `secret ${secret} shares ${common(secret, id)} characters with its lease id ${id}`);
+    for (const x of b) for (let v = x; v > 0; v >>= 1) ones += v & 1;
+  }
+  const sorted = [...secrets.keys()].sort();
+  for (let i = 1; i < sorted.length; i++) {
+    assert.ok(common(sorted[i - 1], sorted[i]) < 8, `secrets ${sorted[i - 1]} and ${sorted[i]} share a prefix: drawn in sequence, not at random`);
+  }
+  // n x 128 bits, half of them ones: the standard deviation is 566.
+  const d = ones - (n * 128) / 2;
+  assert.ok(Math.abs(d) < 3400, `${ones} of ${n * 128} secret bits are ones: ${d} from half, more than 6 standard deviations`);
 });
 
 test("a rated pool's would_wait says when to retry", async () => {
