@@ -191,6 +191,16 @@ type Manager struct {
 	// MaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION parsed.
 	MaxQueuedPerConnection int
 
+	// The embedded server's account limits (embeddedlimits.go):
+	// NATS_EXECUTORS_MAX_STORE and NATS_EXECUTORS_MAX_CONSUMERS parsed, or
+	// their defaults. ExecutorsMaxConnections and ReadersMaxConnections
+	// are 0 unless set: leasemgr then derives them from its descriptor
+	// limit.
+	ExecutorsMaxStore       int64
+	ExecutorsMaxConsumers   int
+	ExecutorsMaxConnections int
+	ReadersMaxConnections   int
+
 	// Pools is derived: the POOL_CAPACITIES pools plus the default pool,
 	// sorted by name. The default pool's capacity is "default=N" from
 	// POOL_CAPACITIES if present, else EXECUTOR_MAX_CONCURRENCY, else 4.
@@ -360,6 +370,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	errs = append(errs, c.resolvePolicies(m)...)
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	errs = append(errs, c.resolveFastRelease(m, bad)...)
+	errs = append(errs, c.resolveEmbeddedLimits(m)...)
 	return errs
 }
 

@@ -63,6 +63,17 @@
 //	NATS_STORE_DIR            JetStream storage directory; default
 //	                          <StateHome>/slotlease/<NODE_ID>/jetstream
 //	NATS_REPLICAS             replicas of the buckets and the event stream; default 1
+//	NATS_EXECUTORS_MAX_STORE  the embedded server's cap on the executors' JetStream
+//	                          store, 64MiB to 8GiB; default 2GiB (embeddedlimits.go)
+//	NATS_EXECUTORS_MAX_CONSUMERS
+//	                          ... on consumers per stream of the executors'
+//	                          account; default 1000
+//	NATS_EXECUTORS_MAX_CONNECTIONS
+//	                          ... on the executors' connections; default 4096,
+//	                          less if leasemgr's descriptor limit leaves less
+//	NATS_READERS_MAX_CONNECTIONS
+//	                          ... on the readers' connections; default 256, less
+//	                          likewise
 //	LEASE_TTL                 lease time-to-live, whole seconds, 1s to 24h; default 15s
 //	LEADER_TTL                leadership key TTL, whole seconds, 1s to 24h; default 5s
 //	HTTP_ADDR                 host:port of the HTTP endpoint; default

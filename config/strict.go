@@ -53,6 +53,7 @@ var (
 		EnvPoolRates, EnvPoolRateBurst,
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvMaxQueuedPerConnection, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 		EnvDisconnectEvents, EnvDisconnectGrace,
+		EnvNATSExecutorsMaxStore, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections,
 	}
 	// varOrder is the order errors are reported in: the documented order
 	// of the variables, so output is stable whatever order checks run in.
@@ -64,7 +65,7 @@ var (
 // entry is named.
 var (
 	listVars     = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
-	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection}
+	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )
 
