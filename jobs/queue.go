@@ -48,7 +48,7 @@ type Config struct {
 	Replicas  int           // 1 if zero; 3 on a cluster
 	ResultTTL time.Duration // how long results are kept; DefaultResultTTL if zero
 	DeadTTL   time.Duration // how long dead letters are kept; DefaultDeadTTL if zero
-	MaxBytes  int64         // jobs stream size cap; DefaultMaxQueuedBytes if zero
+	MaxBytes  int64         // jobs stream size cap, and half and a quarter of it the buckets' (limits.go); DefaultMaxQueuedBytes if zero
 }
 
 // Queue is the durable job queue: a work-queue stream of jobs, one subject
@@ -121,6 +121,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, 
 	q.results, err = bucket(ctx, js, create, jetstream.KeyValueConfig{
 		Bucket: q.names.Results, Description: "slotlease job states and results by job id",
 		History: 1, TTL: cfg.ResultTTL, MaxValueSize: 2 * MaxSpecBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		MaxBytes: cfg.MaxBytes / resultsShare, // limits.go
 	})
 	if err != nil {
 		return nil, err
@@ -128,6 +129,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, create bool) (*Queue, 
 	q.dead, err = bucket(ctx, js, create, jetstream.KeyValueConfig{
 		Bucket: q.names.Dead, Description: "slotlease dead letters: jobs whose every attempt failed, with their last error",
 		History: 1, TTL: cfg.DeadTTL, MaxValueSize: 2 * MaxSpecBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		MaxBytes: cfg.MaxBytes / deadShare,
 	})
 	if err != nil {
 		return nil, err
@@ -168,6 +170,9 @@ func bucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstr
 			return nil, ErrNoQueue
 		}
 		kv, err = js.CreateKeyValue(ctx, cfg)
+		if err == nil {
+			err = capNewBucket(ctx, js, cfg.Bucket, cfg.MaxBytes/bytesPerRecord)
+		}
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
