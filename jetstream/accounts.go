@@ -109,7 +109,9 @@ type (
 		Share bool `json:"share,omitempty"`
 	}
 	account struct {
-		JetStream string       `json:"jetstream,omitempty"`
+		// JetStream is "enabled" (no limits) or a jsLimits block.
+		JetStream any          `json:"jetstream,omitempty"`
+		Limits    *connLimits  `json:"limits,omitempty"`
 		Users     []confUser   `json:"users,omitempty"`
 		Exports   []export     `json:"exports,omitempty"`
 		Imports   []confImport `json:"imports,omitempty"`
@@ -165,11 +167,12 @@ func managerServices(p string) []service {
 
 // authConfig is the accounts section of a server configuration admitting
 // users, for subject prefix p: the managers, executors and readers each in
-// their account (see above), plus the system account. With no users it
-// admits anonymous clients into ManagerAccount with every right (tests):
-// one account, with its disconnect advisories, so fast release works there
+// their account (see above), the executors' and readers' bounded by
+// limits (limits.go), plus the system account. With no users it admits
+// anonymous clients into ManagerAccount with every right (tests): one
+// account, with its disconnect advisories, so fast release works there
 // too.
-func authConfig(users []User, p string) (string, error) {
+func authConfig(users []User, p string, limits AccountLimits) (string, error) {
 	top := map[string]any{"system_account": EmbeddedSystemAccount}
 	if len(users) == 0 {
 		top["no_auth_user"] = anonymousUser
@@ -189,8 +192,8 @@ func authConfig(users []User, p string) (string, error) {
 			{Stream: &importFrom{Account: EmbeddedSystemAccount, Subject: ExecutorDisconnectSubject}},
 			{Service: &importFrom{Account: EmbeddedSystemAccount, Subject: ExecutorConnzSubject}},
 		}},
-		ExecutorAccount: {JetStream: "enabled"},
-		ReaderAccount:   {},
+		ExecutorAccount: {JetStream: limits.executorJetStream(), Limits: limits.executorConns()},
+		ReaderAccount:   {Limits: limits.readerConns()},
 		EmbeddedSystemAccount: {Exports: []export{
 			{Stream: ExecutorDisconnectSubject, Accounts: []string{ManagerAccount}},
 			{Service: ExecutorConnzSubject, Accounts: []string{ManagerAccount}, ResponseType: "stream"},

@@ -22,7 +22,17 @@ type ServerConfig struct {
 	MaxMemory int64
 	// MaxStore caps JetStream file storage; 10 GiB if zero.
 	MaxStore int64
-	Name     string // server name, shown in monitoring; "leasemgr" if empty
+	// MaxConnections caps the server's client connections, all accounts
+	// and clients not yet admitted together; the NATS server's default
+	// (65536) if zero. leasemgr derives it from its descriptor limit
+	// (ConnectionLimits).
+	MaxConnections int
+	// Limits bound the executors' and readers' accounts of a server with
+	// Users (limits.go); config's defaults where zero. The executors'
+	// store cap must be below MaxStore, and with MaxConnections set, the
+	// connection caps must leave ManagerConnections of it.
+	Limits AccountLimits
+	Name   string // server name, shown in monitoring; "leasemgr" if empty
 	// Debug logs the server's own messages to stderr.
 	Debug bool
 	// Users are the only clients the server admits (EmbeddedUsers), each
@@ -77,7 +87,11 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 		if cfg.Prefix == "" {
 			cfg.Prefix = lease.DefaultPrefix
 		}
-		conf, err := authConfig(cfg.Users, cfg.Prefix)
+		limits := cfg.Limits.withDefaults()
+		if err := limits.check(cfg.MaxStore, cfg.MaxConnections); err != nil {
+			return nil, err
+		}
+		conf, err := authConfig(cfg.Users, cfg.Prefix, limits)
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +101,7 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	case !cfg.Anonymous:
 		return nil, errors.New("jetstream: embedded server needs users (or Anonymous, for tests)")
 	default:
-		conf, err := authConfig(nil, "")
+		conf, err := authConfig(nil, "", AccountLimits{})
 		if err != nil {
 			return nil, err
 		}
@@ -98,6 +112,7 @@ func serverOptions(cfg ServerConfig) (*server.Options, error) {
 	opts.ServerName, opts.Host, opts.Port = cfg.Name, host, port
 	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
 	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
+	opts.MaxConn = cfg.MaxConnections // 0: the server's default
 	opts.NoSigs, opts.NoLog = true, !cfg.Debug
 	return opts, nil
 }

@@ -134,6 +134,9 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 				Name:      name,
 				MaxMemory: 64 << 20,
 				MaxStore:  1 << 30,
+				// The executors' account counts every replica: room for an
+				// R3 job queue of 64 MiB (bounce_test.go), 3 x 112 MiB.
+				Limits:    jetstream.AccountLimits{ExecutorStore: 512 << 20},
 				Debug:     cfg.Debug,
 				Users:     users,
 				Anonymous: cfg.Anonymous,
