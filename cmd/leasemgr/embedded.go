@@ -64,9 +64,14 @@ func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, j
 	if err != nil {
 		return nil, nil, err
 	}
+	maxConns, limits, err := embeddedLimits(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := jetstream.StartServer(jetstream.ServerConfig{
 		Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir, Name: "leasemgr-" + cfg.NodeID, Prefix: cfg.SubjectPrefix,
-		Users: append(jetstream.EmbeddedUsers(keys, cfg.SubjectPrefix), admin),
+		Users:          append(jetstream.EmbeddedUsers(keys, cfg.SubjectPrefix), admin),
+		MaxConnections: maxConns, Limits: limits,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -75,6 +80,33 @@ func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, j
 	cfg.NATSNKey = config.AuthFile(dir, config.RoleManager)
 	cfg.NATSInboxPrefix = config.RoleManager.InboxPrefix()
 	return s, jobs, nil
+}
+
+// embeddedLimits are the embedded server's connection limit and the
+// executors' and readers' account limits (docs/security.md, "Limits per
+// account"): the variables as set, the connection limits derived from
+// this process's descriptor limit (raised to its hard limit first) where
+// they are not.
+func embeddedLimits(cfg *config.Manager, log *slog.Logger) (int, jetstream.AccountLimits, error) {
+	limits := jetstream.AccountLimits{
+		ExecutorStore: cfg.ExecutorsMaxStore, ExecutorConsumers: cfg.ExecutorsMaxConsumers,
+		ExecutorConnections: cfg.ExecutorsMaxConnections, ReaderConnections: cfg.ReadersMaxConnections,
+	}
+	descriptors, maxConns := descriptorLimit(), 0
+	if descriptors > 0 {
+		var err error
+		if maxConns, limits, err = jetstream.ConnectionLimits(descriptors, reservedDescriptors, limits); err != nil {
+			return 0, limits, usageError{err}
+		}
+		if maxConns < config.DefaultExecutorsMaxConnections+config.DefaultReadersMaxConnections+jetstream.ManagerConnections {
+			log.Warn("the descriptor limit leaves the embedded server fewer connections than the defaults: raise it (ulimit -n, or LimitNOFILE= for a service)",
+				"descriptors", descriptors, "max_connections", maxConns)
+		}
+	}
+	log.Info("embedded NATS server limits", "descriptors", descriptors, "max_connections", maxConns,
+		"executors_store", limits.ExecutorStore, "executors_consumers_per_stream", limits.ExecutorConsumers,
+		"executors_connections", limits.ExecutorConnections, "readers_connections", limits.ReaderConnections)
+	return maxConns, limits, nil
 }
 
 // carryOldStore moves the default store of a version before the state

@@ -35,6 +35,13 @@ type natsSetup struct {
 	// jobs is the connection to the embedded server's executors' account,
 	// where the job queue lives; nil on a real NATS.
 	jobs *nats.Conn
+	// jobsCapErr says why the job queue's caps could not all be applied:
+	// worth a warning, not a node that never serves (the executors'
+	// account's cap still bounds the queue).
+	jobsCapErr error
+	// jobsRefused: the executors' account was at its connection cap, so
+	// there is no job queue connection (jobs is nil). Leases are served.
+	jobsRefused error
 }
 
 // setUp connects to NATS and opens the lease, leadership and pool buckets
@@ -64,6 +71,13 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.O
 			if attempt > 1 {
 				log.Info("NATS set-up succeeded", "attempt", attempt)
 			}
+			if s.jobsCapErr != nil {
+				log.Warn("the job queue keeps caps other than NATS_EXECUTORS_MAX_STORE's", "err", s.jobsCapErr)
+			}
+			if s.jobsRefused != nil {
+				log.Warn("serving leases without the job queue: the executors' account is at its connection cap (NATS_EXECUTORS_MAX_CONNECTIONS); restart leasemgr once they have let go",
+					"err", s.jobsRefused)
+			}
 			return s, nil
 		}
 		if ctx.Err() != nil {
@@ -90,6 +104,24 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.O
 // trySetUp makes one try. A connection made by an earlier try is kept in
 // *nc (and *jobsNC): it reconnects by itself.
 func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth nats.Option, jobsNC **nats.Conn) (*natsSetup, error) {
+	s := &natsSetup{}
+	if jobsAuth != nil && *jobsNC == nil {
+		// First, as the server comes up: this connection counts against
+		// the executors' account's connection cap, which executors
+		// reconnecting to the restarted server could otherwise fill before
+		// it. Should they have, the node serves its leases without the job
+		// queue (docs/security.md, "Limits per account"): the managers'
+		// own account always has room.
+		c, err := natsconn.Connect(url, natsconn.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
+		switch {
+		case errors.Is(err, nats.ErrMaxAccountConnectionsExceeded):
+			s.jobsRefused = err
+		case err != nil:
+			return nil, err
+		default:
+			*jobsNC = c
+		}
+	}
 	if *nc == nil {
 		c, err := natsconn.Connect(url, natsconn.ConfigAuth(&cfg.Common), "leasemgr "+cfg.NodeID)
 		if err != nil {
@@ -106,7 +138,7 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		}
 		return s, nil
 	}
-	s := &natsSetup{nc: *nc}
+	s.nc = *nc
 	var err error
 	if s.store, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Leases); err != nil {
 		return nil, err
@@ -117,22 +149,19 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	if s.poolStore, err = open(jetstream.NamesFor(cfg.SubjectPrefix).Pools); err != nil {
 		return nil, err
 	}
-	if jobsAuth != nil {
+	if *jobsNC != nil {
 		// Executors of the embedded server may not create streams (one
 		// capturing <prefix>.*.*.acquire in their account would read every
 		// executor's secrets): the job queue's stream and buckets are made
-		// here, in their account, for them to bind to.
-		if *jobsNC == nil {
-			c, err := natsconn.Connect(url, natsconn.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
-			if err != nil {
-				return nil, err
-			}
-			*jobsNC = c
-		}
-		if _, err := jobs.Open(ctx, *jobsNC, jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas}); err != nil {
+		// here, in their account, for them to bind to. Sized to the
+		// executors' store cap, and capped so also where an earlier
+		// version made its buckets without caps (jobs/limits.go).
+		jcfg := jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas, MaxBytes: jobs.MaxBytesFor(cfg.ExecutorsMaxStore)}
+		q, err := jobs.Open(ctx, *jobsNC, jcfg)
+		if err != nil {
 			return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
 		}
-		s.jobs = *jobsNC
+		s.jobs, s.jobsCapErr = *jobsNC, q.ApplyCaps(ctx, jcfg)
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{

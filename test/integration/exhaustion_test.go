@@ -32,7 +32,7 @@ while [ ! -e "$OUT/release" ]; do sleep 0.1; done`
 // next start fail. The follow-up job it submits is then refused — its
 // attempts fail and are retried, it is never run unconfined — and once
 // namespaces are free again it runs, confined. Shown with `executor serve`
-// in a user namespace of its own (as an ordinary user) whose
+// below a user namespace of its own (as an ordinary user) whose
 // max_mnt_namespaces is lowered to 30 after its start-up check passed.
 func TestJobsRefusedWhenNamespacesRunOut(t *testing.T) {
 	t.Parallel()
@@ -46,18 +46,11 @@ func TestJobsRefusedWhenNamespacesRunOut(t *testing.T) {
 	env := append(s.env(natsPort, httpAddr), "POOL_CAPACITIES=gpu=2")
 	startManagerAs(t, u, env, httpAddr)
 
-	serve := launch(t, command(u, env, "unshare", "-U", "-r", filepath.Join(binDir, "executor"),
+	ns := newLimitedNS(t, u)
+	serve := launch(t, ns.command(env, filepath.Join(binDir, "executor"),
 		"serve", "--pools", "gpu", "--poll", "100ms", "--backoff", "200ms", "--max-backoff", "1s"))
 	eventually(t, 30*time.Second, "executor serve to start", func() bool { return strings.Contains(serve.Output(), "serving jobs") })
-	lower := func(n int) {
-		t.Helper()
-		cmd := command(u, nil, "nsenter", "-U", "--preserve-credentials", "-t", strconv.Itoa(serve.cmd.Process.Pid),
-			"sh", "-c", fmt.Sprintf("echo %d > /proc/sys/user/max_mnt_namespaces", n))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("setting the executor's max_mnt_namespaces to %d: %v\n%s", n, err, out)
-		}
-	}
-	lower(30)
+	ns.lower(t, 30)
 
 	out := sharedDir(t)
 	secret := filepath.Join(s.hidden[0], "planted", "planted-secret")
@@ -127,13 +120,10 @@ func TestExecutorRunRefusedWhenNamespacesRunOut(t *testing.T) {
 	eventually(t, 30*time.Second, "the holder's grant", func() bool { return strings.Contains(holder.Output(), "granted") })
 
 	secret := filepath.Join(s.hidden[0], "planted", "planted-secret")
-	run := launch(t, command(u, env, "unshare", "-U", "-r", exe, "run", "--pool", "gpu", "--", "cat", secret))
+	ns := newLimitedNS(t, u)
+	run := launch(t, ns.command(env, exe, "run", "--pool", "gpu", "--", "cat", secret))
 	eventually(t, 30*time.Second, "the run to wait for its slot", func() bool { return strings.Contains(run.Output(), "position 1 in queue") })
-	cmd := command(u, nil, "nsenter", "-U", "--preserve-credentials", "-t", strconv.Itoa(run.cmd.Process.Pid),
-		"sh", "-c", "echo 0 > /proc/sys/user/max_mnt_namespaces")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("setting the run's max_mnt_namespaces to 0: %v\n%s", err, b)
-	}
+	ns.lower(t, 0)
 	if err := os.WriteFile(filepath.Join(out, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +137,52 @@ func TestExecutorRunRefusedWhenNamespacesRunOut(t *testing.T) {
 	}
 	if !strings.Contains(o, "granted") {
 		t.Fatalf("the run was refused before it had its slot, so the test shows nothing about a run's attempt:\n%s", o)
+	}
+}
+
+// limitedNS is where the executors of these tests run: a user namespace
+// of the stack's user (B), below one of that user (A) that an anchor
+// process holds and whose uid 0 is the user. A's namespace limits bind
+// every namespace made below it, and the test lowers them from A's root;
+// in B the executor is the user's own uid, not uid 0, which would give
+// its workers no ids but 0 and so be refused (issue 38).
+type limitedNS struct {
+	u        *asuser.User
+	anchor   string // pid of a process in A
+	uid, gid int    // the stack's user's
+}
+
+func newLimitedNS(t *testing.T, u *asuser.User) *limitedNS {
+	t.Helper()
+	ns := &limitedNS{u: u, uid: os.Getuid(), gid: os.Getgid()}
+	if u != nil {
+		ns.uid, ns.gid = u.UID, u.GID
+	}
+	anchor := launch(t, command(u, nil, "unshare", "-U", "-r", "sleep", "3600"))
+	ns.anchor = strconv.Itoa(anchor.cmd.Process.Pid)
+	// The anchor has its namespace once it runs sleep: the wrapper,
+	// setpriv and unshare exec it in turn.
+	eventually(t, 20*time.Second, "the anchor's user namespace", func() bool {
+		b, _ := os.ReadFile("/proc/" + ns.anchor + "/comm")
+		return strings.TrimSpace(string(b)) == "sleep"
+	})
+	return ns
+}
+
+// command runs prog in a new namespace B below A, as the user's own ids.
+func (ns *limitedNS) command(env []string, prog string, args ...string) *exec.Cmd {
+	argv := []string{"-U", "--preserve-credentials", "-t", ns.anchor,
+		"unshare", "-U", "--map-user=" + strconv.Itoa(ns.uid), "--map-group=" + strconv.Itoa(ns.gid), prog}
+	return command(ns.u, env, "nsenter", append(argv, args...)...)
+}
+
+// lower sets A's max_mnt_namespaces to n.
+func (ns *limitedNS) lower(t *testing.T, n int) {
+	t.Helper()
+	cmd := command(ns.u, nil, "nsenter", "-U", "--preserve-credentials", "-t", ns.anchor,
+		"sh", "-c", fmt.Sprintf("echo %d > /proc/sys/user/max_mnt_namespaces", n))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("setting max_mnt_namespaces to %d above the executor: %v\n%s", n, err, out)
 	}
 }
 
