@@ -51,6 +51,7 @@ func securityConf(t *testing.T) string {
 
 // secureServer is a nats-server running docs/security.md's layout.
 type secureServer struct {
+	srv       *server.Server
 	url       string
 	passwords map[string]string // by user
 	seedFile  string            // executor-c's nkey seed
@@ -95,10 +96,11 @@ next:
 }
 
 // startSecureServer starts nats-server from docs/security.md's conf block
-// with only the listen address and store directory changed. The passwords
-// and executor-c's public nkey come from the environment, as the page
-// says, so the test cannot run in parallel with others.
-func startSecureServer(t *testing.T) *secureServer {
+// with only the listen address and store directory changed, and what
+// edits change in the block (none but security_limits_test.go's). The
+// passwords and executor-c's public nkey come from the environment, as the
+// page says, so the test cannot run in parallel with others.
+func startSecureServer(t *testing.T, edits ...func(conf string) string) *secureServer {
 	t.Helper()
 	ss := &secureServer{passwords: map[string]string{}, log: &violationLog{}}
 	for user, env := range map[string]string{
@@ -123,7 +125,11 @@ func startSecureServer(t *testing.T) *secureServer {
 	}
 
 	conf := filepath.Join(dir, "nats-server.conf")
-	if err := os.WriteFile(conf, []byte(securityConf(t)), 0o600); err != nil {
+	block := securityConf(t)
+	for _, edit := range edits {
+		block = edit(block)
+	}
+	if err := os.WriteFile(conf, []byte(block), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts, err := server.ProcessConfigFile(conf)
@@ -132,7 +138,6 @@ func startSecureServer(t *testing.T) *secureServer {
 	}
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.StoreDir = filepath.Join(dir, "jetstream")
-	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = 64<<20, 4<<30 // reserved, not used: the job stream reserves 1 GiB
 	opts.NoSigs = true
 	if !opts.JetStream || len(opts.Users) != 5 || len(opts.Nkeys) != 1 || len(opts.Accounts) != 4 {
 		t.Fatalf("configuration: JetStream %v, %d users, %d nkey users, %d accounts; want JetStream, 5, 1 and 4", opts.JetStream, len(opts.Users), len(opts.Nkeys), len(opts.Accounts))
@@ -150,7 +155,7 @@ func startSecureServer(t *testing.T) *secureServer {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	ss.url = "nats://" + s.Addr().String()
+	ss.srv, ss.url = s, "nats://"+s.Addr().String()
 	return ss
 }
 

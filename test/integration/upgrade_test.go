@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/jobs"
@@ -19,9 +21,10 @@ import (
 
 // An install made by the version before the executors' account upgrades
 // in place (issue 28): that version kept everything, the job queue
-// included, in one account (SLOTLEASE) and pool changes unmarked under the
-// node's key. The store is made the way it was, by a server with that one
-// account, and then the new leasemgr starts on it: the queued job is
+// included, in one account (SLOTLEASE), its buckets without size caps
+// (issue 38), and pool changes unmarked under the node's key. The store is
+// made the way it was, by a server with that one account, and then the
+// new leasemgr starts on it: the buckets get their caps, the queued job is
 // still there and runs, the resize is still applied, and the credentials
 // are the same files.
 func TestUpgradeKeepsJobsPoolsAndCredentials(t *testing.T) {
@@ -53,6 +56,16 @@ func TestUpgradeKeepsJobsPoolsAndCredentials(t *testing.T) {
 	nc := harness.Connect(t, old.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	names := jobs.NamesFor(lease.DefaultPrefix)
+	ojs, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{names.Results, names.Dead} { // as that version made them: no MaxBytes
+		if _, err := ojs.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: b, History: 1, TTL: time.Hour, MaxValueSize: 2 * jobs.MaxSpecBytes, Storage: natsjs.FileStorage}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	q, err := jobs.Open(ctx, nc, jobs.Config{Prefix: lease.DefaultPrefix})
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +97,16 @@ func TestUpgradeKeepsJobsPoolsAndCredentials(t *testing.T) {
 	}
 	if code, out := runExecutor(t, env, "status", spec.ID); code != 0 || !strings.Contains(out, "queued") {
 		t.Fatalf("executor status of the job queued before the upgrade: exit %d\n%s", code, out)
+	}
+	exe, err := natsjs.New(mustConnectAs(t, home, url, config.RoleExecutor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for bucket, want := range map[string]int64{names.Results: config.DefaultExecutorsMaxStore / 4, names.Dead: config.DefaultExecutorsMaxStore / 8} {
+		s, err := exe.Stream(ctx, "KV_"+bucket)
+		if err != nil || s.CachedInfo().Config.MaxBytes != want {
+			t.Fatalf("bucket %s after the upgrade: %v, want capped at %d bytes", bucket, err, want)
+		}
 	}
 	serve := start(t, env, "executor", "serve", "--pools", "gpu")
 	eventually(t, 30*time.Second, "the job queued before the upgrade to run", func() bool {
