@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -54,39 +55,52 @@ func (r *runStops) cancel(id, reason string) bool {
 // from now on, until ctx ends; the returned wait waits for its goroutine.
 // Markers written before are found by the run itself as it starts
 // (checkCancel), so together they miss none: a run is tracked before it
-// looks.
+// looks. The markers are read without a consumer (scan.go), every
+// cancelPoll.
 func (s *Server) watchCancels(ctx context.Context) (wait func(), err error) {
-	w, err := s.q.results.Watch(ctx, cancelKey("*"), jetstream.UpdatesOnly())
+	st, err := s.q.results.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var from uint64
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		from = bs.StreamInfo().State.LastSeq + 1
+	}
+	sc := s.q.scan(s.q.names.Results, cancelKey("*"), from)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer func() { _ = w.Stop() }()
+		t := time.NewTicker(cancelPoll)
+		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
+			case <-t.C:
+			}
+			err := sc.readAll(ctx, func(e scanEntry) {
+				if e.deleted {
 					return
 				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
 				var m cancelMark
-				_ = json.Unmarshal(e.Value(), &m)
+				_ = json.Unmarshal(e.value, &m)
 				m.Reason = clipReason(m.Reason)
-				id := strings.TrimSuffix(e.Key(), ".cancel")
+				id := strings.TrimSuffix(e.key, ".cancel")
 				if s.stops.cancel(id, m.Reason) {
 					s.log.Info("job cancelled while running: stopping it", "job", id, "reason", m.Reason)
 				}
+			})
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("reading cancel markers", "err", err)
 			}
 		}
 	}()
 	return func() { <-done }, nil
 }
+
+// cancelPoll is how often a server looks for cancel markers written since
+// it last looked.
+const cancelPoll = 250 * time.Millisecond
 
 // checkCancel stops t's run if its job was cancelled before the run was
 // tracked.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -490,6 +491,15 @@ type Record struct {
 	// CancelRequested is set by Cancel on a running job's record: its
 	// executor is to stop it. Not stored (the marker is, cancel.go).
 	CancelRequested bool `json:"-"`
+	// Unsigned is set by the readers that check outcomes (Wait, GetChecked,
+	// ListChecked) on a record that claims an outcome (succeeded, dead)
+	// no broker signed: a forgery, or a hand's write. Not stored.
+	Unsigned bool `json:"unsigned,omitempty"`
+
+	// stored and sig are the bytes this record was read from and their
+	// signature, if any (sign.go).
+	stored []byte
+	sig    string
 }
 
 // Duration returns the latest attempt's run time.
@@ -498,3 +508,7 @@ func (r *Record) Duration() time.Duration { return time.Duration(r.DurationMs) *
 // validID checks a job id: a token (letters, digits, '-', '_'), so it is a
 // valid KV key and fits in a lease request id.
 func validID(id string) error { return config.ValidToken(id) }
+
+// malformedID is the id a message that is not a valid job is dead-lettered
+// under: its stream sequence.
+func malformedID(seq uint64) string { return "malformed-" + strconv.FormatUint(seq, 10) }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,15 +30,14 @@ const maxLooked = 64
 const tenantIdle = 15 * time.Minute
 
 // feed is one pool's picking state; only the pool's feeder goroutine uses
-// it (after ensureConsumers).
+// it.
 type feed struct {
-	consumers map[string]jetstream.Consumer // by job subject
-	turns     map[Priority]*turns
-	from      string // maxLooked window: the subject after which to start
+	turns map[Priority]*turns
+	from  string // maxLooked window: the subject after which to start
 }
 
 func newFeed() *feed {
-	return &feed{consumers: map[string]jetstream.Consumer{}, turns: map[Priority]*turns{}}
+	return &feed{turns: map[Priority]*turns{}}
 }
 
 // candidate is a job subject of the pool with jobs to deliver.
@@ -47,52 +45,21 @@ type candidate struct {
 	subject string
 	p       Priority
 	tkey    string
-	c       jetstream.Consumer
 	since   time.Time // when its oldest never-delivered job was stored; zero if unknown or none
 }
 
-// ensureConsumers makes the consumers of jobs without a tenant, one per pool
-// and priority, before any job is taken.
+// ensureConsumers has the broker make the consumers of jobs without a
+// tenant, one per pool and priority, before any job is taken: a queue
+// without a broker is found at start, not at the first job.
 func (s *Server) ensureConsumers(ctx context.Context) error {
 	for _, pool := range s.cfg.Pools {
 		for _, p := range Priorities {
-			if _, err := s.consumer(ctx, pool, p, ""); err != nil {
-				return err
+			if _, err := s.q.consumerInfo(ctx, pool, p, "", s.cfg.AckWait); err != nil {
+				return fmt.Errorf("jobs: consumer for pool %s, priority %s: %w", pool, p, err)
 			}
 		}
 	}
 	return nil
-}
-
-// consumer returns the durable consumer of one pool, priority and tenant
-// key, making it on first use. Tenant consumers are deleted by the server
-// after tenantIdle without a fetch (once their last claim has ended).
-func (s *Server) consumer(ctx context.Context, pool string, p Priority, tkey string) (jetstream.Consumer, error) {
-	f := s.feeds[pool]
-	subject := s.q.names.subjectOf(pool, p, tkey)
-	if c := f.consumers[subject]; c != nil {
-		return c, nil
-	}
-	cfg := jetstream.ConsumerConfig{
-		Durable:       s.q.names.Consumer(pool, p, tkey),
-		Description:   fmt.Sprintf("executors serving pool %s, %s priority", pool, p),
-		FilterSubject: subject,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.cfg.AckWait,
-		MaxDeliver:    -1, // attempts are counted by the server, which dead-letters
-		MaxAckPending: maxAckPending,
-	}
-	if tkey != "" {
-		cfg.Description += ", tenant key " + tkey
-		cfg.InactiveThreshold = tenantIdle
-	}
-	c, err := s.q.stream.CreateOrUpdateConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: consumer for pool %s, priority %s%s: %w", pool, p, orNone(" tenant key ", tkey), err)
-	}
-	f.consumers[subject] = c
-	return c, nil
 }
 
 func orNone(label, v string) string {
@@ -104,7 +71,7 @@ func orNone(label, v string) string {
 
 // next fetches one job of pool: it tries the priorities in the order of
 // Order and, within one, the tenants in the order of tenantOrder.
-func (s *Server) next(ctx context.Context, pool string, st lease.PoolStats) (jetstream.Msg, error) {
+func (s *Server) next(ctx context.Context, pool string, st lease.PoolStats) (*delivery, error) {
 	cands, err := s.candidates(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -123,19 +90,12 @@ func (s *Server) next(ctx context.Context, pool string, st lease.PoolStats) (jet
 	}
 	for _, p := range Order(heads, time.Now(), s.cfg.Aging) {
 		for _, c := range s.tenantOrder(pool, p, byPriority[p], st) {
-			batch, err := c.c.FetchNoWait(1)
+			d, err := s.q.fetch(ctx, pool, c.p, c.tkey)
 			if err != nil {
 				return nil, err
 			}
-			var msg jetstream.Msg
-			for m := range batch.Messages() {
-				msg = m
-			}
-			if msg != nil {
-				return msg, nil
-			}
-			if err := batch.Error(); err != nil {
-				return nil, err
+			if d != nil {
+				return d, nil
 			}
 		}
 	}
@@ -177,30 +137,20 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 		if !ok {
 			continue
 		}
-		c, err := s.consumer(ctx, pool, p, tkey)
-		if err != nil {
-			return nil, err
-		}
-		ci, err := c.Info(ctx)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			// A tenant's consumer the server deleted after tenantIdle
-			// (or an operator did): make it again.
-			delete(f.consumers, subj)
-			if c, err = s.consumer(ctx, pool, p, tkey); err == nil {
-				ci, err = c.Info(ctx)
-			}
-		}
+		// The broker makes the consumer on first use (again, after the
+		// server deleted a tenant's after tenantIdle).
+		ci, err := s.q.consumerInfo(ctx, pool, p, tkey, s.cfg.AckWait)
 		if err != nil {
 			return nil, err
 		}
 		if ci.NumPending == 0 && ci.NumAckPending == 0 {
 			continue // stored jobs of a consumer made since, or being deleted
 		}
-		cand := candidate{subject: subj, p: p, tkey: tkey, c: c}
+		cand := candidate{subject: subj, p: p, tkey: tkey}
 		if ci.NumPending > 0 && (s.cfg.Aging > 0 || perPriority[p] > 1) {
 			// Its oldest never-delivered job: the first message of the
 			// subject after the consumer's delivered floor.
-			if m, err := s.q.stream.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(subj)); err == nil {
+			if m, err := s.q.stream.GetMsg(ctx, ci.DeliveredStream+1, jetstream.WithGetMsgSubject(subj)); err == nil {
 				cand.since = m.Time
 			}
 		}

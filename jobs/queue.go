@@ -262,18 +262,26 @@ func (q *Queue) get(ctx context.Context, kv jetstream.KeyValue, id string) (*Rec
 	if validID(id) != nil {
 		return nil, 0, fmt.Errorf("%w: %q is not a valid job id", ErrNotFound, id)
 	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
+	e, err := q.getEntry(ctx, kv.Bucket(), id)
 	if err != nil {
-		return nil, 0, fmt.Errorf("jobs: reading job %s: %w", id, err)
+		return nil, 0, err
 	}
+	rec, err := decodeRecord(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rec, e.seq, nil
+}
+
+// decodeRecord decodes a stored record, keeping the bytes and signature
+// it was read from.
+func decodeRecord(e scanEntry) (*Record, error) {
 	var rec Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("jobs: record of job %s is malformed: %w", id, err)
+	if err := json.Unmarshal(e.value, &rec); err != nil {
+		return nil, fmt.Errorf("jobs: record of job %s is malformed: %w", e.key, err)
 	}
-	return &rec, e.Revision(), nil
+	rec.stored, rec.sig = e.value, e.header.Get(SignatureHeader)
+	return &rec, nil
 }
 
 // put stores a record, stamping UpdatedAt.
@@ -309,55 +317,35 @@ func revisionMoved(err error) bool {
 
 // List returns up to limit records, most recently updated first, optionally
 // only those in state (empty: all). It reads the whole results bucket, which
-// its TTL keeps bounded.
+// its TTL and size cap keep bounded, without a consumer (scan.go).
 func (q *Queue) List(ctx context.Context, limit int, state State) ([]Record, error) {
-	w, err := q.results.WatchAll(ctx)
+	byID := map[string]Record{}
+	err := q.scan(q.names.Results, "*", 0).readAll(ctx, func(e scanEntry) {
+		if e.deleted && !strings.Contains(e.key, ".") {
+			delete(byID, e.key)
+		} else if rec, ok := recordOf(e); ok {
+			byID[rec.ID] = rec
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: listing: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
 	var recs []Record
-	seen := 0
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				break loop
-			}
-			if e == nil {
-				// The initial-values marker can come early (DESIGN.md): it
-				// only ends an empty listing if the bucket really is empty.
-				if seen == 0 {
-					st, err := q.results.Status(ctx)
-					if err != nil {
-						return nil, fmt.Errorf("jobs: listing: %w", err)
-					}
-					if st.Values() == 0 {
-						break loop
-					}
-				}
-				continue
-			}
-			seen++
-			if e.Operation() == jetstream.KeyValuePut && !strings.Contains(e.Key(), ".") { // not a cancel marker
-				var rec Record
-				if json.Unmarshal(e.Value(), &rec) == nil && (state == "" || rec.State == state) {
-					recs = append(recs, rec)
-				}
-			}
-			if e.Delta() == 0 {
-				break loop
-			}
+	for _, rec := range byID {
+		if state == "" || rec.State == state {
+			recs = append(recs, rec)
 		}
 	}
-	slices.SortFunc(recs, func(a, b Record) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	slices.SortFunc(recs, func(a, b Record) int { return cmp.Or(b.UpdatedAt.Compare(a.UpdatedAt), strings.Compare(a.ID, b.ID)) })
 	if limit > 0 && len(recs) > limit {
 		recs = recs[:limit]
 	}
 	return recs, nil
+}
+
+// scan reads bucket's keys matching pattern from sequence from on.
+func (q *Queue) scan(bucket, pattern string, from uint64) *scanner {
+	return newScanner(q.js.Conn(), bucket, pattern, from)
 }
 
 // Depth is the queue of one pool and priority.

@@ -363,7 +363,7 @@ func (s *Server) tryOne(ctx context.Context, pool string) outcome {
 
 // task is one delivery of a job, from fetch to acknowledgement.
 type task struct {
-	msg       jetstream.Msg
+	msg       *delivery
 	job       Job
 	rec       *Record
 	rev       uint64 // rec's revision as this executor last read or wrote it (0: none stored)
@@ -380,7 +380,7 @@ type task struct {
 
 // take decides what to do with a fetched job and, when it is to run,
 // acquires its lease and starts it.
-func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st lease.PoolStats) outcome {
+func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.PoolStats) outcome {
 	meta, err := msg.Metadata()
 	if err != nil {
 		s.log.Error("job message without metadata", "subject", msg.Subject(), "err", err)
@@ -408,10 +408,25 @@ func (s *Server) take(ctx context.Context, pool string, msg jetstream.Msg, st le
 	}
 	t.rec, t.rev = rec, rev
 	if rec.State.Final() {
-		// Its result is stored; the acknowledgement was lost.
-		s.ack(t)
-		return handled
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		believed, err := s.q.believed(gctx, rec)
+		cancel()
+		switch {
+		case err != nil:
+			s.log.Warn("checking a job's stored outcome", "job", job.ID, "err", err)
+			_ = msg.NakWithDelay(s.cfg.PollInterval)
+			return idle
+		case believed:
+			// Its result is stored; the acknowledgement was lost.
+			s.ack(t)
+			return handled
+		}
+		// An outcome no broker signed: someone's forgery. The job runs,
+		// and its record is made anew from the job itself.
+		s.log.Warn("a record of this job claims an outcome no broker signed; running the job all the same", "job", job.ID, "state", rec.State)
+		t.rec = &Record{ID: job.ID, State: StateQueued, Spec: job.Spec, SubmittedAt: job.SubmittedAt, Seq: meta.Sequence.Stream}
 	}
+	rec = t.rec
 	t.attempt = int(meta.NumDelivered) - rec.Returned
 	if rec.State == StateRunning && rec.Node != "" {
 		rec.Error = fmt.Sprintf("attempt %d on node %s was lost: its executor stopped or lost contact before storing a result", rec.Attempts, rec.Node)
@@ -480,7 +495,7 @@ func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uin
 
 // keepClaim heartbeats the job's claim until the returned stop is called;
 // stop waits for the heartbeat goroutine.
-func (s *Server) keepClaim(msg jetstream.Msg) (stop func()) {
+func (s *Server) keepClaim(msg *delivery) (stop func()) {
 	quit, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -699,7 +714,10 @@ func (s *Server) bury(t *task) {
 	t.stopClaim()
 	t.rec.State, t.rec.NextAttemptAt = StateDead, time.Time{}
 	t.rec.Attempts = t.attempt
-	err := s.storeIn(s.q.dead, t.rec)
+	err := retryWrite(func(ctx context.Context) error {
+		_, err := s.q.settle(ctx, t.msg, t.rec, 0, settleDead)
+		return err
+	}, nil)
 	if err == nil {
 		if err = s.storeTask(t); errors.Is(err, errEnded) {
 			err = nil // stored by an earlier try of this write, or cancelled: final either way
@@ -719,24 +737,30 @@ func (s *Server) bury(t *task) {
 
 // buryMalformed dead-letters a message that is not a valid job, under its
 // stream sequence when it has no usable id.
-func (s *Server) buryMalformed(msg jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+func (s *Server) buryMalformed(msg *delivery, meta *jetstream.MsgMetadata, err error) {
 	var job Job
 	_ = json.Unmarshal(msg.Data(), &job)
 	id := job.ID
 	if validID(id) != nil {
-		id = "malformed-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+		id = malformedID(meta.Sequence.Stream)
 	}
 	if err == nil {
 		err = fmt.Errorf("bad job id %q", job.ID)
 	}
 	rec := &Record{ID: id, State: StateDead, Spec: job.Spec, SubmittedAt: meta.Timestamp,
 		Error: fmt.Sprintf("not a valid job message: %v; its body: %.300q", err, msg.Data())}
-	if err := s.storeIn(s.q.dead, rec); err != nil {
+	settle := func(mode settleMode) error {
+		return retryWrite(func(ctx context.Context) error {
+			_, err := s.q.settle(ctx, msg, rec, 0, mode)
+			return err
+		}, nil)
+	}
+	if err := settle(settleDead); err != nil {
 		s.log.Error("storing a dead letter", "job", id, "err", err)
 		_ = msg.NakWithDelay(s.cfg.PollInterval)
 		return
 	}
-	_ = s.storeIn(s.q.results, rec)
+	_ = settle(settleAny)
 	s.log.Error("dead-lettered a malformed job message", "id", id, "err", err)
 	_ = msg.Term()
 }
@@ -798,12 +822,6 @@ func (s *Server) ack(t *task) {
 		// Delivered again, it finds its final record and is acknowledged then.
 		s.log.Warn("acknowledging a job", "job", t.job.ID, "err", err)
 	}
-}
-
-// storeIn writes a record, retrying briefly: the write stands between a
-// finished job and its acknowledgement.
-func (s *Server) storeIn(kv jetstream.KeyValue, rec *Record) error {
-	return retryWrite(func(ctx context.Context) error { return s.q.put(ctx, kv, rec) }, nil)
 }
 
 // retryWrite makes a record write up to four times, 100ms, 300ms and

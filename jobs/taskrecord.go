@@ -19,8 +19,8 @@ import (
 var errEnded = errors.New("jobs: the job ended meanwhile")
 
 // storeTask writes t.rec conditionally on t.rev and keeps t.rev current;
-// errEnded if the stored record is final. It retries briefly, as storeIn
-// does: the write stands between a finished job and its acknowledgement.
+// errEnded if the stored record is final. It retries briefly
+// (retryWrite): the write stands between a finished job and its acknowledgement.
 func (s *Server) storeTask(t *task) error {
 	return retryWrite(func(ctx context.Context) error { return s.writeTask(ctx, t) },
 		func(err error) bool { return errors.Is(err, errEnded) })
@@ -32,27 +32,47 @@ func (s *Server) storeTask(t *task) error {
 // over it, as the current attempt's.
 func (s *Server) writeTask(ctx context.Context, t *task) error {
 	for range 5 {
-		rev, err := s.q.putAt(ctx, s.q.results, t.rec, t.rev)
+		rev, err := s.putTask(ctx, t)
 		if err == nil {
 			t.rev = rev
 			return nil
 		}
-		if !revisionMoved(err) {
+		if !revisionMoved(err) && !errors.Is(err, errMoved) {
 			return err
 		}
 		cur, rev, err := s.q.get(ctx, s.q.results, t.rec.ID)
-		switch {
-		case errors.Is(err, ErrNotFound):
+		if errors.Is(err, ErrNotFound) {
 			t.rev = 0 // deleted meanwhile: written anew
-		case err != nil:
-			return err
-		case cur.State.Final():
-			return fmt.Errorf("%w: %s is %s", errEnded, cur.ID, cur.State)
-		default:
-			t.rev = rev
+			continue
 		}
+		if err != nil {
+			return err
+		}
+		if cur.State.Final() {
+			// Final by whose word? An outcome no broker signed is
+			// someone's forgery, which this attempt writes over.
+			ok, err := s.q.believed(ctx, cur)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return fmt.Errorf("%w: %s is %s", errEnded, cur.ID, cur.State)
+			}
+			s.log.Warn("a record of this job claims an outcome no broker signed; writing over it", "job", cur.ID, "state", cur.State)
+		}
+		t.rev = rev
 	}
 	return fmt.Errorf("jobs: storing %s: its record kept changing", t.rec.ID)
+}
+
+// putTask makes one write of t.rec conditional on t.rev: a final record
+// through the broker, which signs it for the taker of t's delivery
+// (sign.go); any other directly.
+func (s *Server) putTask(ctx context.Context, t *task) (uint64, error) {
+	if t.rec.State.Final() {
+		return s.q.settle(ctx, t.msg, t.rec, t.rev, settleAt)
+	}
+	return s.q.putAt(ctx, s.q.results, t.rec, t.rev)
 }
 
 // endedMeanwhile lets go of a task whose job was made final by another

@@ -3,14 +3,10 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Waiting for many jobs. A set of jobs is done when every job in it has
@@ -56,6 +52,11 @@ type Summary struct {
 	Slowest []Record `json:"slowest"`
 	// Wall is the time from the first submit to the last update.
 	Wall time.Duration `json:"wall_ns"`
+	// Refused lists the jobs of the set (ids) whose record claimed an
+	// outcome no broker signed (sign.go): a forgery, not counted as the
+	// job's end. The job is pending until its executor stores its real
+	// outcome.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // OK reports whether every job succeeded.
@@ -83,58 +84,67 @@ func (q *Queue) Wait(ctx context.Context, w WaitFor, progress func(*Summary)) (*
 		}
 	}
 	s := newWaitSet(w)
-	watcher, err := q.results.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: waiting: %w", err)
-	}
-	defer func() { _ = watcher.Stop() }()
-	caughtUp := false // judged only once the records written so far are in
-	for {
+	// The records in the order they were written, read as a watch would
+	// deliver them but without a consumer (scan.go): first every record
+	// stored, then what is written after, looked for every waitPoll.
+	sc := q.scan(q.names.Results, "*", 0)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			sum := s.summary()
 			return sum, fmt.Errorf("%w: %d of %d pending", ErrWaitTimeout, sum.Pending, sum.Jobs)
-		case e, ok := <-watcher.Updates():
-			if !ok {
-				return s.summary(), fmt.Errorf("jobs: waiting: the watch of %s ended", q.names.Results)
+		case <-poll.C:
+		}
+		var recs []*Record
+		read := 0
+		err := sc.readAll(ctx, func(e scanEntry) {
+			read++
+			if rec, ok := recordOf(e); ok {
+				recs = append(recs, &rec)
 			}
-			if e == nil {
-				// The initial-values marker can come early (DESIGN.md):
-				// it ends the catch-up only for an empty bucket.
-				if caughtUp {
-					continue
-				}
-				if st, err := q.results.Status(ctx); err != nil || st.Values() > 0 {
-					continue
-				}
+		})
+		if err == nil {
+			// An outcome counts only if a broker signed it (sign.go).
+			err = q.checkOutcomes(ctx, recs)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // the deadline: answered above
+			}
+			return s.summary(), fmt.Errorf("jobs: waiting: %w", err)
+		}
+		for _, rec := range recs {
+			if rec.Unsigned {
+				s.refuse(*rec)
 			} else {
-				if e.Operation() == jetstream.KeyValuePut && !strings.Contains(e.Key(), ".") {
-					var rec Record
-					if json.Unmarshal(e.Value(), &rec) == nil && rec.ID == e.Key() {
-						s.add(rec)
-					}
-				}
-				if e.Delta() > 0 {
-					continue
-				}
+				s.add(*rec)
 			}
-			caughtUp = true
-			if w.FailFast && s.failed != "" {
-				q.cancelRest(ctx, s)
-			}
-			sum := s.summary()
-			if progress != nil {
-				progress(sum)
-			}
-			if sum.Jobs > 0 && sum.Pending == 0 {
-				return sum, nil
-			}
-			if sum.Jobs == 0 && w.Batch != "" {
-				return sum, fmt.Errorf("%w: batch %s has no jobs", ErrNotFound, w.Batch)
-			}
+		}
+		poll.Reset(waitPoll)
+		if read == 0 && !first {
+			continue
+		}
+		if w.FailFast && s.failed != "" {
+			q.cancelRest(ctx, s)
+		}
+		sum := s.summary()
+		if progress != nil {
+			progress(sum)
+		}
+		if sum.Jobs > 0 && sum.Pending == 0 {
+			return sum, nil
+		}
+		if sum.Jobs == 0 && w.Batch != "" {
+			return sum, fmt.Errorf("%w: batch %s has no jobs", ErrNotFound, w.Batch)
 		}
 	}
 }
+
+// waitPoll is how often Wait looks for records written since it last
+// looked.
+const waitPoll = 200 * time.Millisecond
 
 // cancelRest cancels the set's jobs that have not ended, once each.
 func (q *Queue) cancelRest(ctx context.Context, s *waitSet) {
@@ -155,10 +165,14 @@ type waitSet struct {
 	kids        map[string][]Record // records seen whose parent is not a member (yet)
 	failed      string              // the first dead job, for FailFast
 	cancelAsked map[string]bool
+	// refused are the members whose record claimed an outcome no broker
+	// signed, in the order seen.
+	refused      map[string]bool
+	refusedOrder []string
 }
 
 func newWaitSet(w WaitFor) *waitSet {
-	s := &waitSet{w: w, roots: map[string]bool{}, members: map[string]Record{}, kids: map[string][]Record{}, cancelAsked: map[string]bool{}}
+	s := &waitSet{w: w, roots: map[string]bool{}, members: map[string]Record{}, kids: map[string][]Record{}, cancelAsked: map[string]bool{}, refused: map[string]bool{}}
 	for _, id := range w.IDs {
 		s.roots[id] = true
 	}
@@ -178,6 +192,22 @@ func (s *waitSet) add(r Record) {
 		s.adopt(r.ID)
 	case r.Spec.Parent != "":
 		s.kids[r.Spec.Parent] = append(s.kids[r.Spec.Parent], r)
+	}
+}
+
+// refuse notes a record of the set that claims an outcome no broker
+// signed: the job keeps the state it had (queued, if it is new).
+func (s *waitSet) refuse(r Record) {
+	if !(s.isMember(r.ID) || s.roots[r.ID] || (s.w.Batch != "" && r.Spec.Batch == s.w.Batch) || s.isMember(r.Spec.Parent)) {
+		return
+	}
+	if !s.refused[r.ID] {
+		s.refused[r.ID] = true
+		s.refusedOrder = append(s.refusedOrder, r.ID)
+	}
+	if _, ok := s.members[r.ID]; !ok {
+		r.State = StateQueued // a member all the same, which has not ended
+		s.members[r.ID] = r
 	}
 }
 
@@ -207,7 +237,7 @@ func (s *waitSet) adopt(id string) {
 }
 
 func (s *waitSet) summary() *Summary {
-	sum := &Summary{Batch: s.w.Batch, Jobs: len(s.members), Failed: []Record{}, Slowest: []Record{}}
+	sum := &Summary{Batch: s.w.Batch, Jobs: len(s.members), Failed: []Record{}, Slowest: []Record{}, Refused: slices.Clone(s.refusedOrder)}
 	var first, last time.Time
 	all := make([]Record, 0, len(s.members))
 	for _, r := range s.members {
