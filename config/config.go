@@ -201,6 +201,11 @@ type Manager struct {
 	ExecutorsMaxConnections int
 	ReadersMaxConnections   int
 
+	// The job queue administrator's credentials on a NATS of your own
+	// (jobsadmin.go): JOBS_NATS_NKEY, or JOBS_NATS_USER and
+	// JOBS_NATS_PASSWORD.
+	JobsNATSNKey, JobsNATSUser, JobsNATSPassword string
+
 	// Pools is derived: the POOL_CAPACITIES pools plus the default pool,
 	// sorted by name. The default pool's capacity is "default=N" from
 	// POOL_CAPACITIES if present, else EXECUTOR_MAX_CONCURRENCY, else 4.
@@ -371,6 +376,7 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	errs = append(errs, c.resolveFastRelease(m, bad)...)
 	errs = append(errs, c.resolveEmbeddedLimits(m)...)
+	errs = append(errs, c.resolveJobsAdmin(m)...)
 	return errs
 }
 

@@ -74,6 +74,10 @@
 //	NATS_READERS_MAX_CONNECTIONS
 //	                          ... on the readers' connections; default 256, less
 //	                          likewise
+//	JOBS_NATS_NKEY            with NATS_URL: the job queue administrator's nkey
+//	                          seed file, for the job broker (jobsadmin.go)
+//	JOBS_NATS_USER            ... or its user,
+//	JOBS_NATS_PASSWORD        ... and password
 //	LEASE_TTL                 lease time-to-live, whole seconds, 1s to 24h; default 15s
 //	LEADER_TTL                leadership key TTL, whole seconds, 1s to 24h; default 5s
 //	HTTP_ADDR                 host:port of the HTTP endpoint; default

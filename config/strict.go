@@ -54,6 +54,7 @@ var (
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvMaxQueuedPerConnection, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 		EnvNATSExecutorsMaxStore, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections,
+		EnvJobsNATSNKey, EnvJobsNATSUser, EnvJobsNATSPassword,
 	}
 	// varOrder is the order errors are reported in: the documented order
 	// of the variables, so output is stable whatever order checks run in.

@@ -70,19 +70,20 @@ func executorPublish(p string) []string {
 	pub = append(pub, lease.DiscoverySubjects()...)
 	n := jobs.NamesFor(p)
 	pub = append(pub, n.AllSubjects(), n.EventSubjects()) // submit; job events
-	// The job stream: bind, read a waiting job's time, durable pull
-	// consumers per pool and priority, fetch, ack.
+	// The broker (jobs/broker.go): consumers, fetches and outcomes go
+	// through it. No consumer of any kind: one credential could make one
+	// that takes every job, or use up a stream's consumers for everyone.
+	pub = append(pub, n.BrokerSubjects())
+	// The job stream: bind, read a waiting job's time, list the consumers'
+	// figures, keep, give back or end a delivery the broker fetched.
 	s := n.Stream
 	pub = append(pub,
-		"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
-		"$JS.API.CONSUMER.CREATE."+s+".>", "$JS.API.CONSUMER.INFO."+s+".*", "$JS.API.CONSUMER.LIST."+s,
-		"$JS.API.CONSUMER.MSG.NEXT."+s+".*", "$JS.ACK."+s+".>",
+		"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s, "$JS.API.CONSUMER.LIST."+s, "$JS.ACK."+s+".>",
 		// cancel and purge: a cancelled job's message leaves the stream.
 		"$JS.API.STREAM.MSG.DELETE."+s,
 	)
-	// The results and dead-letter buckets: get, put, create, watch (an
-	// ordered push consumer, deleted when the watch stops; $JS.FC answers
-	// its flow control when a listing is large).
+	// The results and dead-letter buckets: get, put, create, and read in
+	// order without a consumer (batched direct gets, jobs/scan.go).
 	for _, b := range []string{n.Results, n.Dead} {
 		pub = append(pub, kvRights(b)...)
 		pub = append(pub, "$KV."+b+".>")
@@ -90,14 +91,11 @@ func executorPublish(p string) []string {
 	return pub
 }
 
-// kvRights are the JetStream API subjects to read and watch bucket b.
+// kvRights are the JetStream API subjects to read bucket b: its status, a
+// key's value, a batch of values in stream order.
 func kvRights(b string) []string {
 	s := "KV_" + b
-	return []string{
-		"$JS.API.STREAM.INFO." + s, "$JS.API.DIRECT.GET." + s + ".>",
-		"$JS.API.CONSUMER.CREATE." + s + ".>", "$JS.API.CONSUMER.DELETE." + s + ".*",
-		"$JS.FC." + s + ".>",
-	}
+	return []string{"$JS.API.STREAM.INFO." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
 }
 
 func readerPublish(p string) []string {

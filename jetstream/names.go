@@ -13,12 +13,13 @@ type Names struct {
 	Leaders string // <p>_leaders: one leadership key per node
 	Pools   string // <p>_pools: each node's runtime pool changes (resize)
 	Events  string // <p>_events: the lease events, kept for replay
+	JobsKey string // <p>_jobs_key: the job brokers' signing key (jobs/sign.go)
 }
 
 // NamesFor derives the names from a subject prefix.
 func NamesFor(prefix string) Names {
 	base := strings.ReplaceAll(strings.ReplaceAll(prefix, "_", "__"), ".", "_")
-	return Names{Leases: base + "_leases", Leaders: base + "_leaders", Pools: base + "_pools", Events: base + "_events"}
+	return Names{Leases: base + "_leases", Leaders: base + "_leaders", Pools: base + "_pools", Events: base + "_events", JobsKey: base + "_jobs_key"}
 }
 
 // bucketDescription says what a bucket of NamesFor holds, as `nats kv ls`
@@ -31,6 +32,8 @@ func bucketDescription(bucket string) string {
 		return "slotlease: one leadership key per node; the lease manager holding it serves the node"
 	case strings.HasSuffix(bucket, "_pools"):
 		return "slotlease: each node's runtime pool changes (leasemgr resize), applied over its POOL_CAPACITIES"
+	case strings.HasSuffix(bucket, "_jobs_key"):
+		return "slotlease: the key the job brokers sign outcomes with; secret, for lease managers only"
 	}
 	return "slotlease"
 }

@@ -14,9 +14,9 @@ import (
 // never share a bucket or stream.
 func TestNamesFor(t *testing.T) {
 	for prefix, want := range map[string]Names{
-		"lease":      {Leases: "lease_leases", Leaders: "lease_leaders", Pools: "lease_pools", Events: "lease_events"},
-		"acme.lease": {Leases: "acme_lease_leases", Leaders: "acme_lease_leaders", Pools: "acme_lease_pools", Events: "acme_lease_events"},
-		"my_co":      {Leases: "my__co_leases", Leaders: "my__co_leaders", Pools: "my__co_pools", Events: "my__co_events"},
+		"lease":      {Leases: "lease_leases", Leaders: "lease_leaders", Pools: "lease_pools", Events: "lease_events", JobsKey: "lease_jobs_key"},
+		"acme.lease": {Leases: "acme_lease_leases", Leaders: "acme_lease_leaders", Pools: "acme_lease_pools", Events: "acme_lease_events", JobsKey: "acme_lease_jobs_key"},
+		"my_co":      {Leases: "my__co_leases", Leaders: "my__co_leaders", Pools: "my__co_pools", Events: "my__co_events", JobsKey: "my__co_jobs_key"},
 	} {
 		if got := NamesFor(prefix); got != want {
 			t.Errorf("NamesFor(%q) = %+v, want %+v", prefix, got, want)
@@ -25,7 +25,7 @@ func TestNamesFor(t *testing.T) {
 	owner := map[string]string{}
 	for _, prefix := range []string{"a.b", "a_b", "a__b", "a.b.c", "a_b.c", "a.b_c", "a_b_c", "a", "a.leases", "a_leases"} {
 		n := NamesFor(prefix)
-		for _, name := range []string{n.Leases, n.Leaders, n.Pools, n.Events} {
+		for _, name := range []string{n.Leases, n.Leaders, n.Pools, n.Events, n.JobsKey} {
 			if other, taken := owner[name]; taken {
 				t.Errorf("prefixes %q and %q share %s", other, prefix, name)
 			}
@@ -52,6 +52,9 @@ func TestBucketDescriptions(t *testing.T) {
 	if _, err := jobs.Open(ctx, nc, jobs.Config{Prefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := JobsKey(ctx, nc, prefix, 1); err != nil {
+		t.Fatal(err)
+	}
 
 	// Each stream (a bucket is stream KV_<bucket>) and a word its
 	// description must hold.
@@ -59,6 +62,7 @@ func TestBucketDescriptions(t *testing.T) {
 		"KV_" + n.Leases:   "lease records",
 		"KV_" + n.Leaders:  "leadership",
 		"KV_" + n.Pools:    "pool changes",
+		"KV_" + n.JobsKey:  "sign outcomes",
 		n.Events:           "lease events",
 		jn.Stream:          "jobs",
 		"KV_" + jn.Results: "results",

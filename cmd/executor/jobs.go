@@ -45,7 +45,7 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		if out.Queues, err = q.Depths(ctx); err != nil {
 			return 1, err
 		}
-		all, err := q.List(ctx, 0, "")
+		all, err := q.ListChecked(ctx, 0, "")
 		if err != nil {
 			return 1, err
 		}
@@ -83,7 +83,11 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		if node == "" {
 			node = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Spec.Pool, r.Spec.Priority,
+		state := string(r.State)
+		if r.Unsigned {
+			state += " (refused: unsigned)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, state, r.Spec.Pool, r.Spec.Priority,
 			r.Attempts, r.Spec.MaxAttempts, node, exit, dur, r.UpdatedAt.Local().Format(time.DateTime))
 	}
 	return 0, tw.Flush()

@@ -33,7 +33,8 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer nc.Close()
 	var rec *jobs.Record
 	if q != nil {
-		rec, err = q.Get(ctx, id)
+		// An outcome counts only if a broker signed it (jobs/sign.go).
+		rec, err = q.GetChecked(ctx, id)
 	}
 	if errors.Is(err, jobs.ErrNotFound) || errors.Is(err, jobs.ErrNoQueue) {
 		return 1, fmt.Errorf("job %q not found: no such id under prefix %q, or its record expired (results are kept %v)", id, cfg.SubjectPrefix, jobs.DefaultResultTTL)
@@ -64,7 +65,7 @@ func printRecord(w io.Writer, r *jobs.Record) {
 		return t.Local().Format(time.RFC3339Nano)
 	}
 	row("job", r.ID)
-	row("state", string(r.State))
+	row("state", stateText(r))
 	row("pool", fmt.Sprintf("%s (%d slot(s)), priority %s", r.Spec.Pool, r.Spec.Slots, r.Spec.Priority))
 	row("command", quoteArgs(r.Spec.Command))
 	row("attempts", fmt.Sprintf("%d of %d", r.Attempts, r.Spec.MaxAttempts))
@@ -99,6 +100,14 @@ func printRecord(w io.Writer, r *jobs.Record) {
 			}
 		}
 	}
+}
+
+// stateText is a record's state as shown, with a refused outcome said so.
+func stateText(r *jobs.Record) string {
+	if r.Unsigned {
+		return string(r.State) + " REFUSED: no lease manager signed this outcome (a forgery, or a write by hand); the job has not ended"
+	}
+	return string(r.State)
 }
 
 func quoteArgs(args []string) string {

@@ -100,4 +100,7 @@ func printSummary(w io.Writer, s *jobs.Summary, asJSON bool) {
 	for _, r := range s.Failed {
 		fmt.Fprintf(w, "%s %s after %d attempt(s): %s\n", string(r.State), r.ID, r.Attempts, r.Error)
 	}
+	for _, id := range s.Refused {
+		fmt.Fprintf(w, "refused %s: its record claimed an outcome no lease manager signed (a forgery, or a write by hand); not counted as ended\n", id)
+	}
 }

@@ -71,13 +71,13 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer metrics.Close()
 
 	url := cfg.NATSURL
-	var jobsAuth nats.Option // the embedded server's executors' account
+	jobsAuth := configJobsAdmin(cfg) // the job queue's administrator, if any
 	if url == "" {
 		srv, jobs, err := startEmbedded(cfg, log)
 		if err != nil {
 			return err
 		}
-		jobsAuth = jobs
+		jobsAuth = &jobsAdmin{opts: []nats.Option{jobs}}
 		defer func() {
 			srv.Shutdown()
 			srv.WaitForShutdown()
@@ -140,6 +140,15 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer jobMetrics.Close()
+	if ns.jobs != nil {
+		// Executors make no consumer and store no outcome themselves:
+		// they ask this (jobs/broker.go).
+		broker, err := startJobBroker(ctx, nc, ns.jobs, cfg, log, metrics.JobRecordsRefused(cfg.NodeID))
+		if err != nil {
+			return err
+		}
+		defer broker.Close()
+	}
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {

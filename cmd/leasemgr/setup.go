@@ -32,8 +32,9 @@ var errAfterConnect = errors.New("JetStream set-up")
 type natsSetup struct {
 	nc                        *nats.Conn
 	store, leaders, poolStore *jetstream.LeaseStore
-	// jobs is the connection to the embedded server's executors' account,
-	// where the job queue lives; nil on a real NATS.
+	// jobs is the job queue administrator's connection to the executors'
+	// account, where the job queue lives (the embedded server's own user,
+	// or JOBS_NATS_*); nil without one.
 	jobs *nats.Conn
 	// jobsCapErr says why the job queue's caps could not all be applied:
 	// worth a warning, not a node that never serves (the executors'
@@ -55,7 +56,7 @@ type natsSetup struct {
 // waiting cannot cure (a malformed URL, bad credentials or settings), or
 // with ctx's error when ctx ends first (SIGTERM). The caller owns the
 // connection it returns.
-func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.Option, log *slog.Logger) (*natsSetup, error) {
+func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth *jobsAdmin, log *slog.Logger) (*natsSetup, error) {
 	var nc, jobsNC *nats.Conn
 	closeAll := func() {
 		for _, c := range []*nats.Conn{nc, jobsNC} {
@@ -101,9 +102,28 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth nats.O
 	return nil, ctx.Err()
 }
 
+// jobsAdmin is how leasemgr connects as the job queue's administrator:
+// the embedded server's in-memory user (opts), or JOBS_NATS_* (auth).
+type jobsAdmin struct {
+	auth natsconn.Auth
+	opts []nats.Option
+}
+
+// configJobsAdmin is the administrator JOBS_NATS_* name on a NATS of your
+// own, with the TLS settings of leasemgr's own connection; nil if none.
+func configJobsAdmin(cfg *config.Manager) *jobsAdmin {
+	if !cfg.JobsAdmin() {
+		return nil
+	}
+	a := natsconn.ConfigAuth(&cfg.Common)
+	a.Creds, a.InboxPrefix = "", ""
+	a.NKeySeed, a.User, a.Password = cfg.JobsNATSNKey, cfg.JobsNATSUser, cfg.JobsNATSPassword
+	return &jobsAdmin{auth: a}
+}
+
 // trySetUp makes one try. A connection made by an earlier try is kept in
 // *nc (and *jobsNC): it reconnects by itself.
-func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth nats.Option, jobsNC **nats.Conn) (*natsSetup, error) {
+func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth *jobsAdmin, jobsNC **nats.Conn) (*natsSetup, error) {
 	s := &natsSetup{}
 	if jobsAuth != nil && *jobsNC == nil {
 		// First, as the server comes up: this connection counts against
@@ -112,7 +132,7 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		// it. Should they have, the node serves its leases without the job
 		// queue (docs/security.md, "Limits per account"): the managers'
 		// own account always has room.
-		c, err := natsconn.Connect(url, natsconn.Auth{}, "leasemgr "+cfg.NodeID+" job queue", jobsAuth)
+		c, err := natsconn.Connect(url, jobsAuth.auth, "leasemgr "+cfg.NodeID+" job queue", jobsAuth.opts...)
 		switch {
 		case errors.Is(err, nats.ErrMaxAccountConnectionsExceeded):
 			s.jobsRefused = err
@@ -150,10 +170,10 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		return nil, err
 	}
 	if *jobsNC != nil {
-		// Executors of the embedded server may not create streams (one
-		// capturing <prefix>.*.*.acquire in their account would read every
+		// Executors may not create streams (one capturing
+		// <prefix>.*.*.acquire in their account would read every
 		// executor's secrets): the job queue's stream and buckets are made
-		// here, in their account, for them to bind to. Sized to the
+		// here, as its administrator, for them to bind to. Sized to the
 		// executors' store cap, and capped so also where an earlier
 		// version made its buckets without caps (jobs/limits.go).
 		jcfg := jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas, MaxBytes: jobs.MaxBytesFor(cfg.ExecutorsMaxStore)}

@@ -87,6 +87,7 @@ type Metrics struct {
 	recordsRefused                                                               metric.Int64Counter
 	repliesRefused                                                               metric.Int64Counter
 	secretsRefused                                                               metric.Int64Counter
+	jobRecordsRefused                                                            metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
 
@@ -155,6 +156,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
 	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
 	m.secretsRefused = counter("lease.secrets_refused", "{request}", "Requests refused over their lease secret: a wrong one, or too many wrong ones from the connection, by reason.")
+	m.jobRecordsRefused = counter("lease.job_records_refused", "{record}", "Job records claiming an outcome no job broker signed, refused when a reader had them checked.")
 	histogram := func(name, desc string) metric.Float64Histogram {
 		if err != nil {
 			return nil
