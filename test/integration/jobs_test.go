@@ -211,9 +211,12 @@ func TestServeKilledMidJob(t *testing.T) {
 		t.Fatalf("submit: exit %d\n%s", code, out)
 	}
 	q := jobQueue(t, envA)
-	eventually(t, 15*time.Second, "the job to run on node a", func() bool {
+	// Running, and its command has written its line: a kill before the
+	// shell got that far (a busy machine) would leave nothing to compare.
+	eventually(t, time.Minute, "the job to run on node a", func() bool {
 		r := record(q, id)
-		return r.State == jobs.StateRunning && r.Node == "a" && httpPools(t, httpA)["p"].InUse == 1
+		runs, _ := os.ReadFile(filepath.Join(dir, "runs"))
+		return r.State == jobs.StateRunning && r.Node == "a" && httpPools(t, httpA)["p"].InUse == 1 && string(runs) == "a 1\n"
 	})
 	// Node b serves the same pool from now on; the job is a's until its
 	// claim lapses.

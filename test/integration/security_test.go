@@ -430,6 +430,9 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	common := []string{"NATS_URL=" + ss.url, "NODE_ID=node1"}
 	mgrEnv := append([]string{"NATS_USER=leasemgr", "NATS_PASSWORD=" + ss.passwords["leasemgr"],
+		// The job queue's administrator: leasemgr makes the queue and runs
+		// its broker, as docs/security.md's settings say.
+		"JOBS_NATS_USER=jobs-admin", "JOBS_NATS_PASSWORD=" + ss.passwords["jobs-admin"],
 		"POOL_CAPACITIES=gpu=1", "HTTP_ADDR=" + httpAddr, "LOG_LEVEL=debug",
 		"DISCONNECT_EVENTS=" + jetstream.ExecutorDisconnectSubject}, common...)
 	m := start(t, mgrEnv, "leasemgr")
@@ -498,13 +501,13 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		return strings.Count(sse.String(), "granted") >= 2
 	})
 
-	// The job queue in the executors' account: jobs-admin's submit makes
-	// its stream and buckets, executor a serves it with its narrow rights.
+	// The job queue in the executors' account: leasemgr, as jobs-admin,
+	// made its stream and buckets and runs its broker; executor a submits
+	// and serves it with its narrow rights.
 	exeA := append([]string{"NATS_USER=executor-a", "NATS_PASSWORD=" + ss.passwords["executor-a"], "NATS_INBOX_PREFIX=_INBOX_executor_a"}, common...)
-	admin := append([]string{"NATS_USER=jobs-admin", "NATS_PASSWORD=" + ss.passwords["jobs-admin"]}, common...)
-	sub := start(t, admin, "executor", "submit", "--pool", "gpu", "--", "true")
+	sub := start(t, exeA, "executor", "submit", "--pool", "gpu", "--", "true")
 	if code := sub.Wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("executor submit as jobs-admin: exit %d\n%s", code, sub.Output())
+		t.Fatalf("executor submit as executor a: exit %d\n%s", code, sub.Output())
 	}
 	id := strings.TrimSpace(sub.Output())
 	serve := start(t, exeA, "executor", "serve", "--pools", "gpu")
