@@ -79,7 +79,10 @@ func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, j
 	cfg.NATSCreds, cfg.NATSUser, cfg.NATSPassword = "", "", ""
 	cfg.NATSNKey = config.AuthFile(dir, config.RoleManager)
 	cfg.NATSInboxPrefix = config.RoleManager.InboxPrefix()
-	return s, jobs, nil
+	// A store that met a write error (no descriptor free for a moment) takes
+	// no write until it is loaded again: the healer does that, so the node
+	// serves again after an overload without a restart.
+	return jetstream.HealStores(s, log), jobs, nil
 }
 
 // embeddedLimits are the embedded server's connection limit and the
