@@ -83,6 +83,10 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 	}
 }
 
+// claimRetryMin is the least wait between two claims of the leadership
+// key: a store that fails claims at once is not asked in a loop.
+const claimRetryMin = 250 * time.Millisecond
+
 // waitLeadership creates the leadership key, watching it while another
 // instance holds it. It returns the key's revision and when the winning
 // create (or takeover) was sent.
@@ -144,8 +148,16 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 		if ctx.Err() != nil {
 			return 0, time.Time{}, ctx.Err()
 		}
+		// Try again when the key goes, and at least every TTL/2 in case a
+		// change was missed.
+		retry := cfg.TTL / 2
 		if !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) {
 			log.Warn("claiming leadership failed; retrying", "err", err)
+			// TTL/2 after this claim was sent, not after it failed: a claim
+			// that waited out its timeout on a store that dropped it (one
+			// with a write error, until it is reloaded) would otherwise add
+			// TTL/2 to the outage, past the 10 s a node has to serve again.
+			retry = max(retry-time.Since(sent), claimRetryMin)
 		} else if !standby {
 			standby = true
 			log.Info("another manager leads this node; standing by")
@@ -157,9 +169,7 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 				w = nil
 			}
 		}
-		// Try again when the key goes, and at least every TTL/2 in case a
-		// change was missed.
-		timer := time.NewTimer(cfg.TTL / 2)
+		timer := time.NewTimer(retry)
 	wait:
 		for {
 			select {
