@@ -156,7 +156,8 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 			// TTL/2 after this claim was sent, not after it failed: a claim
 			// that waited out its timeout on a store that dropped it (one
 			// with a write error, until it is reloaded) would otherwise add
-			// TTL/2 to the outage, past the 10 s a node has to serve again.
+			// TTL/2 to the outage (2.5 s of the 10 s a node has to serve
+			// again in after an overload).
 			retry = max(retry-time.Since(sent), claimRetryMin)
 		} else if !standby {
 			standby = true
