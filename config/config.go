@@ -188,8 +188,10 @@ type Manager struct {
 	TenantWeights       map[string]int
 	TenantDefaultWeight int
 	PriorityAging       time.Duration
-	// MaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION parsed.
+	// MaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION parsed, and
+	// MaxQueuedPerCredential MAX_QUEUED_PER_CREDENTIAL.
 	MaxQueuedPerConnection int
+	MaxQueuedPerCredential int
 
 	// The embedded server's account limits (embeddedlimits.go):
 	// NATS_EXECUTORS_MAX_STORE and NATS_EXECUTORS_MAX_CONSUMERS parsed, or

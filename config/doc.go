@@ -92,6 +92,8 @@
 //	POOL_MAX_QUEUE            per pool, most queued requests; default 10000
 //	MAX_QUEUED_PER_CONNECTION most requests one connection may have waiting;
 //	                          default 1000
+//	MAX_QUEUED_PER_CREDENTIAL most requests one credential may have waiting
+//	                          over all its connections; default 2500
 //	TENANT_WEIGHTS            fair pools: tenant:weight pairs
 //	TENANT_DEFAULT_WEIGHT     fair pools: weight of other tenants; default 1
 //	TENANT_CAPS               fair pools: most slots per tenant, per pool

@@ -23,6 +23,10 @@ const (
 	// may have waiting on a node, over all its pools (default
 	// DefaultMaxQueuedPerConnection).
 	EnvMaxQueuedPerConnection = "MAX_QUEUED_PER_CONNECTION"
+	// EnvMaxQueuedPerCredential bounds the requests waiting on a node from
+	// every connection of one credential together (default
+	// DefaultMaxQueuedPerCredential).
+	EnvMaxQueuedPerCredential = "MAX_QUEUED_PER_CREDENTIAL"
 )
 
 // Default queue bounds: a client cannot make a manager hold unbounded
@@ -35,6 +39,8 @@ const (
 	// DefaultMaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION's
 	// default.
 	DefaultMaxQueuedPerConnection = rules.DefaultMaxQueuedPerConnection
+	// DefaultMaxQueuedPerCredential is MAX_QUEUED_PER_CREDENTIAL's default.
+	DefaultMaxQueuedPerCredential = rules.DefaultMaxQueuedPerCredential
 )
 
 // Policies, as POOL_POLICIES accepts them.
@@ -162,6 +168,15 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 			errs = append(errs, varErr(EnvMaxQueuedPerConnection, v, err))
 		} else {
 			c.MaxQueuedPerConnection = int(n)
+		}
+	}
+	c.MaxQueuedPerCredential = DefaultMaxQueuedPerCredential
+	if v, ok := m[EnvMaxQueuedPerCredential]; ok && v != "" {
+		n, err := parseBounded(v, "max queued per credential", 1, MaxQueueLimit)
+		if err != nil {
+			errs = append(errs, varErr(EnvMaxQueuedPerCredential, v, err))
+		} else {
+			c.MaxQueuedPerCredential = int(n)
 		}
 	}
 	c.PriorityAging = 10 * time.Second

@@ -51,7 +51,7 @@ var (
 	managerVars = []string{
 		EnvPoolCapacities, EnvClusterPools, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 		EnvPoolRates, EnvPoolRateBurst,
-		EnvPoolPolicies, EnvPoolMaxQueue, EnvMaxQueuedPerConnection, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
+		EnvPoolPolicies, EnvPoolMaxQueue, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 		EnvNATSExecutorsMaxStore, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections,
 		EnvJobsNATSNKey, EnvJobsNATSUser, EnvJobsNATSPassword,
@@ -66,7 +66,7 @@ var (
 // entry is named.
 var (
 	listVars     = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolPolicies, EnvPoolMaxQueue, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes}
-	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections}
+	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )
 

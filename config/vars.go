@@ -64,6 +64,7 @@ var Vars = []Var{
 	{EnvPoolPolicies, "fifo", "per pool fifo, priority or fair, e.g. gpu=fair", ReadByManager},
 	{EnvPoolMaxQueue, fmt.Sprint(DefaultMaxQueue), "per pool, most queued requests, e.g. gpu=100", ReadByManager},
 	{EnvMaxQueuedPerConnection, fmt.Sprint(DefaultMaxQueuedPerConnection), "most requests one connection may have waiting on the node", ReadByManager},
+	{EnvMaxQueuedPerCredential, fmt.Sprint(DefaultMaxQueuedPerCredential), "most requests one credential (user), over all its connections, may have waiting on the node", ReadByManager},
 	{EnvTenantWeights, "all 1", "fair pools: tenant:weight pairs, e.g. team-a:3,team-b:1", ReadByManager},
 	{EnvTenantDefaultWeight, "1", "fair pools: weight of tenants not in TENANT_WEIGHTS", ReadByManager},
 	{EnvTenantCaps, "none", "fair pools: most slots one tenant holds at once, e.g. gpu=2", ReadByManager},

@@ -76,8 +76,12 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		}
 		r.reply = msg.Reply
 		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
+		// Re-sent after a reconnect: it lives on the new connection.
 		if c := (conn{req.ConnServer, req.ConnID}); c.known() {
-			r.conn = c // re-sent after a reconnect: it lives on the new connection
+			r.conn = c
+		}
+		if who.origin.known() {
+			r.origin = who.origin
 		}
 		if r.state == queued {
 			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
@@ -90,10 +94,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: req.PollMs, owner: who.key}
+		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
+		origin: who.origin, cred: who.cred}
 	r.lastSeen = r.since.UnixNano()
 	r.conn = conn{req.ConnServer, req.ConnID}
-	if m.gone.knownClosedLocked(r.conn) {
+	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
 		// Sent just before its connection closed: nobody would hear of it.
 		m.out.reject(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
 		return
@@ -104,8 +109,8 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	var granted bool
 	var position int
 	var err error
-	connFull := m.waiters.connFull(r.owner)
-	if req.NoWait || connFull {
+	full := m.waiters.full(r)
+	if req.NoWait || full != nil {
 		w, err = p.p.TryAcquireRequest(r.poolRequest())
 		granted = err == nil
 	} else {
@@ -113,8 +118,9 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	}
 	if err != nil {
 		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
-		if connFull && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
-			e = m.waiters.connFullError(p)
+		if full != nil && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
+			e = full
+			e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)
 		}
 		m.out.reject(span, msg.Reply, p, poolName, req, e)
 		return

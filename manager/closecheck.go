@@ -105,17 +105,19 @@ func (g *disconnects) confirm(c conn) {
 	reason, closed := g.askClosed(g.ctx, c)
 	g.managerMu.Lock()
 	defer g.managerMu.Unlock()
-	if g.settle(c, reason, closed) {
-		g.bindings.closedLocked(c)
+	if name, free := g.settle(c, reason, closed); free {
+		g.bindings.closedLocked(c, name)
 	}
 }
 
 // settle ends the check of c and reports whether what is bound to c is to
 // be freed: its server listed it as closed, by the holder's end, and the
-// manager still frees on a close.
-func (g *disconnects) settle(c conn, reason string, closed bool) bool {
+// manager still frees on a close. name is c's server's name, as its
+// advisory gave it.
+func (g *disconnects) settle(c conn, reason string, closed bool) (name string, free bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	name = g.heard[c].name
 	delete(g.checking, c)
 	delete(g.heard, c)
 	switch {
@@ -123,16 +125,20 @@ func (g *disconnects) settle(c conn, reason string, closed bool) bool {
 		if g.ctx.Err() == nil {
 			g.log.Warn("ignoring a disconnect advisory that the connection's server does not confirm", "conn_server", c.server, "conn_id", c.id)
 		}
-		return false
+		return name, false
 	case !holderClosed(reason):
 		g.log.Info("a holder's connection was closed by its server, not by the holder: its leases stay until it moves them or their TTL lapses",
 			"conn_server", c.server, "conn_id", c.id, "reason", reason)
-		return false
+		return name, false
 	case g.noFrees:
-		return false // it told its holders it frees nothing more (stop.go)
+		return name, false // it told its holders it frees nothing more (stop.go)
 	}
-	g.closed[c] = time.Now()
-	return true
+	now := time.Now()
+	g.closed[c] = now
+	if o := (origin{name, c.id}); o.known() {
+		g.closedOrigins[o] = now
+	}
+	return name, true
 }
 
 // askClosed reports whether c's server lists c as closed, and why, asking

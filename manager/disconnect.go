@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -109,16 +110,20 @@ type disconnects struct {
 	// from then on free nothing. Both change with m.mu held too, so under
 	// m.mu they read as the Manager's closed and stop.announced.
 	stopped, noFrees bool
-	// heard holds the connections an advisory named, with when, until
-	// their server confirms the close or not (closecheck.go).
-	heard map[conn]time.Time
+	// heard holds the connections an advisory named, with when and their
+	// server's name, until their server confirms the close or not
+	// (closecheck.go).
+	heard map[conn]heardConn
 	// checking holds the connections whose server is being asked.
 	checking map[conn]struct{}
 	// closed holds the connections whose close was confirmed recently,
 	// with when: a grant or renewal for one of them, which raced the
 	// advisory, is freed as if it had been bound before.
 	closed map[conn]time.Time
-	pruned time.Time // when heard and closed were last pruned
+	// closedOrigins are the same closes by server name and client id: the
+	// connections the server vouched for as a queued request's (origin).
+	closedOrigins map[origin]time.Time
+	pruned        time.Time // when heard and closed were last pruned
 	// timers are the pending frees; closeLocked and stopFreeingLocked
 	// stop them. Each counts in wg until it fired or was stopped.
 	timers map[*time.Timer]struct{}
@@ -127,19 +132,26 @@ type disconnects struct {
 // bindings is what fast release needs of the Manager: what is bound to a
 // connection. Both are called with m.mu held.
 type bindings interface {
-	// boundLocked reports whether a lease or a queued request is bound to c.
-	boundLocked(c conn) bool
-	// closedLocked frees, after the grace, what is bound to c, whose close
-	// was just confirmed.
-	closedLocked(c conn)
+	// boundLocked reports whether a lease or a queued request is bound to
+	// c, whose server is named name.
+	boundLocked(c conn, name string) bool
+	// closedLocked frees, after the grace, what is bound to c (of the
+	// server named name), whose close was just confirmed.
+	closedLocked(c conn, name string)
+}
+
+// heardConn is when an advisory named a connection, and its server's name.
+type heardConn struct {
+	at   time.Time
+	name string
 }
 
 var _ bindings = (*Manager)(nil)
 
 func newDisconnects(nc *nats.Conn, subject string, log *slog.Logger, ctx context.Context, managerMu sync.Locker, b bindings) *disconnects {
 	return &disconnects{conn: nc, subject: subject, log: log, ctx: ctx, managerMu: managerMu, bindings: b,
-		heard: make(map[conn]time.Time), checking: make(map[conn]struct{}),
-		closed: make(map[conn]time.Time), timers: make(map[*time.Timer]struct{})}
+		heard: make(map[conn]heardConn), checking: make(map[conn]struct{}),
+		closed: make(map[conn]time.Time), closedOrigins: make(map[origin]time.Time), timers: make(map[*time.Timer]struct{})}
 }
 
 // closedMemory is how long a closed connection is remembered: far longer
@@ -174,7 +186,8 @@ func (g *disconnects) handle(msg *nats.Msg) {
 	var adv struct {
 		Type   string `json:"type"`
 		Server struct {
-			ID string `json:"id"`
+			ID   string `json:"id"`
+			Name string `json:"name"`
 		} `json:"server"`
 		Client struct {
 			ID uint64 `json:"id"`
@@ -185,11 +198,11 @@ func (g *disconnects) handle(msg *nats.Msg) {
 		return
 	}
 	c := conn{adv.Server.ID, adv.Client.ID}
-	if !g.hear(c, time.Now()) {
+	if !g.hear(c, adv.Server.Name, time.Now()) {
 		return
 	}
 	g.managerMu.Lock()
-	bound := g.bindings.boundLocked(c)
+	bound := g.bindings.boundLocked(c, adv.Server.Name)
 	g.managerMu.Unlock()
 	if bound {
 		g.mu.Lock()
@@ -198,9 +211,10 @@ func (g *disconnects) handle(msg *nats.Msg) {
 	}
 }
 
-// hear notes that an advisory named c at now, and reports whether c is
-// worth a question: the owner runs, and c's close is not known yet.
-func (g *disconnects) hear(c conn, now time.Time) bool {
+// hear notes that an advisory named c, of the server named name, at now,
+// and reports whether c is worth a question: the owner runs, and c's close
+// is not known yet.
+func (g *disconnects) hear(c conn, name string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
@@ -208,21 +222,29 @@ func (g *disconnects) hear(c conn, now time.Time) bool {
 	}
 	if now.Sub(g.pruned) > time.Second { // not on every advisory: churn
 		g.pruned = now
-		for _, memory := range []map[conn]time.Time{g.closed, g.heard} {
-			for k, t := range memory {
-				if now.Sub(t) > closedMemory {
-					delete(memory, k)
-				}
-			}
-		}
+		maps.DeleteFunc(g.closed, func(_ conn, t time.Time) bool { return now.Sub(t) > closedMemory })
+		maps.DeleteFunc(g.closedOrigins, func(_ origin, t time.Time) bool { return now.Sub(t) > closedMemory })
+		maps.DeleteFunc(g.heard, func(_ conn, h heardConn) bool { return now.Sub(h.at) > closedMemory })
 	}
 	if _, ok := g.closed[c]; ok {
 		return false
 	}
 	if len(g.heard) < maxHeard {
-		g.heard[c] = now
+		g.heard[c] = heardConn{at: now, name: name}
 	}
 	return true
+}
+
+// originClosedLocked reports whether the vouched connection o's close was
+// confirmed recently. Called with m.mu held as a request binds to o.
+func (g *disconnects) originClosedLocked(o origin) bool {
+	if !o.known() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.closedOrigins[o]
+	return ok
 }
 
 // knownClosedLocked reports whether c's close was confirmed recently.
@@ -307,16 +329,18 @@ func (g *disconnects) stopTimersLocked() {
 // ended. Call it after closeLocked and after ctx ended, without m.mu.
 func (g *disconnects) wait() { g.wg.Wait() }
 
-// boundLocked reports whether a lease or a queued request is bound to c.
-func (m *Manager) boundLocked(c conn) bool {
+// boundLocked reports whether a lease or a queued request is bound to c,
+// of the server named name.
+func (m *Manager) boundLocked(c conn, name string) bool {
 	for _, h := range m.leases {
 		if recordConn(&h.rec) == c {
 			return true
 		}
 	}
+	o := origin{name, c.id}
 	for _, p := range m.pools {
 		for _, r := range p.waiting {
-			if r.conn == c {
+			if r.conn == c || (o.known() && r.origin == o) {
 				return true
 			}
 		}
@@ -324,23 +348,30 @@ func (m *Manager) boundLocked(c conn) bool {
 	return false
 }
 
-// closedLocked frees, after the grace, what is bound to c, whose server
-// confirmed its close: a lease unless it has been moved to another
-// connection by then, a queued request unless it was re-sent on another
-// one (nobody would hear of its grant).
-func (m *Manager) closedLocked(c conn) {
+// closedLocked frees, after the grace, what is bound to c (of the server
+// named name), whose server confirmed its close: a lease unless it has been
+// moved to another connection by then, a queued request unless it was
+// re-sent on another one (nobody would hear of its grant). A queued
+// request is bound to the connection it says it came on (conn) and to the
+// one the server vouches for (origin): a request lives no longer than what
+// asked for it, whether or not it named its connection (before, one that
+// named none stayed queued after its client was gone, and was granted in
+// its turn to nobody).
+func (m *Manager) closedLocked(c conn, name string) {
 	for _, h := range m.leases {
 		if recordConn(&h.rec) == c {
 			m.freeOnCloseLocked(h)
 		}
 	}
+	o := origin{name, c.id}
+	on := func(r *request) bool { return r.conn == c || (o.known() && r.origin == o) }
 	for _, p := range m.pools {
 		for _, r := range p.waiting {
-			if r.conn != c {
+			if !on(r) {
 				continue
 			}
 			m.gone.afterGraceLocked(m.cfg.DisconnectGrace, func() {
-				if !r.waiting() || r.conn != c {
+				if !r.waiting() || !on(r) {
 					return
 				}
 				m.leaveQueueLocked(r, errorf(lease.CodeHolderDisconnected, "the requester's connection closed while it waited"), lease.EventRejected)

@@ -84,8 +84,11 @@ type Config struct {
 	EmbeddedServer bool
 	// MaxQueuedPerConn bounds the requests one client connection may have
 	// waiting on this node, over all pools (connqueue.go);
-	// rules.DefaultMaxQueuedPerConnection if zero.
-	MaxQueuedPerConn int
+	// rules.DefaultMaxQueuedPerConnection if zero. MaxQueuedPerCredential
+	// bounds those of every connection of one credential together;
+	// rules.DefaultMaxQueuedPerCredential if zero.
+	MaxQueuedPerConn       int
+	MaxQueuedPerCredential int
 	// ServedBy and Warnings, if set, go into every stats reply: the node
 	// of the process serving (for the cluster pools' manager, whose Node is
 	// ClusterNode), and what an operator should know about the pools (the

@@ -49,7 +49,9 @@ type request struct {
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
 	conn       conn   // the connection its latest send came on, if said
+	origin     origin // the connection its latest send came on, if the server vouched for it
 	owner      string // the connection it first came on, as counted (connqueue.go)
+	cred       string // the credential it first came with, as counted (connqueue.go)
 	since      time.Time
 	w          *pools.Waiter
 	timer      *time.Timer // wait deadline, nil if none
@@ -139,6 +141,24 @@ func (m *Manager) sameRequestLocked(who requester, req lease.AcquireRequest, hol
 
 func (r *request) poolRequest() pools.Request {
 	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Value: r}
+}
+
+// importedPollMs is the re-send promise of a request that crossed a
+// service import without one (poll_ms 0): the import keeps the reply
+// mapping of a multi-answer request 30 s (jetstream/accounts.go), so a
+// client silent for longer could not hear its grant anyway. Without it, a
+// request sent through the import and never again stayed queued after its
+// client was gone, and was granted in its turn to nobody.
+const importedPollMs = 30_000
+
+// pollPromise is the re-send promise r's client made (poll_ms), or, for a
+// request that came through an import (who is vouched for) with none,
+// importedPollMs.
+func pollPromise(pollMs int64, who requester) int64 {
+	if pollMs == 0 && who.vouched {
+		return importedPollMs
+	}
+	return pollMs
 }
 
 // abandoned reports whether r's client broke its promise to re-send r at

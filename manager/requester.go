@@ -37,7 +37,22 @@ type requester struct {
 	// bearing it came on that connection (in an account reached through
 	// an import, where the server sets the header).
 	vouched bool
+	// origin is that connection as the server's disconnect advisory names
+	// it (server name and client id), and cred the credential it
+	// authenticated with (account and user): both only when vouched.
+	origin origin
+	cred   string
 }
+
+// origin is a client connection by its server's name and its client id:
+// what Nats-Request-Info says of the requester, and a disconnect advisory
+// of it (whose server id the header lacks).
+type origin struct {
+	server string // the server's name
+	id     uint64
+}
+
+func (o origin) known() bool { return o.server != "" }
 
 // requesterOf names the connection msg came on: the server's header if
 // any, else the connection the request says it was sent on (server and id
@@ -48,9 +63,15 @@ func requesterOf(msg *nats.Msg, connServer string, connID uint64) requester {
 			Account string `json:"acc"`
 			Server  string `json:"server"`
 			ID      uint64 `json:"id"`
+			User    string `json:"user"`
 		}
 		if json.Unmarshal([]byte(h), &ci) == nil && ci.ID != 0 {
-			return requester{key: ci.Account + " " + ci.Server + " " + strconv.FormatUint(ci.ID, 10), vouched: true}
+			r := requester{key: ci.Account + " " + ci.Server + " " + strconv.FormatUint(ci.ID, 10), vouched: true,
+				origin: origin{server: ci.Server, id: ci.ID}}
+			if ci.User != "" {
+				r.cred = ci.Account + " " + ci.User
+			}
+			return r
 		}
 	}
 	if connServer != "" {

@@ -56,6 +56,11 @@ const (
 	// DefaultMaxQueuedPerConnection is MAX_QUEUED_PER_CONNECTION's
 	// default.
 	DefaultMaxQueuedPerConnection = 1000
+	// DefaultMaxQueuedPerCredential bounds the requests waiting on a node
+	// from all the connections of one credential (user) together: a
+	// quarter of a pool's default queue, so reconnecting buys one
+	// credential no more of it.
+	DefaultMaxQueuedPerCredential = 2500
 )
 
 // MaxTokenLen is the longest token ValidToken accepts. It keeps subjects

@@ -110,7 +110,7 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// Its own embedded server stops with it: a clean stop says so, and
 		// holders do not count that server's going against their leases.
 		EmbeddedServer:   cfg.NATSURL == "",
-		MaxQueuedPerConn: cfg.MaxQueuedPerConnection,
+		MaxQueuedPerConn: cfg.MaxQueuedPerConnection, MaxQueuedPerCredential: cfg.MaxQueuedPerCredential,
 	}
 	if err := mcfg.Validate(); err != nil { // before standing by
 		return err
