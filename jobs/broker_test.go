@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/manager"
@@ -174,5 +175,45 @@ func TestBrokerRefusesWhatItShould(t *testing.T) {
 	}
 	if e, _ := brokerAsk(t, nc, q, "nonsense", `{}`)["error"].(string); e == "" {
 		t.Error("an unknown verb got no error")
+	}
+}
+
+// A serve that starts with another --ack-wait gives the shared consumer its
+// own (the last to start sets it, docs/jobs.md "Known limits"), and a
+// request without one keeps it: a fetch that reset it to the default kept
+// a dead executor's job claimed for 30 s instead of its serve's --ack-wait
+// (TestServeKilledMidJob found it).
+func TestConsumerAckWaitFollowsTheLastServe(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	q := openQueue(t, srv.URL)
+	nc := harness.Connect(t, srv.URL)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ackWait := func() time.Duration {
+		c, err := js.Consumer(context.Background(), q.Names().Stream, q.Names().Consumer("p", jobs.Normal, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().Config.AckWait
+	}
+	for _, step := range []struct {
+		verb, body string
+		want       time.Duration
+	}{
+		{"consumer", `{"pool":"p","priority":"normal","ack_wait_ms":2000}`, 2 * time.Second},
+		{"fetch", `{"pool":"p","priority":"normal"}`, 2 * time.Second},
+		{"consumer", `{"pool":"p","priority":"normal","ack_wait_ms":5000}`, 5 * time.Second},
+		{"fetch", `{"pool":"p","priority":"normal","ack_wait_ms":7000}`, 7 * time.Second},
+		{"consumer", `{"pool":"p","priority":"normal"}`, 7 * time.Second},
+	} {
+		if out := brokerAsk(t, nc, q, step.verb, step.body); out["error"] != nil {
+			t.Fatalf("%s %s: %v", step.verb, step.body, out)
+		}
+		if got := ackWait(); got != step.want {
+			t.Fatalf("after %s %s: ack wait %v, want %v", step.verb, step.body, got, step.want)
+		}
 	}
 }

@@ -226,21 +226,29 @@ func (b *Broker) consumer(ctx context.Context, req consumerRequest) (jetstream.C
 	if err := validConsumer(req); err != nil {
 		return nil, err
 	}
+	// No ack wait: whatever the consumer has (DefaultAckWait if it is
+	// made now); one: that one.
 	ackWait := time.Duration(req.AckWaitMs) * time.Millisecond
-	if req.AckWaitMs == 0 {
-		ackWait = DefaultAckWait
-	}
-	if ackWait < minAckWait || ackWait > maxAckWait {
+	if req.AckWaitMs != 0 && (ackWait < minAckWait || ackWait > maxAckWait) {
 		return nil, fmt.Errorf("bad request: ack wait %v is not between %v and %v", ackWait, minAckWait, maxAckWait)
 	}
 	name := b.q.names.Consumer(req.Pool, req.Priority, req.TenantKey)
 	b.mu.Lock()
 	c := b.consumers[name]
 	b.mu.Unlock()
-	if c != nil && c.CachedInfo().Config.AckWait == ackWait {
+	if c != nil && (req.AckWaitMs == 0 || c.CachedInfo().Config.AckWait == ackWait) {
 		return c, nil
 	}
-	c, err := b.q.stream.CreateOrUpdateConsumer(ctx, productConsumer(b.q.names, req.Pool, req.Priority, req.TenantKey, ackWait))
+	c = nil
+	var err error
+	if req.AckWaitMs == 0 {
+		if c, err = b.q.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			c, ackWait, err = nil, DefaultAckWait, nil
+		}
+	}
+	if c == nil && err == nil {
+		c, err = b.q.stream.CreateOrUpdateConsumer(ctx, productConsumer(b.q.names, req.Pool, req.Priority, req.TenantKey, ackWait))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", name, err)
 	}

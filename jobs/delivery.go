@@ -85,10 +85,10 @@ func (d *delivery) send(ctx context.Context, body string, final bool) error {
 }
 
 // fetch asks the broker for the next job of one pool, priority and tenant
-// key; nil if there is none.
-func (q *Queue) fetch(ctx context.Context, pool string, p Priority, tkey string) (*delivery, error) {
+// key, whose consumer has (or is given) ackWait; nil if there is none.
+func (q *Queue) fetch(ctx context.Context, pool string, p Priority, tkey string, ackWait time.Duration) (*delivery, error) {
 	var out fetchReply
-	if err := q.ask(ctx, verbFetch, consumerRequest{Pool: pool, Priority: p, TenantKey: tkey}, &out); err != nil {
+	if err := q.ask(ctx, verbFetch, consumerRequest{Pool: pool, Priority: p, TenantKey: tkey, AckWaitMs: ackWait.Milliseconds()}, &out); err != nil {
 		return nil, err
 	}
 	if err := brokerError(verbFetch, out.Error); err != nil {

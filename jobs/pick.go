@@ -90,7 +90,7 @@ func (s *Server) next(ctx context.Context, pool string, st lease.PoolStats) (*de
 	}
 	for _, p := range Order(heads, time.Now(), s.cfg.Aging) {
 		for _, c := range s.tenantOrder(pool, p, byPriority[p], st) {
-			d, err := s.q.fetch(ctx, pool, c.p, c.tkey)
+			d, err := s.q.fetch(ctx, pool, c.p, c.tkey, s.cfg.AckWait)
 			if err != nil {
 				return nil, err
 			}
