@@ -20,10 +20,10 @@ import (
 // of its node from the start. The job queue is the whole cluster's: every
 // node shows the same figures.
 //
-// The queue is bound at the first collection that finds it (on a NATS of
-// its own it exists once something was submitted or served); until then
-// the series are at 0.
-func startJobMetrics(nc *nats.Conn, prefix, node string, active *atomic.Pointer[manager.Manager]) (*jobmetrics.Metrics, error) {
+// The queue is bound at the first collection that finds it, on conn's
+// connection of the moment (the job queue administrator's once it is
+// connected); until then the series are at 0.
+func startJobMetrics(conn func() *nats.Conn, prefix, node string, active *atomic.Pointer[manager.Manager]) (*jobmetrics.Metrics, error) {
 	var q *jobs.Queue // only touched by collections, which jobmetrics serialises
 	pools := func() []string {
 		m := active.Load()
@@ -41,7 +41,7 @@ func startJobMetrics(nc *nats.Conn, prefix, node string, active *atomic.Pointer[
 			return nil, nil // standing by: no figures
 		}
 		if q == nil {
-			bound, err := jobs.Bind(ctx, nc, prefix)
+			bound, err := jobs.Bind(ctx, conn(), prefix)
 			if errors.Is(err, jobs.ErrNoQueue) {
 				return nil, nil
 			}

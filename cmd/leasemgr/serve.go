@@ -95,9 +95,6 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	nc, store, leaders, poolStore := ns.nc, ns.store, ns.leaders, ns.poolStore
 	defer nc.Close()
-	if ns.jobs != nil {
-		defer ns.jobs.Close()
-	}
 	instance := nuid.Next()
 	mcfg := manager.Config{
 		Node: cfg.NodeID, Prefix: cfg.SubjectPrefix, Pools: poolConfigs(cfg, cfg.Pools), TTL: cfg.LeaseTTL, Instance: instance,
@@ -131,24 +128,31 @@ func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return nil // standing by: this process reports no pools
 	})
-	jobsConn := nc // on a real NATS: the job queue, if the managers' account holds it
-	if ns.jobs != nil {
-		jobsConn = ns.jobs
+	// The job queue: executors make no consumer and store no outcome
+	// themselves, they ask its broker (jobs/broker.go), which runs on the
+	// administrator's connection, now or once it is admitted.
+	var jq jobQueue
+	defer jq.close()
+	refused := metrics.JobRecordsRefused(cfg.NodeID)
+	switch {
+	case ns.jobs != nil:
+		if err := jq.start(ctx, nc, ns.jobs, cfg, log, refused); err != nil {
+			ns.jobs.Close()
+			return err
+		}
+	case ns.jobsRefused != nil:
+		jq.connectLater(ctx, url, jobsAuth, nc, cfg, log, refused)
 	}
-	jobMetrics, err := startJobMetrics(jobsConn, cfg.SubjectPrefix, cfg.NodeID, &active)
+	jobMetrics, err := startJobMetrics(func() *nats.Conn {
+		if c := jq.conn.Load(); c != nil {
+			return c
+		}
+		return nc // on a real NATS: the job queue, if the managers' account holds it
+	}, cfg.SubjectPrefix, cfg.NodeID, &active)
 	if err != nil {
 		return err
 	}
 	defer jobMetrics.Close()
-	if ns.jobs != nil {
-		// Executors make no consumer and store no outcome themselves:
-		// they ask this (jobs/broker.go).
-		broker, err := startJobBroker(ctx, nc, ns.jobs, cfg, log, metrics.JobRecordsRefused(cfg.NodeID))
-		if err != nil {
-			return err
-		}
-		defer broker.Close()
-	}
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {

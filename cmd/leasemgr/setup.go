@@ -76,7 +76,7 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth *jobsA
 				log.Warn("the job queue keeps caps other than NATS_EXECUTORS_MAX_STORE's", "err", s.jobsCapErr)
 			}
 			if s.jobsRefused != nil {
-				log.Warn("serving leases without the job queue: the executors' account is at its connection cap (NATS_EXECUTORS_MAX_CONNECTIONS); restart leasemgr once they have let go",
+				log.Warn("serving leases without the job queue for now: the executors' account is at its connection cap (NATS_EXECUTORS_MAX_CONNECTIONS); trying again every few seconds",
 					"err", s.jobsRefused)
 			}
 			return s, nil
@@ -176,12 +176,11 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		// here, as its administrator, for them to bind to. Sized to the
 		// executors' store cap, and capped so also where an earlier
 		// version made its buckets without caps (jobs/limits.go).
-		jcfg := jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas, MaxBytes: jobs.MaxBytesFor(cfg.ExecutorsMaxStore)}
-		q, err := jobs.Open(ctx, *jobsNC, jcfg)
+		capErr, err := openJobQueue(ctx, cfg, *jobsNC)
 		if err != nil {
-			return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
+			return nil, err
 		}
-		s.jobs, s.jobsCapErr = *jobsNC, q.ApplyCaps(ctx, jcfg)
+		s.jobs, s.jobsCapErr = *jobsNC, capErr
 	}
 	if cfg.EventRetention > 0 {
 		err := jetstream.EnsureAuditStream(ctx, *nc, jetstream.AuditConfig{
@@ -193,6 +192,18 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 		}
 	}
 	return s, nil
+}
+
+// openJobQueue makes (or binds) the job queue's stream and buckets on c,
+// the administrator's connection, and gives them their caps; capErr says
+// why not every cap could be applied.
+func openJobQueue(ctx context.Context, cfg *config.Manager, c *nats.Conn) (capErr, err error) {
+	jcfg := jobs.Config{Prefix: cfg.SubjectPrefix, Replicas: cfg.Replicas, MaxBytes: jobs.MaxBytesFor(cfg.ExecutorsMaxStore)}
+	q, err := jobs.Open(ctx, c, jcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: job queue: %w", errAfterConnect, err)
+	}
+	return q.ApplyCaps(ctx, jcfg), nil
 }
 
 // transient reports whether a set-up error may go away by itself: NATS not

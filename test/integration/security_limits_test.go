@@ -68,7 +68,8 @@ func TestSecurityLayoutLimits(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	common := []string{"NATS_URL=" + ss.url, "NODE_ID=node1"}
 	mgrEnv := append([]string{"NATS_USER=leasemgr", "NATS_PASSWORD=" + ss.passwords["leasemgr"], "POOL_CAPACITIES=gpu=1", "HTTP_ADDR=" + httpAddr,
-		"DISCONNECT_EVENTS=" + jetstream.ExecutorDisconnectSubject}, common...)
+		"DISCONNECT_EVENTS=" + jetstream.ExecutorDisconnectSubject,
+		"JOBS_NATS_USER=jobs-admin", "JOBS_NATS_PASSWORD=" + ss.passwords["jobs-admin"]}, common...)
 	startLayoutManager := func() *proc {
 		m := start(t, mgrEnv, "leasemgr")
 		eventually(t, 30*time.Second, "leasemgr to be ready", func() bool { return ready(httpAddr) })
@@ -80,8 +81,8 @@ func TestSecurityLayoutLimits(t *testing.T) {
 		return append([]string{"NATS_USER=" + user, "NATS_PASSWORD=" + a.Password, "NATS_INBOX_PREFIX=" + a.InboxPrefix}, common...)
 	}
 	exeC := append([]string{"NATS_NKEY=" + ss.seedFile, "NATS_INBOX_PREFIX=_INBOX_executor_c"}, common...)
-	if code, out := runExecutor(t, append([]string{"NATS_USER=jobs-admin", "NATS_PASSWORD=" + ss.passwords["jobs-admin"]}, common...), "submit", "--pool", "gpu", "--", "true"); code != 0 {
-		t.Fatalf("jobs-admin's submit, which makes the job queue: exit %d\n%s", code, out)
+	if code, out := runExecutor(t, exeC, "submit", "--pool", "gpu", "--", "true"); code != 0 {
+		t.Fatalf("a submit to the job queue leasemgr made as jobs-admin: exit %d\n%s", code, out)
 	}
 
 	// The store.
@@ -139,11 +140,11 @@ func TestSecurityLayoutLimits(t *testing.T) {
 		}
 		flood = append(flood, nc)
 	}
-	// The account holds the holder's connection and the attacker's
-	// first: the flood gets the rest of the cap.
+	// The account holds the holder's connection, the attacker's first and
+	// leasemgr's as jobs-admin: the flood gets the rest of the cap.
 	t.Logf("executor b: %d connections more, then: %v", len(flood), refusal)
-	if refusal == nil || !strings.Contains(refusal.Error(), "maximum account active connections exceeded") || len(flood) != lowExecutorConns-2 {
-		t.Fatalf("%d connections, then %v; want %d and the server's refusal", len(flood), refusal, lowExecutorConns-2)
+	if refusal == nil || !strings.Contains(refusal.Error(), "maximum account active connections exceeded") || len(flood) != lowExecutorConns-3 {
+		t.Fatalf("%d connections, then %v; want %d and the server's refusal", len(flood), refusal, lowExecutorConns-3)
 	}
 	// NATS caps an account's connections, not a user's: executor c, and
 	// jobs-admin, share the cap with executor b (docs/security.md).
@@ -183,6 +184,41 @@ func TestSecurityLayoutLimits(t *testing.T) {
 	})
 	if code, out := runExecutor(t, exeC, "run", "--pool", "gpu", "--", "true"); code != 0 {
 		t.Fatalf("executor c's run after the flood: exit %d\n%s", code, out)
+	}
+
+	// A leasemgr that starts while the flood fills the account serves its
+	// leases, and the job queue as soon as the flood lets go: its
+	// administrator's connection is tried again until admitted.
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	if code := m.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("leasemgr exit %d on SIGTERM", code)
+	}
+	for {
+		nc, err := natsconn.Connect(ss.url, ss.userAuth("executor-b"), t.Name(), nats.MaxReconnects(0))
+		if err != nil {
+			break
+		}
+		flood = append(flood, nc)
+	}
+	m = startLayoutManager()
+	eventually(t, 30*time.Second, "leasemgr to say it serves leases without the job queue", func() bool {
+		return strings.Contains(m.Output(), "serving leases without the job queue for now")
+	})
+	for _, nc := range flood {
+		nc.Close()
+	}
+	flood = nil
+	eventually(t, time.Minute, "leasemgr to serve the job queue once the flood let go", func() bool {
+		return strings.Contains(m.Output(), "the job queue is served again")
+	})
+	code, out := runExecutor(t, exeC, "submit", "--pool", "gpu", "--", "true")
+	if code != 0 {
+		t.Fatalf("submit once the job queue is served again: exit %d\n%s", code, out)
+	}
+	serve := start(t, exeC, "executor", "serve", "--pools", "gpu")
+	defer func() { _ = serve.cmd.Process.Kill() }()
+	if code, out := runExecutor(t, exeC, "wait", "--timeout", "60s", strings.TrimSpace(out)); code != 0 {
+		t.Fatalf("the job, once the job queue is served again: exit %d\n%s", code, out)
 	}
 }
 
