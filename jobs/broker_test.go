@@ -217,3 +217,42 @@ func TestConsumerAckWaitFollowsTheLastServe(t *testing.T) {
 		}
 	}
 }
+
+// One job subject whose consumer cannot be made (the stream's consumers
+// used up, say, by a flood of tenants) holds up only its own jobs: the
+// pool's other jobs are served. Here the tenant's consumer name is taken by
+// a consumer the broker cannot turn into the product's.
+func TestAnUnservableSubjectHoldsUpOnlyItsOwnJobs(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}})
+	q := openQueue(t, srv.URL)
+	nc := harness.Connect(t, srv.URL)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, q.Names().Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := jobs.TenantKey("blocked")
+	if _, err := stream.CreateConsumer(ctx, natsjs.ConsumerConfig{Durable: q.Names().Consumer("p", jobs.Normal, blocked),
+		FilterSubject: q.Names().Subject("p", jobs.Normal, "blocked"), DeliverSubject: "nowhere", AckPolicy: natsjs.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	bad := spec("p", "true")
+	bad.Tenant = "blocked"
+	badID := submit(t, q, bad)
+	good := spec("p", "true")
+	good.Tenant = "fine"
+	goodID := submit(t, q, good)
+	plain := submit(t, q, spec("p", "true"))
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	waitState(t, q, goodID, jobs.StateSucceeded, time.Minute)
+	waitState(t, q, plain, jobs.StateSucceeded, time.Minute)
+	if rec := get(t, q, badID); rec.State != jobs.StateQueued {
+		t.Fatalf("the unservable tenant's job is %s, want still queued", rec.State)
+	}
+}

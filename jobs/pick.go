@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -132,6 +133,12 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 		}
 	}
 	var out []candidate
+	var skipped []error
+	defer func() {
+		if len(skipped) > 0 && s.skipLog.open(time.Now()) {
+			s.log.Warn("some job subjects are not served for now; at most one line every 10s", "pool", pool, "subjects", len(skipped), "first", skipped[0])
+		}
+	}()
 	for _, subj := range subjects {
 		_, p, tkey, ok := s.q.names.parseSubject(subj)
 		if !ok {
@@ -140,8 +147,15 @@ func (s *Server) candidates(ctx context.Context, pool string) ([]candidate, erro
 		// The broker makes the consumer on first use (again, after the
 		// server deleted a tenant's after tenantIdle).
 		ci, err := s.q.consumerInfo(ctx, pool, p, tkey, s.cfg.AckWait)
-		if err != nil {
+		if errors.Is(err, ErrNoBroker) || ctx.Err() != nil {
 			return nil, err
+		}
+		if err != nil {
+			// This subject's jobs wait (its tenant's consumer could not be
+			// made: the stream's consumers are used up, say); the others'
+			// are served all the same.
+			skipped = append(skipped, err)
+			continue
 		}
 		if ci.NumPending == 0 && ci.NumAckPending == 0 {
 			continue // stored jobs of a consumer made since, or being deleted

@@ -132,6 +132,7 @@ type Server struct {
 	running  atomic.Int64
 	metrics  *serveMetrics // nil without ServerConfig.Meter
 	stops    runStops      // the running jobs' stops, for cancels (cancelwatch.go)
+	skipLog  logGate       // job subjects left unserved are logged at most every 10 s
 	started  atomic.Bool
 }
 
