@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
@@ -33,7 +34,9 @@ func TestExecutorsMakeNoConsumers(t *testing.T) {
 	q := jobQueue(t, env)
 	names := q.Names()
 
-	attacker := mustConnectAs(t, home, url, config.RoleExecutor)
+	// Its refusals are expected: not printed (nats.go's default handler
+	// would, a thousand times).
+	attacker := mustConnectAs(t, home, url, config.RoleExecutor, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	js, err := jetstream.New(attacker)
 	if err != nil {
 		t.Fatal(err)

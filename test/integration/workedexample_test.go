@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -198,6 +199,12 @@ func TestProtocolWorkedExample(t *testing.T) {
 		case b.lang == "sh":
 			cmds, prints, _ := shellCommands(b.text)
 			for _, c := range cmds {
+				if bg, ok := strings.CutSuffix(c, "&"); ok {
+					// Left running, as the doc says: what it sends shows
+					// in the terminals.
+					launchBackground(t, env, bg)
+					continue
+				}
 				out, code := shell(t, env, c)
 				if code != 0 {
 					t.Fatalf("%s: exit %d\n%s", c, code, out)
@@ -310,6 +317,19 @@ func shell(t *testing.T, env []string, command string) (string, int) {
 	p := launchShell(t, env, command)
 	code := p.Wait(t, 30*time.Second)
 	return p.Output(), code
+}
+
+// launchBackground runs a shell command line (a pipeline, say) in a
+// process group of its own, killed as the test ends.
+func launchBackground(t *testing.T, env []string, command string) *proc {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", command)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	p := launch(t, cmd)
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) // before launch's own
+	return p
 }
 
 func launchShell(t *testing.T, env []string, command string) *proc {
