@@ -78,42 +78,7 @@ func TestFloodsAreBounded(t *testing.T) {
 	// 20,000 acquires on one connection, all different request ids.
 	const flood = 20000
 	flooder := mustConnectAs(t, home, url, config.RoleExecutor)
-	replies := make(chan *nats.Msg, flood)
-	inbox := flooder.NewInbox()
-	sub, err := flooder.ChanSubscribe(inbox+".*", replies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	subject := lease.Subject(lease.DefaultPrefix, node, "gpu", lease.VerbAcquire)
-	for i := range flood {
-		data, _ := json.Marshal(lease.AcquireRequest{RequestID: fmt.Sprintf("flood%d", i), Holder: "mallory", Slots: 1})
-		if err := flooder.PublishRequest(subject, fmt.Sprintf("%s.%d", inbox, i), data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// 20,000 requests take a while to pass on a loaded machine: the budget
-	// only catches a server that never answers.
-	if err := flooder.FlushTimeout(2 * time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for range flood {
-		select {
-		case msg := <-replies:
-			var r lease.Reply
-			if err := json.Unmarshal(msg.Data, &r); err != nil {
-				t.Fatal(err)
-			}
-			key := string(r.Status)
-			if r.Error != nil {
-				key = string(r.Error.Code)
-			}
-			count[key]++
-		case <-ctx.Done():
-			t.Fatalf("answers so far: %v", count)
-		}
-	}
+	count := acquireFlood(t, ctx, flooder, lease.Subject(lease.DefaultPrefix, node, "gpu", lease.VerbAcquire), "flood", flood)
 	t.Logf("answers to %d acquires from one connection: %v", flood, count)
 	if count[string(lease.StatusQueued)] != config.DefaultMaxQueuedPerConnection || count[string(lease.CodeQueueFull)] != flood-config.DefaultMaxQueuedPerConnection {
 		t.Fatalf("answers %v: want %d queued and the rest queue_full", count, config.DefaultMaxQueuedPerConnection)
@@ -171,4 +136,47 @@ func TestFloodsAreBounded(t *testing.T) {
 		t.Errorf("leasemgr holds %d more descriptors with %d HTTP clients, want at most about 512 (DefaultMaxConns)", fds2-fds0, clients)
 	}
 	conns.Range(func(_, c any) bool { c.(net.Conn).Close(); return true })
+}
+
+// acquireFlood sends n acquires of one slot on nc, request ids prefix0,
+// prefix1, ..., all at once, and counts their first answers by status or
+// error code.
+func acquireFlood(t *testing.T, ctx context.Context, nc *nats.Conn, subject, prefix string, n int) map[string]int {
+	t.Helper()
+	replies := make(chan *nats.Msg, n)
+	inbox := nc.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for i := range n {
+		data, _ := json.Marshal(lease.AcquireRequest{RequestID: fmt.Sprintf("%s%d", prefix, i), Holder: "mallory", Slots: 1})
+		if err := nc.PublishRequest(subject, fmt.Sprintf("%s.%d", inbox, i), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Many requests take a while to pass on a loaded machine: the budget
+	// only catches a server that never answers.
+	if err := nc.FlushTimeout(2 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for range n {
+		select {
+		case msg := <-replies:
+			var r lease.Reply
+			if err := json.Unmarshal(msg.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			key := string(r.Status)
+			if r.Error != nil {
+				key = string(r.Error.Code)
+			}
+			count[key]++
+		case <-ctx.Done():
+			t.Fatalf("answers so far: %v", count)
+		}
+	}
+	return count
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -51,35 +50,9 @@ func TestReconnectingQueueFloodEndsWithItsConnections(t *testing.T) {
 	for c := range conns {
 		nc := mustConnectAs(t, home, url, config.RoleExecutor)
 		flood = append(flood, nc)
-		replies := make(chan *nats.Msg, each)
-		inbox := nc.NewInbox()
-		sub, err := nc.ChanSubscribe(inbox+".*", replies)
-		if err != nil {
-			t.Fatal(err)
+		for k, n := range acquireFlood(t, ctx, nc, subject, fmt.Sprintf("fake-%d-", c), each) {
+			count[k] += n
 		}
-		for i := range each {
-			data, _ := json.Marshal(lease.AcquireRequest{RequestID: fmt.Sprintf("fake-%d-%d", c, i), Holder: "mallory", Slots: 1})
-			if err := nc.PublishRequest(subject, fmt.Sprintf("%s.%d", inbox, i), data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range each {
-			select {
-			case msg := <-replies:
-				var r lease.Reply
-				if err := json.Unmarshal(msg.Data, &r); err != nil {
-					t.Fatal(err)
-				}
-				key := string(r.Status)
-				if r.Error != nil {
-					key = string(r.Error.Code)
-				}
-				count[key]++
-			case <-ctx.Done():
-				t.Fatalf("connection %d: answers so far %v", c, count)
-			}
-		}
-		_ = sub.Unsubscribe()
 	}
 	t.Logf("answers to %d acquires over %d connections of one credential: %v", conns*each, conns, count)
 	if count[string(lease.StatusQueued)] != config.DefaultMaxQueuedPerCredential || count[string(lease.CodeQueueFull)] != conns*each-config.DefaultMaxQueuedPerCredential {
