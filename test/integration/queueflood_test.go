@@ -25,6 +25,10 @@ func TestReconnectingQueueFloodEndsWithItsConnections(t *testing.T) {
 	t.Parallel()
 	const node = "qflood"
 	env, httpAddr := managerEnv(t, node, "gpu=1", "15s")
+	// The bounds of the default (1000 a connection, 2500 a credential) at
+	// a tenth, so that the flood passes quickly.
+	const perConn, perCred = 100, 250
+	env = append(env, fmt.Sprintf("MAX_QUEUED_PER_CONNECTION=%d", perConn), fmt.Sprintf("MAX_QUEUED_PER_CREDENTIAL=%d", perCred))
 	startManager(t, env, httpAddr)
 	url := natsURL(env)
 	home := envValue(env, "HOME")
@@ -41,9 +45,10 @@ func TestReconnectingQueueFloodEndsWithItsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Ten connections, 1,000 requests each (none names its connection,
-	// none promises a poll), all open at once; then closed.
-	const conns, each = 10, 1000
+	// Ten connections, a connection's bound of requests each (none names
+	// its connection, none promises a poll), all open at once; then
+	// closed.
+	const conns, each = 10, perConn
 	count := map[string]int{}
 	subject := lease.Subject(lease.DefaultPrefix, node, "gpu", lease.VerbAcquire)
 	var flood []*nats.Conn
@@ -55,11 +60,11 @@ func TestReconnectingQueueFloodEndsWithItsConnections(t *testing.T) {
 		}
 	}
 	t.Logf("answers to %d acquires over %d connections of one credential: %v", conns*each, conns, count)
-	if count[string(lease.StatusQueued)] != config.DefaultMaxQueuedPerCredential || count[string(lease.CodeQueueFull)] != conns*each-config.DefaultMaxQueuedPerCredential {
-		t.Fatalf("answers %v: want %d queued (MAX_QUEUED_PER_CREDENTIAL) and the rest queue_full", count, config.DefaultMaxQueuedPerCredential)
+	if count[string(lease.StatusQueued)] != perCred || count[string(lease.CodeQueueFull)] != conns*each-perCred {
+		t.Fatalf("answers %v: want %d queued (MAX_QUEUED_PER_CREDENTIAL) and the rest queue_full", count, perCred)
 	}
-	if q := httpPools(t, httpAddr)["gpu"].QueuedRequests; q != config.DefaultMaxQueuedPerCredential {
-		t.Fatalf("%d requests queued after the flood, want %d", q, config.DefaultMaxQueuedPerCredential)
+	if q := httpPools(t, httpAddr)["gpu"].QueuedRequests; q != perCred {
+		t.Fatalf("%d requests queued after the flood, want %d", q, perCred)
 	}
 	for _, nc := range flood {
 		nc.Close()
@@ -71,7 +76,7 @@ func TestReconnectingQueueFloodEndsWithItsConnections(t *testing.T) {
 	eventually(t, 2*time.Minute, "the closed connections' requests to leave the queue", func() bool {
 		return httpPools(t, httpAddr)["gpu"].QueuedRequests == 0
 	})
-	t.Logf("the flood's %d requests left the queue %v after its last connection closed", config.DefaultMaxQueuedPerCredential, time.Since(began).Round(10*time.Millisecond))
+	t.Logf("the flood's %d requests left the queue %v after its last connection closed", perCred, time.Since(began).Round(10*time.Millisecond))
 
 	// A real executor run queues behind the holder and is granted when it
 	// lets go.
