@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 
@@ -510,10 +511,31 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		t.Fatalf("executor submit as executor a: exit %d\n%s", code, sub.Output())
 	}
 	id := strings.TrimSpace(sub.Output())
+	// Issue 38, in the layout: executor b, with its own user, can make no
+	// consumer on the job queue (an unfiltered durable stopped every
+	// serve), and its rewrite of a's queued job to "succeeded" is refused.
+	bNC := harness.ConnectAuth(t, ss.url, ss.userAuth("executor-b"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	bjs, err := natsjs.New(bNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err = bjs.CreateOrUpdateConsumer(cctx, jobs.NamesFor(lease.DefaultPrefix).Stream, natsjs.ConsumerConfig{Durable: "hog", AckPolicy: natsjs.AckExplicitPolicy})
+	ccancel()
+	if err == nil {
+		t.Fatal("executor b made an unfiltered durable on the job stream")
+	}
+	forged := fmt.Sprintf(`{"id":%q,"state":"succeeded","exit_code":0,"spec":{"pool":"gpu","command":["true"]}}`, id)
+	if _, err := bNC.Request("$KV."+jobs.NamesFor(lease.DefaultPrefix).Results+"."+id, []byte(forged), 10*time.Second); err != nil {
+		t.Fatalf("executor b's put: %v", err)
+	}
+	if st := start(t, exeA, "executor", "status", id); st.Wait(t, 20*time.Second) != 0 || !strings.Contains(st.Output(), "REFUSED") {
+		t.Fatalf("executor status after b's forgery:\n%s", st.Output())
+	}
 	serve := start(t, exeA, "executor", "serve", "--pools", "gpu")
 	eventually(t, 30*time.Second, "executor a to run the job", func() bool {
 		st := start(t, exeA, "executor", "status", id)
-		return st.Wait(t, 20*time.Second) == 0 && strings.Contains(st.Output(), "succeeded")
+		return st.Wait(t, 20*time.Second) == 0 && strings.Contains(st.Output(), "succeeded") && !strings.Contains(st.Output(), "REFUSED")
 	})
 	_ = serve.cmd.Process.Signal(syscall.SIGTERM)
 	serve.Wait(t, 30*time.Second)
@@ -583,8 +605,15 @@ func TestSecurityLayoutBinaries(t *testing.T) {
 		return strings.Count(watch.Output(), "granted") >= 2
 	})
 
-	if lines := ss.log.Lines(); len(lines) > 0 {
-		t.Errorf("permission violations under the documented layout:\n%s\nleasemgr output:\n%s", strings.Join(lines, "\n"), m.Output())
+	// Only executor b's attack broke the rules.
+	var others []string
+	for _, line := range ss.log.Lines() {
+		if !strings.Contains(line, "executor-b") {
+			others = append(others, line)
+		}
+	}
+	if len(others) > 0 {
+		t.Errorf("permission violations under the documented layout:\n%s\nleasemgr output:\n%s", strings.Join(others, "\n"), m.Output())
 	}
 }
 
