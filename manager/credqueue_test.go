@@ -137,4 +137,3 @@ func TestQueuedRequestsGoWithTheirConnection(t *testing.T) {
 		t.Fatalf("the real waiter, once the slot freed: %v", err)
 	}
 }
-
