@@ -35,8 +35,9 @@
 # Watch every event:
 #   NATS_URL=... bin/leasemgr watch --node '*'
 #
-# Keep LEASE_TTL >= 2 x LEADER_TTL + 3s, or a takeover can outlast a
-# holder's deadline and cost it its lease (docs/guarantees.md).
+# Keep LEASE_TTL >= 2 x LEADER_TTL + 4s, or a takeover can outlast a
+# holder's deadline and cost it its lease (docs/guarantees.md, section 1);
+# leasemgr warns below that and refuses a LEASE_TTL not above LEADER_TTL.
 set -euo pipefail
 
 NODES=${1:-3}
