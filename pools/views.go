@@ -1,0 +1,137 @@
+package pools
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// What a pool shows of itself: its figures, a waiter's place, when the
+// next grant can come, its tenants.
+// Position returns the 1-based position of a queued waiter, 0 if w is not
+// queued:
+//   - fifo: its place in the queue. O(n): it walks the queue from the head.
+//   - priority: 1 + the number of queued requests with a smaller virtual
+//     time (or the same and queued earlier), the exact place in service
+//     order. O(log n).
+//   - fair: 1 + the number of requests deficit round robin would grant
+//     before it if nothing else arrived, ignoring tenant caps (a capped
+//     tenant's requests are not counted; a capped waiter is placed as if
+//     its tenant joined the round now). Its own tenant's requests are
+//     counted exactly; another tenant's from its queued slots, so the
+//     position is exact when each tenant's queued requests are of one size.
+//     O(tenants queued).
+//
+// A position can grow: later requests of higher priority, or of a tenant
+// joining the round, may be served first.
+func (p *Pool) Position(w *Waiter) int {
+	if w == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.pool != p || w.state != stateQueued {
+		return 0
+	}
+	return p.q.rank(w)
+}
+
+// Stats is a snapshot of a pool's accounting.
+type Stats struct {
+	Capacity       int64 `json:"capacity"`
+	InUse          int64 `json:"in_use"`
+	Available      int64 `json:"available"` // max(0, capacity-in_use)
+	QueuedRequests int   `json:"queued"`
+	QueuedSlots    int64 `json:"queued_slots"`
+	// Policy is "" for fifo, the default, so that a fifo pool's stats read
+	// as they did before policies existed.
+	Policy    Policy `json:"policy,omitempty"`
+	MaxQueue  int    `json:"max_queue,omitempty"`
+	TenantCap int64  `json:"tenant_cap,omitempty"`
+	// Rate (e.g. "60/m"), Burst and Tokens (whole slots in the bucket now)
+	// describe a start rate; omitted without one.
+	Rate   string `json:"rate,omitempty"`
+	Burst  int64  `json:"burst,omitempty"`
+	Tokens int64  `json:"tokens,omitempty"`
+}
+
+// Stats returns a snapshot of the pool's accounting. It is O(1); see
+// Tenants for the per-tenant counts.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{
+		Capacity:       p.capacity,
+		InUse:          p.inUse,
+		Available:      max(0, p.capacity-p.inUse),
+		QueuedRequests: p.queued,
+		QueuedSlots:    p.queuedSlots,
+		MaxQueue:       p.opts.MaxQueue,
+		TenantCap:      p.opts.TenantCap,
+	}
+	if p.opts.Policy != PolicyFIFO {
+		s.Policy = p.opts.Policy
+	}
+	if b := p.bucket; b != nil {
+		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
+	}
+	return s
+}
+
+// NextGrant reports how long until the start rate lets the next waiter in
+// service order be granted, when the rate is all it waits for (its slots
+// are free): ok is false when no waiter waits for the rate. The caller
+// calls Refill after that long; nothing else wakes such a waiter.
+func (p *Pool) NextGrant() (d time.Duration, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bucket == nil {
+		return 0, false
+	}
+	w := p.q.next()
+	if w == nil || p.capacity-p.inUse < w.Slots {
+		return 0, false
+	}
+	return p.bucket.when(p.opts.Now(), w.Slots), true
+}
+
+// RetryAfter is how long, at the least, until the start rate would let a
+// new request of n slots start: 0 without a rate, or when it would allow
+// them now. Under the fifo policy everything queued starts first, so it
+// counts the queued slots too; the other policies may serve a newcomer
+// first, so it counts n alone. Slots busy are not counted: it is a lower
+// bound, when the rate is all that holds a request back, exact.
+func (p *Pool) RetryAfter(n int64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bucket == nil || n > p.bucket.burst {
+		return 0
+	}
+	if p.opts.Policy == PolicyFIFO {
+		n += p.queuedSlots
+	}
+	return p.bucket.when(p.opts.Now(), n)
+}
+
+// Tenants returns the tenants with slots held or requests queued, sorted
+// by name. Weight is set under the fair policy only.
+func (p *Pool) Tenants() []TenantStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]TenantStats, 0, len(p.tenants)+1)
+	add := func(t *tenant) {
+		if t.inUse == 0 && t.queued == 0 {
+			return
+		}
+		s := TenantStats{Tenant: t.name, InUse: t.inUse, QueuedRequests: t.queued, QueuedSlots: t.queuedSlots}
+		if p.opts.Policy == PolicyFair {
+			s.Weight = t.weight
+		}
+		out = append(out, s)
+	}
+	add(&p.anon) // "" sorts first
+	for _, name := range slices.Sorted(maps.Keys(p.tenants)) {
+		add(p.tenants[name])
+	}
+	return out
+}
