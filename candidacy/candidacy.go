@@ -25,9 +25,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Record is one candidate's list of cluster pools.
@@ -223,14 +223,14 @@ func accept(cluster string, ch manager.Change) (Record, error) {
 	if r.Instance == "" || Key(cluster, r.Instance) != ch.Key {
 		return r, errors.New("its key does not name the instance it holds")
 	}
-	if err := config.ValidToken(r.Node); err != nil {
+	if err := rules.ValidToken(r.Node); err != nil {
 		return r, fmt.Errorf("node: %w", err)
 	}
 	if len(r.Pools) > maxPools || len(r.Rates) > maxPools {
 		return r, fmt.Errorf("more than %d pools", maxPools)
 	}
 	for name, c := range r.Pools {
-		if err := config.ValidToken(name); err != nil || c < 0 || c > pools.MaxCapacity {
+		if err := rules.ValidToken(name); err != nil || c < 0 || c > pools.MaxCapacity {
 			return r, fmt.Errorf("pool %.64q: not a pool name with a capacity a manager serves", name)
 		}
 	}

@@ -14,7 +14,7 @@ const MaxTokenLen = rules.MaxTokenLen
 
 // DefaultPool is the name of the pool that always exists; see the package
 // documentation for how its capacity is chosen.
-const DefaultPool = "default"
+const DefaultPool = rules.DefaultPool
 
 // Pool is a named pool of slots and its capacity.
 type Pool struct {

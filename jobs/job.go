@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/rules"
 )
 
 // Priority orders jobs of one pool: high is taken before normal, normal
@@ -81,7 +81,7 @@ func (s State) Final() bool { return s == StateSucceeded || s == StateDead || s 
 
 // Defaults and limits of a job spec.
 const (
-	DefaultPool        = config.DefaultPool
+	DefaultPool        = rules.DefaultPool
 	DefaultSlots       = 1
 	DefaultPriority    = Normal
 	DefaultMaxAttempts = 3
@@ -296,11 +296,11 @@ func (s *Spec) Validate() error {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
 	if s.ID != "" {
-		if err := config.ValidToken(s.ID); err != nil {
+		if err := rules.ValidToken(s.ID); err != nil {
 			bad("id %q: %v", s.ID, err)
 		}
 	}
-	if err := config.ValidToken(s.Pool); err != nil {
+	if err := rules.ValidToken(s.Pool); err != nil {
 		bad("pool %q: %v", s.Pool, err)
 	}
 	if s.Slots <= 0 {
@@ -314,7 +314,7 @@ func (s *Spec) Validate() error {
 	}
 	seen := map[string]string{EnvName(s.Pool): s.Pool}
 	for i, p := range s.Pools {
-		if err := config.ValidToken(p.Pool); err != nil {
+		if err := rules.ValidToken(p.Pool); err != nil {
 			bad("pools[%d] %q: %v", i, p.Pool, err)
 		} else if o, dup := seen[EnvName(p.Pool)]; dup && o == p.Pool {
 			bad("pools[%d] %s: named twice (with pool or in pools)", i, p.Pool)
@@ -365,12 +365,12 @@ func (s *Spec) Validate() error {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)
 	}
 	if s.Batch != "" {
-		if err := config.ValidToken(s.Batch); err != nil {
+		if err := rules.ValidToken(s.Batch); err != nil {
 			bad("batch %q: %v", s.Batch, err)
 		}
 	}
 	if s.Parent != "" {
-		if err := config.ValidToken(s.Parent); err != nil {
+		if err := rules.ValidToken(s.Parent); err != nil {
 			bad("parent %q: %v", s.Parent, err)
 		}
 	}
@@ -380,8 +380,8 @@ func (s *Spec) Validate() error {
 	if s.ID != "" && s.Tenant == "" && looksScoped(s.ID) {
 		bad("id %q: ids that start with \"t\", 16 hex digits and \"-\" belong to tenants' jobs; give a tenant, or another id", s.ID)
 	}
-	if s.ID != "" && s.Tenant != "" && len(s.JobID()) > config.MaxTokenLen {
-		bad("id %q: in tenant %q's scope it would be %d characters, more than %d (give at most %d)", s.ID, s.Tenant, len(s.JobID()), config.MaxTokenLen, config.MaxTokenLen-scopeLen)
+	if s.ID != "" && s.Tenant != "" && len(s.JobID()) > rules.MaxTokenLen {
+		bad("id %q: in tenant %q's scope it would be %d characters, more than %d (give at most %d)", s.ID, s.Tenant, len(s.JobID()), rules.MaxTokenLen, rules.MaxTokenLen-scopeLen)
 	}
 	if s.IdempotencyKey != "" && s.ID != "" && s.ID != s.JobID() {
 		bad("id %q and idempotency_key: give one of them (the key makes the id %s)", s.ID, s.JobID())
@@ -507,7 +507,7 @@ func (r *Record) Duration() time.Duration { return time.Duration(r.DurationMs) *
 
 // validID checks a job id: a token (letters, digits, '-', '_'), so it is a
 // valid KV key and fits in a lease request id.
-func validID(id string) error { return config.ValidToken(id) }
+func validID(id string) error { return rules.ValidToken(id) }
 
 // malformedID is the id a message that is not a valid job is dead-lettered
 // under: its stream sequence.

@@ -63,6 +63,10 @@ const (
 	DefaultMaxQueuedPerCredential = 2500
 )
 
+// DefaultPool is the name of the pool every node has (its capacity is
+// config's to choose).
+const DefaultPool = "default"
+
 // MaxTokenLen is the longest token ValidToken accepts. It keeps subjects
 // and KV keys built from several tokens well short of NATS limits.
 const MaxTokenLen = 64
