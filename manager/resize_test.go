@@ -10,6 +10,7 @@ import (
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/test/harness"
 )
 
@@ -147,6 +148,51 @@ func TestResizeAddRemoveAndPersist(t *testing.T) {
 	if len(stats) != 2 || stats[0].Name != "p" || stats[1].Name != "q" {
 		t.Fatalf("after reset: %+v", stats)
 	}
+}
+
+// A pool added at runtime queues at most rules.DefaultMaxQueue requests,
+// as a configured pool without POOL_MAX_QUEUE does (docs/configuration.md
+// once said unbounded), and a configured pool removed and added back keeps
+// its configured bound; both survive a restart, which makes them again
+// from the stored delta.
+func TestResizeAddedPoolsQueueBound(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	cfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1, Options: pools.Options{MaxQueue: 1}}}}
+	n := harness.StartManager(t, srv.URL, cfg)
+	c := harness.Client(t, srv.URL, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	if _, err := resize(t, c, lease.ResizeRequest{Set: map[string]int64{"added": 1}, Remove: []string{"p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resize(t, c, lease.ResizeRequest{Set: map[string]int64{"p": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	bounds := func(m *manager.Manager, when string) {
+		t.Helper()
+		if s := harness.PoolStats(t, m, "added"); s.MaxQueue != rules.DefaultMaxQueue || s.Policy != "" { // "": fifo
+			t.Errorf("%s: the added pool: %+v, want a FIFO queue of at most %d", when, s, rules.DefaultMaxQueue)
+		}
+		if s := harness.PoolStats(t, m, "p"); s.MaxQueue != 1 {
+			t.Errorf("%s: the configured pool added back: %+v, want its configured max queue 1", when, s)
+		}
+	}
+	bounds(n.Manager, "after the resize")
+
+	// The bound the stats show is the one the pool holds to.
+	if _, err := c.Acquire(ctx, "p", 1); err != nil { // held to the end, so the next one waits
+		t.Fatal(err)
+	}
+	_, _, _ = harness.QueuedAcquire(t, c, ctx, "p", 1)
+	if _, err := c.Acquire(ctx, "p", 1); !errors.Is(err, lease.ErrQueueFull) {
+		t.Fatalf("a second waiter on the pool added back with max queue 1: %v, want queue_full", err)
+	}
+
+	_ = n.Manager.Close()
+	n2 := harness.StartManager(t, srv.URL, cfg)
+	bounds(n2.Manager, "after a restart")
 }
 
 func TestResizeBadRequests(t *testing.T) {
