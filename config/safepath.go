@@ -34,6 +34,18 @@ import (
 // even where the group is the user's own (Debian patches OpenSSH to allow
 // that; upstream does not).
 //
+// A key file named explicitly (NATS_NKEY, NATS_CREDS, JOBS_NATS_NKEY) is
+// held to who may read it as well, as OpenSSH holds a private key (it
+// refuses one its user owns that group or others may read): whoever reads
+// the seed connects as its user. Others may never read it. Its group may
+// only where root owns it and this process is not root: an administrator
+// sharing one key with the users of a group (Kubernetes mounts a secret
+// root's, mode 0440, group fsGroup, for a container that does not run as
+// root). A key of this user's own that its group may read says no such
+// decision (a umask of 002 or 022 makes one), so it is refused, as the
+// embedded server's credentials are (CheckPrivateFile); the fix is one
+// chmod.
+//
 // In a user namespace that does not map every id (a rootless container,
 // `unshare --map-current-user`), a file whose owner the namespace does not
 // map shows as the overflow uid (kernel.overflowuid, 65534): root of the
@@ -55,11 +67,17 @@ type UnsafePathError struct {
 	Mode    uint32 // Dir's permission bits, sticky bit included (07777)
 	Problem string // what is wrong with Dir
 	Fix     string // the command that fixes it
+	// Readable: the key file Path itself may be read by someone other than
+	// its owner and root (not a way for them to change it).
+	Readable bool
 }
 
 func (e *UnsafePathError) Error() string {
 	what := "change it"
-	if e.Dir != e.Path {
+	switch {
+	case e.Readable:
+		what = "read the key and connect as its user"
+	case e.Dir != e.Path:
 		what = "move " + e.Path + " away or swap it"
 	}
 	return fmt.Sprintf("%s: %s, so someone else could %s; run: %s", e.Dir, e.Problem, what, e.Fix)
@@ -113,10 +131,15 @@ func (v idView) judgeDir(path, dir string, uid int, mode uint32) error {
 }
 
 // judgeFile applies the rule to a key file itself: owned by root or this
-// user, and writable by neither group nor others (its readers are its
-// owner's business, as for any file named explicitly).
+// user, writable by neither group nor others, readable by no others, and
+// by its group only if it is root's and this process is not root (the
+// header above says why).
 func (v idView) judgeFile(path string, uid int, mode uint32) error {
 	perm := mode & 0o7777
+	readers := uint32(0o044) // the read bits refused
+	if v.rootish(uid) && uid != v.me {
+		readers = 0o004 // root's, shared with its group by an administrator
+	}
 	switch {
 	case !v.rootish(uid) && uid != v.me:
 		return &UnsafePathError{Path: path, Dir: path, UID: uid, Mode: perm,
@@ -126,6 +149,20 @@ func (v idView) judgeFile(path string, uid int, mode uint32) error {
 		return &UnsafePathError{Path: path, Dir: path, UID: uid, Mode: perm,
 			Problem: fmt.Sprintf("is writable by group or others (mode %04o)", perm),
 			Fix:     "chmod go-w " + path}
+	case perm&readers != 0:
+		who, fix := "its group and others", "go-r"
+		switch perm & readers {
+		case 0o040:
+			who, fix = "its group", "g-r"
+		case 0o004:
+			who, fix = "others", "o-r"
+		}
+		problem := fmt.Sprintf("is readable by %s (mode %04o)", who, perm)
+		if perm&readers&0o040 != 0 {
+			problem += "; a group may share only a key file of root's, for users other than root"
+		}
+		return &UnsafePathError{Path: path, Dir: path, UID: uid, Mode: perm, Readable: true,
+			Problem: problem, Fix: "chmod " + fix + " " + path}
 	}
 	return nil
 }
@@ -232,10 +269,11 @@ func components(p string) []string {
 }
 
 // CheckSafeFile checks a key file named explicitly (NATS_NKEY,
-// NATS_CREDS): every directory on the way to it, symbolic links followed
-// (checkWay), and the file it leads to, which must be owned by root or
-// this user and writable by neither group nor others. Who may read it is
-// not checked: an operator may share one file among the users of a group.
+// NATS_CREDS, JOBS_NATS_NKEY): every directory on the way to it, symbolic
+// links followed (checkWay), and the file it leads to, which must be owned
+// by root or this user, writable by neither group nor others, readable by
+// no others, and by its group only if root owns it and this process is not
+// root (judgeFile).
 func CheckSafeFile(path string) error {
 	real, err := checkWay(path, true)
 	if err != nil {

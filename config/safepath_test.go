@@ -61,16 +61,38 @@ func TestJudgeDir(t *testing.T) {
 			}
 		}
 	}
-	// A key file: root's or this user's, not writable by group or others;
-	// readable by them is the operator's choice.
+	// A key file: root's or this user's, not writable by group or others,
+	// readable by no others, and by its group only if it is root's and
+	// this process is not root (an administrator sharing it).
+	asRoot := idView{me: 0, unmapped: -1}
 	for _, tc := range []struct {
+		v    idView
 		uid  int
 		mode uint32
 		says string
-	}{{0, 0o644, ""}, {1000, 0o640, ""}, {1000, 0o600, ""}, {1001, 0o600, "chown 1000 /k"}, {1000, 0o660, "chmod go-w /k"}, {0, 0o666, "chmod go-w /k"}} {
-		err := initial.judgeFile("/k", tc.uid, tc.mode)
+	}{
+		{initial, 1000, 0o600, ""},
+		{initial, 1000, 0o400, ""},
+		{initial, 0, 0o600, ""},
+		{initial, 0, 0o640, ""},
+		{initial, 0, 0o440, ""},
+		{userns, 65534, 0o640, ""}, // unmapped: may be root's
+		{asRoot, 0, 0o600, ""},
+		{initial, 1001, 0o600, "chown 1000 /k"},
+		{initial, 1000, 0o660, "chmod go-w /k"},
+		{initial, 0, 0o666, "chmod go-w /k"},
+		{initial, 1000, 0o640, "/k: is readable by its group (mode 0640); a group may share only a key file of root's, for users other than root, so someone else could read the key and connect as its user; run: chmod g-r /k"},
+		{initial, 1000, 0o644, "is readable by its group and others (mode 0644); a group may share only a key file of root's, for users other than root, so someone else could read the key and connect as its user; run: chmod go-r /k"},
+		{initial, 1000, 0o604, "/k: is readable by others (mode 0604), so someone else could read the key and connect as its user; run: chmod o-r /k"},
+		{initial, 0, 0o644, "/k: is readable by others (mode 0644), so someone else could read the key and connect as its user; run: chmod o-r /k"},
+		{initial, 0, 0o444, "is readable by others (mode 0444)"},
+		{userns, 65534, 0o644, "is readable by others (mode 0644)"},
+		{asRoot, 0, 0o640, "is readable by its group (mode 0640); a group may share only a key file of root's, for users other than root"},
+		{asRoot, 0, 0o644, "run: chmod go-r /k"},
+	} {
+		err := tc.v.judgeFile("/k", tc.uid, tc.mode)
 		if (tc.says == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("key file of uid %d, mode %04o: %v, want %q", tc.uid, tc.mode, err, tc.says)
+			t.Errorf("key file of uid %d, mode %04o, read by uid %d: %v, want %q", tc.uid, tc.mode, tc.v.me, err, tc.says)
 		}
 	}
 }
@@ -200,9 +222,11 @@ func TestCheckWayFollowsSymlinks(t *testing.T) {
 	}
 }
 
-// NATS_NKEY and NATS_CREDS, named explicitly: the way to the file (also
-// through a final link, as Kubernetes mounts secrets) and the file itself
-// must be safe; refused with the variable named.
+// NATS_NKEY, NATS_CREDS and JOBS_NATS_NKEY, named explicitly: the way to
+// the file (also through a final link, as Kubernetes mounts secrets) and
+// the file itself must be safe, and the file this user's (as it is here,
+// root's or not) readable by neither group nor others; refused with the
+// variable named. (A 0640 seed was once used without a word.)
 func TestExplicitKeyFilesMustBeSafe(t *testing.T) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -222,7 +246,15 @@ func TestExplicitKeyFilesMustBeSafe(t *testing.T) {
 		}
 		return p
 	}
-	good := write(filepath.Join(safe, "user.nk"), 0o640)
+	good := write(filepath.Join(safe, "user.nk"), 0o600)
+	readOnly := write(filepath.Join(safe, "ro.nk"), 0o400)
+	groupReadable := write(filepath.Join(safe, "gr.nk"), 0o640)
+	worldReadable := write(filepath.Join(safe, "wr.nk"), 0o644)
+	credsReadable := write(filepath.Join(safe, "gr.creds"), 0o640)
+	readableViaLink := filepath.Join(safe, "grlink.nk")
+	if err := os.Symlink(groupReadable, readableViaLink); err != nil {
+		t.Fatal(err)
+	}
 	inOpen := write(filepath.Join(open, "user.nk"), 0o600)
 	groupWritable := write(filepath.Join(safe, "gw.nk"), 0o660)
 	viaLink := filepath.Join(safe, "link.nk")
@@ -235,6 +267,11 @@ func TestExplicitKeyFilesMustBeSafe(t *testing.T) {
 		says string // "" when accepted
 	}{
 		{map[string]string{EnvNATSNKey: good}, ""},
+		{map[string]string{EnvNATSNKey: readOnly}, ""},
+		{map[string]string{EnvNATSNKey: groupReadable}, "NATS_NKEY: \"" + groupReadable + "\": " + groupReadable + ": is readable by its group (mode 0640)"},
+		{map[string]string{EnvNATSNKey: readableViaLink}, groupReadable + ": is readable by its group (mode 0640)"},
+		{map[string]string{EnvNATSNKey: worldReadable}, worldReadable + ": is readable by its group and others (mode 0644)"},
+		{map[string]string{EnvNATSCreds: credsReadable}, "NATS_CREDS: \"" + credsReadable + "\": " + credsReadable + ": is readable by its group (mode 0640)"},
 		{map[string]string{EnvNATSNKey: inOpen}, "NATS_NKEY: \"" + inOpen + "\": " + open + ": is writable by group or others"},
 		{map[string]string{EnvNATSNKey: viaLink}, open + ": is writable by group or others"},
 		{map[string]string{EnvNATSNKey: groupWritable}, groupWritable + ": is writable by group or others (mode 0660)"},
@@ -243,6 +280,14 @@ func TestExplicitKeyFilesMustBeSafe(t *testing.T) {
 		_, err := LoadCommonFrom(tc.env)
 		if (tc.says == "") != (err == nil) || err != nil && (!strings.Contains(err.Error(), tc.says) || !errors.Is(err, ErrInvalid)) {
 			t.Errorf("%v: %v, want %q", tc.env, err, tc.says)
+		}
+	}
+	for _, tc := range []struct {
+		file, says string
+	}{{good, ""}, {groupReadable, "JOBS_NATS_NKEY: \"" + groupReadable + "\": " + groupReadable + ": is readable by its group (mode 0640)"}} {
+		_, err := LoadManagerFrom(map[string]string{EnvNATSURL: "nats://127.0.0.1:4222", EnvJobsNATSNKey: tc.file})
+		if (tc.says == "") != (err == nil) || err != nil && (!strings.Contains(err.Error(), tc.says) || !errors.Is(err, ErrInvalid)) {
+			t.Errorf("%s=%s: %v, want %q", EnvJobsNATSNKey, tc.file, err, tc.says)
 		}
 	}
 }
