@@ -458,7 +458,9 @@ func TestRateResize(t *testing.T) {
 
 // queue_full from a pool whose queue waits for the rate says when the rate
 // lets the next waiter in, not the TTL/3 hint; would_wait counts what a
-// fifo queue starts first.
+// fifo queue starts first. The messages are the ones docs/protocol.md
+// (section 7.1) shows: it once said both errors end with the rate, where
+// would_wait has it inside the pool's figures, or alone.
 func TestRateRetryHints(t *testing.T) {
 	t.Parallel()
 	srv, _ := startNode(t, 6*time.Second, manager.PoolConfig{Name: "p", Capacity: 10,
@@ -467,16 +469,19 @@ func TestRateRetryHints(t *testing.T) {
 	ctx := context.Background()
 	_, err := c.Acquire(ctx, "p", 1, lease.NoWait())
 	var le *lease.Error
-	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 {
-		t.Fatalf("try on an empty 2/m bucket: %v, want would_wait, retry after about 30 s", err)
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 ||
+		le.Message != `1 slots not started at once in pool "p": its rate 2/m has 0 of 1 tokens in the bucket (0 in use of 10)` {
+		t.Fatalf("try on an empty 2/m bucket: %v, want would_wait, retry after about 30 s, naming the rate alone", err)
 	}
 	harness.QueuedAcquire(t, c, ctx, "p", 1)
 	_, err = c.Acquire(ctx, "p", 1, lease.NoWait())
-	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 59_000 || le.RetryAfterMs > 60_000 {
-		t.Fatalf("try behind one queued: %v, want would_wait, retry after about 60 s (the queued one starts first)", err)
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait || le.RetryAfterMs < 59_000 || le.RetryAfterMs > 60_000 ||
+		le.Message != `1 slots not free at once in pool "p" (0 in use of 10, 1 queued; rate 2/m, 0 of 1 tokens in the bucket)` {
+		t.Fatalf("try behind one queued: %v, want would_wait, retry after about 60 s (the queued one starts first), the rate in the pool's figures", err)
 	}
 	_, err = c.Acquire(ctx, "p", 1)
-	if !errors.As(err, &le) || le.Code != lease.CodeQueueFull || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 || !strings.Contains(le.Message, "rate 2/m, 0 of 1 tokens") {
+	if !errors.As(err, &le) || le.Code != lease.CodeQueueFull || le.RetryAfterMs < 29_000 || le.RetryAfterMs > 30_000 ||
+		le.Message != `pool "p" already has 1 queued requests, its limit; rate 2/m, 0 of 1 tokens in the bucket` {
 		t.Fatalf("queue full behind the rate: %v, want queue_full, retry after about 30 s (not the TTL/3 hint of 2 s)", err)
 	}
 }
