@@ -107,3 +107,36 @@ func TestHugeFieldsGetBoundedAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestEchoesAreClippedOnce: a value longer than lease.MaxEcho is cut once,
+// and its marker counts the bytes of the value left out. The pool name of
+// an unknown pool was clipped before errorf clipped it again, so a 200-byte
+// name said "…(+14 bytes)" (the first marker's bytes) instead of
+// "…(+72 bytes)"; the snapshot request's decode error did the same.
+func TestEchoesAreClippedOnce(t *testing.T) {
+	t.Parallel()
+	srv, _ := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1})
+	nc := harness.Connect(t, srv.URL)
+	name := strings.Repeat("n", 200)
+	want := `"` + name[:lease.MaxEcho] + `…(+72 bytes)"`
+	bodies := map[string]any{
+		lease.VerbAcquire: lease.AcquireRequest{RequestID: "r", Holder: "h", Slots: 1},
+		lease.VerbRenew:   lease.RenewRequest{LeaseID: "r", Token: 1},
+		lease.VerbRelease: lease.ReleaseRequest{LeaseID: "r", Token: 1},
+		lease.VerbCancel:  lease.CancelRequest{RequestID: "r", Holder: "h"},
+	}
+	for verb, body := range bodies {
+		r := harness.Request(t, nc, lease.Subject(lease.DefaultPrefix, node, name, verb), body)
+		if r.Error == nil || r.Error.Code != lease.CodeUnknownPool || !strings.Contains(r.Error.Message, want) {
+			t.Errorf("%s on a pool of a 200-byte name: %+v, want unknown_pool quoting %s", verb, r.Error, want)
+		}
+	}
+
+	// encoding/json's error quotes the unknown field whole: 322 bytes, of
+	// which 194 are left out.
+	field := strings.Repeat("u", 300)
+	r := harness.Request(t, nc, lease.SnapshotSubject(lease.DefaultPrefix, node), `{"`+field+`":1}`)
+	if r.Error == nil || r.Error.Code != lease.CodeBadRequest || !strings.HasSuffix(r.Error.Message, `json: unknown field "`+field[:128-len(`json: unknown field "`)]+"…(+194 bytes)") {
+		t.Errorf("a snapshot request with a 300-byte unknown field: %+v, want bad_request clipped once, 194 bytes left out", r.Error)
+	}
+}

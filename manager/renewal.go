@@ -29,15 +29,15 @@ func (m *Manager) poolLocked(name string) (*pool, *lease.Error) {
 		return p, nil
 	}
 	if m.removed[name] {
-		return nil, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", echo.Clip(name), m.cfg.Node)
+		return nil, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove): its leases are revoked", name, m.cfg.Node)
 	}
 	names := slices.Sorted(maps.Keys(m.pools))
 	if m.cfg.ClusterPools != nil && m.cfg.Node != lease.ClusterNode {
 		if cluster := m.cfg.ClusterPools(); cluster != nil {
-			return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names), echo.List(cluster))
+			return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s; cluster pools: %s)", m.cfg.Node, name, echo.List(names), echo.List(cluster))
 		}
 	}
-	return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, echo.Clip(name), echo.List(names))
+	return nil, errorf(lease.CodeUnknownPool, "node %s has no pool %q (its pools: %s)", m.cfg.Node, name, echo.List(names))
 }
 
 // closingError answers requests to node's manager that arrive once Close

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -98,7 +97,7 @@ func (d *discovery) handleSnapshot(msg *nats.Msg) {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			d.snapshot.failed("400", "bad snapshot request")
-			d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", echo.Clip(err.Error()))})
+			d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", err.Error())})
 			return
 		}
 	}
