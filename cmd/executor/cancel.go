@@ -3,28 +3,32 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/jobs"
 )
 
-// cancelCommand: executor cancel [--reason R] ID... | --batch NAME.
-func cancelCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor cancel", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	batch := fs.String("batch", "", "cancel every job of this batch that has not ended")
-	reason := fs.String("reason", "executor cancel", "why, kept in each job's record and event")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+func cancelSetup(cmd *cobra.Command) action {
+	batch := cmd.Flags().String("batch", "", "cancel every job of this batch that has not ended")
+	reason := cmd.Flags().String("reason", "executor cancel", "why, kept in each job's record and event")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if (*batch == "") == (len(args) == 0) {
+			return usageErr(errors.New("usage: executor cancel [--reason R] JOB_ID... | --batch NAME (one or the other)"))
+		}
+		if len(*reason) > 200 {
+			return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
+		}
+		return cancelCommand(ctx, args, *batch, *reason, stdout, stderr)
 	}
-	if (*batch == "") == (fs.NArg() == 0) {
-		return usageErr(errors.New("usage: executor cancel [--reason R] JOB_ID... | --batch NAME (one or the other)"))
-	}
-	if len(*reason) > 200 {
-		return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
-	}
+}
+
+// cancelCommand cancels the jobs ids, or those of batch that have not
+// ended, and prints what became of each.
+func cancelCommand(ctx context.Context, ids []string, batch, reason string, stdout, stderr io.Writer) (int, error) {
 	_, nc, q, err := connectQueue(ctx, "executor cancel", false)
 	if errors.Is(err, jobs.ErrNoQueue) {
 		return 1, errors.New("no job queue yet: nothing to cancel")
@@ -33,9 +37,8 @@ func cancelCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return codeOf(err), err
 	}
 	defer nc.Close()
-	ids := fs.Args()
-	if *batch != "" {
-		recs, err := q.Batch(ctx, *batch)
+	if batch != "" {
+		recs, err := q.Batch(ctx, batch)
 		if err != nil {
 			return 1, err
 		}
@@ -44,11 +47,11 @@ func cancelCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 				ids = append(ids, r.ID)
 			}
 		}
-		fmt.Fprintf(stderr, "executor: batch %s: %d job(s), %d not ended\n", *batch, len(recs), len(ids))
+		fmt.Fprintf(stderr, "executor: batch %s: %d job(s), %d not ended\n", batch, len(recs), len(ids))
 	}
 	code := 0
 	for _, id := range ids {
-		rec, err := q.Cancel(ctx, id, *reason)
+		rec, err := q.Cancel(ctx, id, reason)
 		switch {
 		case errors.Is(err, jobs.ErrFinal):
 			fmt.Fprintf(stdout, "%s\talready %s\n", id, rec.State)

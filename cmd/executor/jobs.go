@@ -4,33 +4,46 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/slotlease/slotlease/jobs"
 )
 
-func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor jobs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// jobStates are the states executor jobs --state takes.
+var jobStates = []jobs.State{jobs.StateQueued, jobs.StateRunning, jobs.StateFailed, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+
+func jobsSetup(cmd *cobra.Command) action {
+	fs := cmd.Flags()
 	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
 	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded, dead or cancelled")
 	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+	states := make([]string, len(jobStates))
+	for i, s := range jobStates {
+		states[i] = string(s)
 	}
-	if fs.NArg() > 0 {
-		return usageErr(fmt.Errorf("jobs takes no arguments, got %q", fs.Args()))
+	words(cmd, "state", states...)
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if len(args) > 0 {
+			return usageErr(fmt.Errorf("jobs takes no arguments, got %q", args))
+		}
+		if *state != "" && !slices.Contains(jobStates, jobs.State(*state)) {
+			return usageErr(fmt.Errorf("--state %q: must be queued, running, failed, succeeded, dead or cancelled", *state))
+		}
+		return jobsCommand(ctx, jobs.State(*state), *limit, *asJSON, stdout)
 	}
-	switch jobs.State(*state) {
-	case "", jobs.StateQueued, jobs.StateRunning, jobs.StateFailed, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled:
-	default:
-		return usageErr(fmt.Errorf("--state %q: must be queued, running, failed, succeeded, dead or cancelled", *state))
-	}
+}
+
+// jobsCommand prints the queues' depths, the pools' loads and the recent
+// jobs in state (any if "").
+func jobsCommand(ctx context.Context, state jobs.State, limit int, asJSON bool, stdout io.Writer) (int, error) {
 	_, nc, q, err := connectQueue(ctx, "executor jobs", false)
 	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
 		return codeOf(err), err
@@ -50,9 +63,9 @@ func jobsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 			return 1, err
 		}
 		out.Pools = jobs.Loads(all, time.Now())
-		out.Jobs = selectJobs(all, jobs.State(*state), *limit)
+		out.Jobs = selectJobs(all, state, limit)
 	}
-	if *asJSON {
+	if asJSON {
 		if out.Queues == nil {
 			out.Queues = []jobs.Depth{}
 		}

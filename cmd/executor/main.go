@@ -1,13 +1,14 @@
 // Command executor runs work under a slot lease.
 //
-//	executor run --pool P[=K]... [--slots K] [--wait D] [limits] -- CMD ARGS...
-//	executor submit --pool P --slots K [--priority P] -- CMD ARGS...
-//	executor serve [--pools P1,P2] [--concurrency N]
+//	executor run --pool P[=K]... [--slots K] [--wait D] [flags] -- CMD ARGS...
+//	executor submit --pool P --slots K [--priority P] [flags] -- CMD ARGS...
+//	executor serve [--pools P1,P2] [--concurrency N] [flags]
 //	executor status JOB_ID
 //	executor jobs
 //	executor wait (--batch NAME | JOB_ID...)
 //	executor cancel JOB_ID... | --batch NAME
 //	executor purge --pool P --confirm
+//	executor completion bash|zsh|fish
 //
 // It acquires the lease on this node (printing its queue position while it
 // waits), runs CMD in a sandbox with LEASE_ID, LEASE_TOKEN, LEASE_POOL,
@@ -20,13 +21,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/slotlease/slotlease/cmd/internal/cli"
 	"github.com/slotlease/slotlease/sandbox"
 )
 
@@ -49,7 +50,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 	}
 	os.Exit(code)
@@ -68,42 +69,11 @@ func fail(code int, format string, args ...any) error {
 	return &exitError{code: code, err: fmt.Errorf(format, args...)}
 }
 
+// run runs the command args names and returns executor's exit code (or
+// the command's it ran) and the error to print.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage())
-		return ExitUsage, errors.New("no command given")
-	}
-	var err error
-	var code int
-	switch args[0] {
-	case "run":
-		code, err = runCommand(ctx, args[1:], stdout, stderr)
-	case "submit":
-		code, err = submitCommand(ctx, args[1:], stdout, stderr)
-	case "serve":
-		code, err = serveCommand(ctx, args[1:], stdout, stderr)
-	case "status":
-		code, err = statusCommand(ctx, args[1:], stdout, stderr)
-	case "jobs":
-		code, err = jobsCommand(ctx, args[1:], stdout, stderr)
-	case "wait":
-		code, err = waitCommand(ctx, args[1:], stdout, stderr)
-	case "cancel":
-		code, err = cancelCommand(ctx, args[1:], stdout, stderr)
-	case "purge":
-		code, err = purgeCommand(ctx, args[1:], stdout, stderr)
-	case "version":
-		code, err = versionCommand(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage())
-		return 0, nil
-	default:
-		fmt.Fprint(stderr, usage())
-		return ExitUsage, fmt.Errorf("unknown command %q", args[0])
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0, nil // the command's -h: its usage is printed
-	}
+	code := 0
+	err := cli.Execute(ctx, newRoot(&code), args, stdout, stderr)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code, err

@@ -22,6 +22,8 @@ func (p *poolFlags) String() string {
 	return strings.Join(parts, ",")
 }
 
+func (p *poolFlags) Type() string { return "NAME[=SLOTS]" }
+
 // Set takes NAME or NAME=N; a NAME without N has 0 slots until resolved
 // (--slots for a single pool, else 1).
 func (p *poolFlags) Set(s string) error {

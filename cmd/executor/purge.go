@@ -3,32 +3,36 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/jobs"
 )
 
-// purgeCommand: executor purge --pool P --confirm.
-func purgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor purge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func purgeSetup(cmd *cobra.Command) action {
+	fs := cmd.Flags()
 	pool := fs.String("pool", "", "the pool whose waiting jobs to remove")
 	confirm := fs.Bool("confirm", false, "really remove them (required)")
 	reason := fs.String("reason", "executor purge", "why, kept in each job's record and event")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if *pool == "" || len(args) > 0 {
+			return usageErr(errors.New("usage: executor purge --pool P --confirm [--reason R]"))
+		}
+		if !*confirm {
+			return usageErr(fmt.Errorf("purge removes every waiting job of pool %s (running ones finish): add --confirm", *pool))
+		}
+		if len(*reason) > 200 {
+			return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
+		}
+		return purgeCommand(ctx, *pool, *reason, stdout, stderr)
 	}
-	if *pool == "" || fs.NArg() > 0 {
-		return usageErr(errors.New("usage: executor purge --pool P --confirm"))
-	}
-	if !*confirm {
-		return usageErr(fmt.Errorf("purge removes every waiting job of pool %s (running ones finish): add --confirm", *pool))
-	}
-	if len(*reason) > 200 {
-		return usageErr(fmt.Errorf("--reason: at most 200 bytes, got %d", len(*reason)))
-	}
+}
+
+// purgeCommand cancels every waiting job of pool.
+func purgeCommand(ctx context.Context, pool, reason string, stdout, stderr io.Writer) (int, error) {
 	_, nc, q, err := connectQueue(ctx, "executor purge", false)
 	if errors.Is(err, jobs.ErrNoQueue) {
 		fmt.Fprintln(stdout, 0)
@@ -38,11 +42,11 @@ func purgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return codeOf(err), err
 	}
 	defer nc.Close()
-	n, err := q.Purge(ctx, *pool, *reason)
+	n, err := q.Purge(ctx, pool, reason)
 	if errors.Is(err, jobs.ErrInvalidSpec) {
 		return usageErr(err)
 	}
 	fmt.Fprintln(stdout, n)
-	fmt.Fprintf(stderr, "executor: purged %d waiting job(s) of pool %s\n", n, *pool)
+	fmt.Fprintf(stderr, "executor: purged %d waiting job(s) of pool %s\n", n, pool)
 	return 0, err
 }

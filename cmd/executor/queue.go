@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -65,11 +64,8 @@ func clientOptions(cfg *config.Common) []lease.ClientOption {
 	return opts
 }
 
-// usageErr turns a flag or validation error into exit code 2.
+// usageErr turns a validation error into exit code 2.
 func usageErr(err error) (int, error) {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0, err
-	}
 	return ExitUsage, &exitError{code: ExitUsage, err: err}
 }
 

@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
@@ -45,10 +47,11 @@ type runFlags struct {
 	noWait      bool
 }
 
-func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, []string, error) {
+// runSetup defines run's flags; its action parses and checks them into
+// runFlags, then runs the command.
+func runSetup(cmd *cobra.Command) action {
 	f := &runFlags{}
-	fs := flag.NewFlagSet("executor run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmd.Flags()
 	var pools poolFlags
 	fs.Var(&pools, "pool", "pool to take slots from, NAME or NAME=SLOTS; repeat it to hold several pools at once, all or none (default \"default\")")
 	fs.Int64Var(&f.slots, "slots", 1, "number of slots, with a single --pool")
@@ -69,41 +72,42 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, []string
 	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return nil, nil, err
+	words(cmd, "priority", "high", "normal", "low")
+	_ = cmd.MarkFlagDirname("dir")
+	_ = cmd.MarkFlagDirname("writable")
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if err := f.check(pools, fs.Changed("slots"), args); err != nil {
+			return ExitUsage, &exitError{code: ExitUsage, err: err}
+		}
+		return runCommand(ctx, f, args, stdout, stderr)
 	}
-	cmd := fs.Args()
+}
+
+// check checks run's flags and fills in f.pools; cmd is the command to run.
+func (f *runFlags) check(pools poolFlags, slotsSet bool, cmd []string) error {
 	if len(cmd) == 0 {
-		return nil, nil, errors.New("no command: give it after --, e.g. executor run --pool gpu -- sleep 5")
+		return errors.New("no command: give it after --, e.g. executor run --pool gpu -- sleep 5")
 	}
 	if f.slots <= 0 {
-		return nil, nil, fmt.Errorf("--slots %d: must be a positive integer", f.slots)
+		return fmt.Errorf("--slots %d: must be a positive integer", f.slots)
 	}
-	slotsSet := false
-	fs.Visit(func(fl *flag.Flag) { slotsSet = slotsSet || fl.Name == "slots" })
 	var err error
 	if f.pools, err = pools.resolve(f.slots, slotsSet); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if _, err := leasePriority(f.priority); err != nil {
-		return nil, nil, err
+		return err
 	}
 	for name, d := range map[string]time.Duration{"--wait": f.wait, "--timeout": f.timeout, "--cpu": f.cpu, "--kill-grace": f.grace} {
 		if d < 0 {
-			return nil, nil, fmt.Errorf("%s %v: must not be negative", name, d)
+			return fmt.Errorf("%s %v: must not be negative", name, d)
 		}
 	}
-	return f, cmd, nil
+	return nil
 }
 
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, err error) {
-	f, cmd, err := parseRunFlags(args, stdout, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, err
-		}
-		return ExitUsage, &exitError{code: ExitUsage, err: err}
-	}
+// runCommand runs cmd under the leases f asks for.
+func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr io.Writer) (code int, err error) {
 	if err := needsNATSInJob("run"); err != nil {
 		return codeOf(err), err
 	}
@@ -228,6 +232,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 type pathFlags []string
 
 func (p *pathFlags) String() string { return strings.Join(*p, ",") }
+func (p *pathFlags) Type() string   { return "PATH" }
 
 func (p *pathFlags) Set(s string) error {
 	abs, err := filepath.Abs(s)
@@ -262,7 +267,18 @@ func writableIfConfined(hide, writable []string) []string {
 // envFlags collects repeated --env KEY=VALUE flags.
 type envFlags map[string]string
 
-func (e *envFlags) String() string { return fmt.Sprint(map[string]string(*e)) }
+// String is the flags in KEY=VALUE form, sorted; "" for none, so that
+// help shows no default.
+func (e *envFlags) String() string {
+	kv := make([]string, 0, len(*e))
+	for k, v := range *e {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, ",")
+}
+
+func (e *envFlags) Type() string { return "KEY=VALUE" }
 
 func (e *envFlags) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
@@ -280,6 +296,7 @@ func (e *envFlags) Set(s string) error {
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "SIZE" }
 
 func (b *byteSize) Set(s string) error {
 	mult := int64(1)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
@@ -58,10 +59,10 @@ type serveFlags struct {
 	metricsAddr string // --metrics-addr, else EXECUTOR_METRICS_ADDR; "" for none
 }
 
-func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, error) {
+// serveSetup defines serve's flags; its action checks them and serves.
+func serveSetup(cmd *cobra.Command) action {
 	f := &serveFlags{}
-	fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmd.Flags()
 	fs.StringVar(&f.pools, "pools", "", "comma-separated pools to take jobs for (default: every pool of this node)")
 	fs.StringVar(&f.node, "node", "", "node whose lease manager grants the slots (default NODE_ID)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "run at most this many jobs at once (0: as many as the node's free slots allow)")
@@ -76,41 +77,43 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	fs.IntVar(&f.maxDepth, "max-depth", jobs.DefaultMaxDepth, fmt.Sprintf("follow-up jobs submitted from inside jobs nest at most this deep (1 to %d)", jobs.MaxDepth))
 	fs.IntVar(&f.maxChildren, "max-children", jobs.DefaultMaxChildren, "follow-up submits one job attempt may make")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "host:port to serve Prometheus /metrics on (default "+config.EnvExecutorMetricsAddr+"; none if empty)")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return nil, err
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if err := f.check(fs.Changed("metrics-addr"), args); err != nil {
+			return usageErr(err)
+		}
+		return serveCommand(ctx, f, stdout, stderr)
 	}
-	metricsSet := false
-	fs.Visit(func(fl *flag.Flag) { metricsSet = metricsSet || fl.Name == "metrics-addr" })
+}
+
+// check checks serve's flags; metricsSet: --metrics-addr was given.
+func (f *serveFlags) check(metricsSet bool, args []string) error {
 	var err error
 	if f.metricsAddr, err = config.ExecutorMetricsAddr(f.metricsAddr, metricsSet); err != nil {
-		return nil, err
+		return err
 	}
 	if f.maxDepth < 1 || f.maxDepth > jobs.MaxDepth || f.maxChildren < 1 {
-		return nil, fmt.Errorf("--max-depth %d, --max-children %d: depth must be from 1 to %d, children positive", f.maxDepth, f.maxChildren, jobs.MaxDepth)
+		return fmt.Errorf("--max-depth %d, --max-children %d: depth must be from 1 to %d, children positive", f.maxDepth, f.maxChildren, jobs.MaxDepth)
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	if len(args) > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", args)
 	}
 	if f.concurrency < 0 {
-		return nil, fmt.Errorf("--concurrency %d: must not be negative", f.concurrency)
+		return fmt.Errorf("--concurrency %d: must not be negative", f.concurrency)
 	}
 	if f.ackWait < time.Second {
-		return nil, fmt.Errorf("--ack-wait %v: must be at least 1s", f.ackWait)
+		return fmt.Errorf("--ack-wait %v: must be at least 1s", f.ackWait)
 	}
 	for name, d := range map[string]time.Duration{"--grace": f.grace, "--backoff": f.backoff, "--max-backoff": f.maxBackoff,
 		"--acquire-wait": f.acquireWait, "--kill-grace": f.killGrace, "--poll": f.poll} {
 		if d <= 0 {
-			return nil, fmt.Errorf("%s %v: must be positive", name, d)
+			return fmt.Errorf("%s %v: must be positive", name, d)
 		}
 	}
-	return f, nil
+	return nil
 }
 
-func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	f, err := parseServeFlags(args, stdout, stderr)
-	if err != nil {
-		return usageErr(err)
-	}
+// serveCommand takes and runs jobs as f says until ctx is done.
+func serveCommand(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (int, error) {
 	stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
 		return ExitUsage, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,20 +11,24 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/slotlease/slotlease/jobs"
 )
 
-func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the record as JSON")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+func statusSetup(cmd *cobra.Command) action {
+	asJSON := cmd.Flags().Bool("json", false, "print the record as JSON")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if len(args) != 1 {
+			return usageErr(errors.New("usage: executor status [--json] JOB_ID"))
+		}
+		return statusCommand(ctx, args[0], *asJSON, stdout)
 	}
-	if fs.NArg() != 1 {
-		return usageErr(errors.New("usage: executor status [--json] JOB_ID"))
-	}
-	id := fs.Arg(0)
+}
+
+// statusCommand prints job id's record.
+func statusCommand(ctx context.Context, id string, asJSON bool, stdout io.Writer) (int, error) {
 	cfg, nc, q, err := connectQueue(ctx, "executor status", false)
 	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
 		return codeOf(err), err
@@ -42,7 +45,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return 1, err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return 0, enc.Encode(rec)

@@ -5,21 +5,35 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/slotlease/slotlease/jobs"
 )
 
-func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	specs, noPoolCheck, err := parseSubmit(args, os.Stdin, stdout, stderr)
-	if err != nil {
-		return usageErr(err)
+// submitSetup defines submit's flags; its action builds the job specs
+// from them (or from a spec file) and submits them.
+func submitSetup(cmd *cobra.Command) action {
+	parse := submitFlags(cmd)
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		specs, noPoolCheck, err := parse(args, os.Stdin)
+		if err != nil {
+			return usageErr(err)
+		}
+		return submitCommand(ctx, specs, noPoolCheck, stdout, stderr)
 	}
+}
+
+// submitCommand submits specs: through the job's executor inside a job,
+// else to the job queue, after asking the lease managers whether their
+// pools can grant the slots (unless noPoolCheck).
+func submitCommand(ctx context.Context, specs []jobs.Spec, noPoolCheck bool, stdout, stderr io.Writer) (int, error) {
 	if socket := os.Getenv(jobs.SocketEnv); socket != "" {
 		// The serving executor traces it: the job's follow-up is submitted
 		// in the trace of its run.
@@ -73,9 +87,10 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 // maxSpecsLines bounds a --specs file.
 const maxSpecsLines = 100000
 
-// parseSubmit builds the job specs from --spec, --specs or from flags and
-// a command; --batch applies to each.
-func parseSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) ([]jobs.Spec, bool, error) {
+// submitFlags defines submit's flags on cmd and returns what builds the
+// job specs from them and the arguments (the command), or from --spec or
+// --specs; --batch applies to each.
+func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]jobs.Spec, bool, error) {
 	s := jobs.NewSpec()
 	var (
 		specFile, specsFile, priority string
@@ -86,8 +101,7 @@ func parseSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) ([]jo
 		writable                      pathFlags
 		noPoolCheck                   bool
 	)
-	fs := flag.NewFlagSet("executor submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmd.Flags()
 	fs.StringVar(&specFile, "spec", "", "read the job spec (JSON, see docs/jobs.md) from this file; - for stdin")
 	fs.StringVar(&specsFile, "specs", "", "read many job specs, one JSON object per line (JSON Lines), from this file; - for stdin")
 	fs.StringVar(&s.Batch, "batch", "", "the batch the job(s) belong to (executor wait --batch waits for all of it)")
@@ -109,57 +123,59 @@ func parseSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) ([]jo
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return nil, false, err
-	}
-	if specFile != "" || specsFile != "" {
-		var others []string
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "spec" && f.Name != "specs" && f.Name != "batch" && f.Name != "no-pool-check" {
-				others = append(others, "--"+f.Name)
+	words(cmd, "priority", "high", "normal", "low")
+	_ = cmd.MarkFlagFilename("spec", "json")
+	_ = cmd.MarkFlagFilename("specs", "jsonl", "json")
+	return func(args []string, stdin io.Reader) ([]jobs.Spec, bool, error) {
+		if specFile != "" || specsFile != "" {
+			var others []string
+			fs.Visit(func(f *pflag.Flag) {
+				if f.Name != "spec" && f.Name != "specs" && f.Name != "batch" && f.Name != "no-pool-check" {
+					others = append(others, "--"+f.Name)
+				}
+			})
+			if specFile != "" && specsFile != "" {
+				others = append(others, "--specs")
 			}
-		})
-		if specFile != "" && specsFile != "" {
-			others = append(others, "--specs")
+			if len(others) > 0 || len(args) > 0 {
+				return nil, false, fmt.Errorf("--spec, --specs: give a spec file (and --batch, --no-pool-check), or flags and a command, not both (also got %s)", strings.Join(append(others, args...), " "))
+			}
+			var specs []jobs.Spec
+			var err error
+			if specFile != "" {
+				specs, err = readSpec(specFile, stdin)
+			} else {
+				specs, err = readSpecs(specsFile, stdin)
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			specs, err = withBatch(specs, s.Batch)
+			return specs, noPoolCheck, err
 		}
-		if len(others) > 0 || fs.NArg() > 0 {
-			return nil, false, fmt.Errorf("--spec, --specs: give a spec file (and --batch, --no-pool-check), or flags and a command, not both (also got %s)", strings.Join(append(others, fs.Args()...), " "))
+		if len(args) == 0 {
+			return nil, false, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
 		}
-		var specs []jobs.Spec
-		var err error
-		if specFile != "" {
-			specs, err = readSpec(specFile, stdin)
-		} else {
-			specs, err = readSpecs(specsFile, stdin)
-		}
+		p, err := jobs.ParsePriority(priority)
 		if err != nil {
+			return nil, false, fmt.Errorf("--priority %q: must be high, normal or low", priority)
+		}
+		if s.Slots <= 0 {
+			return nil, false, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
+		}
+		if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
+			return nil, false, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
+		}
+		s.Priority, s.Command, s.Env, s.Writable = p, args, env, writable
+		for _, w := range also {
+			s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})
+		}
+		s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
+		if err := s.Validate(); err != nil {
 			return nil, false, err
 		}
-		specs, err = withBatch(specs, s.Batch)
-		return specs, noPoolCheck, err
+		return []jobs.Spec{s}, noPoolCheck, nil
 	}
-	if fs.NArg() == 0 {
-		return nil, false, errors.New("no command: give it after --, e.g. executor submit --pool gpu -- ./train.sh, or use --spec FILE")
-	}
-	p, err := jobs.ParsePriority(priority)
-	if err != nil {
-		return nil, false, fmt.Errorf("--priority %q: must be high, normal or low", priority)
-	}
-	if s.Slots <= 0 {
-		return nil, false, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
-	}
-	if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
-		return nil, false, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
-	}
-	s.Priority, s.Command, s.Env, s.Writable = p, fs.Args(), env, writable
-	for _, w := range also {
-		s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})
-	}
-	s.Timeout, s.CPU, s.MemoryBytes = jobs.Duration(timeout), jobs.Duration(cpu), int64(memory)
-	if err := s.Validate(); err != nil {
-		return nil, false, err
-	}
-	return []jobs.Spec{s}, noPoolCheck, nil
 }
 
 // withBatch puts every spec in batch (if given); a spec naming another

@@ -1,28 +1,29 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/buildinfo"
 )
 
-// versionCommand prints what this binary was built from.
-func versionCommand(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print JSON: version, semver, revision, time, modified, go_version")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+// versionSetup: executor version [--json] prints what this binary was
+// built from; `executor --version` prints the same line (cli.Program.Root).
+func versionSetup(cmd *cobra.Command) action {
+	asJSON := cmd.Flags().Bool("json", false, "print JSON: version, semver, revision, time, modified, go_version")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(_ context.Context, args []string, stdout, _ io.Writer) (int, error) {
+		if len(args) > 0 {
+			return usageErr(fmt.Errorf("version takes no arguments, got %q", args))
+		}
+		if *asJSON {
+			return 0, json.NewEncoder(stdout).Encode(buildinfo.Get().JSON())
+		}
+		_, err := fmt.Fprintln(stdout, "executor", buildinfo.Get())
+		return 0, err
 	}
-	if fs.NArg() > 0 {
-		return usageErr(fmt.Errorf("version takes no arguments, got %q", fs.Args()))
-	}
-	if *asJSON {
-		return 0, json.NewEncoder(stdout).Encode(buildinfo.Get().JSON())
-	}
-	_, err := fmt.Fprintln(stdout, "executor", buildinfo.Get())
-	return 0, err
 }

@@ -4,33 +4,46 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/slotlease/slotlease/jobs"
 )
 
-// waitCommand: executor wait (--batch NAME | JOB_ID...) [--timeout D]
-// [--fail-fast] [--json].
-func waitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("executor wait", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	batch := fs.String("batch", "", "wait for every job of this batch, follow-ups included")
-	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
-	failFast := fs.Bool("fail-fast", false, "at the first dead job, cancel every job of the set that has not ended")
-	asJSON := fs.Bool("json", false, "print the summary as JSON")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageErr(err)
+// waitOptions are executor wait's flags.
+type waitOptions struct {
+	batch    string
+	timeout  time.Duration
+	failFast bool
+	asJSON   bool
+}
+
+func waitSetup(cmd *cobra.Command) action {
+	var o waitOptions
+	fs := cmd.Flags()
+	fs.StringVar(&o.batch, "batch", "", "wait for every job of this batch, follow-ups included")
+	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
+	fs.BoolVar(&o.failFast, "fail-fast", false, "at the first dead job, cancel every job of the set that has not ended")
+	fs.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+		if (o.batch == "") == (len(args) == 0) {
+			return usageErr(errors.New("usage: executor wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]"))
+		}
+		if o.timeout < 0 {
+			return usageErr(fmt.Errorf("--timeout %v: must not be negative", o.timeout))
+		}
+		return waitCommand(ctx, o, args, stdout)
 	}
-	if (*batch == "") == (fs.NArg() == 0) {
-		return usageErr(errors.New("usage: executor wait (--batch NAME | JOB_ID...) [--timeout D] [--fail-fast] [--json]"))
-	}
-	if *timeout < 0 {
-		return usageErr(fmt.Errorf("--timeout %v: must not be negative", *timeout))
-	}
+}
+
+// waitCommand waits for the jobs ids (or o.batch) and their follow-ups
+// to end, and prints the summary.
+func waitCommand(ctx context.Context, o waitOptions, ids []string, stdout io.Writer) (int, error) {
 	_, nc, q, err := connectQueue(ctx, "executor wait", false)
 	if errors.Is(err, jobs.ErrNoQueue) {
 		return 1, errors.New("no job queue yet: no job to wait for")
@@ -39,28 +52,28 @@ func waitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		return codeOf(err), err
 	}
 	defer nc.Close()
-	if *timeout > 0 {
+	if o.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	sum, err := q.Wait(ctx, jobs.WaitFor{Batch: *batch, IDs: fs.Args(), FailFast: *failFast}, nil)
+	sum, err := q.Wait(ctx, jobs.WaitFor{Batch: o.batch, IDs: ids, FailFast: o.failFast}, nil)
 	switch {
 	case errors.Is(err, jobs.ErrInvalidSpec):
 		return usageErr(err)
 	case errors.Is(err, jobs.ErrWaitTimeout):
-		printSummary(stdout, sum, *asJSON)
-		return ExitTimeout, fmt.Errorf("%v: %d of %d job(s) have not ended", waitWhat(*batch, fs.Args()), sum.Pending, sum.Jobs)
+		printSummary(stdout, sum, o.asJSON)
+		return ExitTimeout, fmt.Errorf("%v: %d of %d job(s) have not ended", waitWhat(o.batch, ids), sum.Pending, sum.Jobs)
 	case err != nil:
 		return 1, err
 	}
-	printSummary(stdout, sum, *asJSON)
+	printSummary(stdout, sum, o.asJSON)
 	if !sum.OK() {
 		ids := make([]string, 0, len(sum.Failed))
 		for _, r := range sum.Failed {
 			ids = append(ids, r.ID+" ("+string(r.State)+")")
 		}
-		return 1, fmt.Errorf("%v: %d of %d job(s) did not succeed: %s", waitWhat(*batch, fs.Args()), len(sum.Failed), sum.Jobs, strings.Join(ids, ", "))
+		return 1, fmt.Errorf("%v: %d of %d job(s) did not succeed: %s", waitWhat(o.batch, ids), len(sum.Failed), sum.Jobs, strings.Join(ids, ", "))
 	}
 	return 0, nil
 }

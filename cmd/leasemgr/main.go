@@ -6,6 +6,7 @@
 //	leasemgr resize gpu=2   change pools at runtime
 //	leasemgr nats-context   write nats CLI contexts, one per role
 //	leasemgr version        print what this binary was built from
+//	leasemgr completion bash|zsh|fish   print a shell completion script
 //
 // Configuration comes from the environment: `leasemgr help` lists every
 // variable (config.Vars), and docs/configuration.md says more.
@@ -14,13 +15,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/slotlease/slotlease/cmd/internal/cli"
 	"github.com/slotlease/slotlease/sandbox"
 )
 
@@ -34,9 +35,6 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
 		fmt.Fprintln(os.Stderr, "leasemgr:", err)
 		os.Exit(exitCode(err))
 	}
@@ -56,29 +54,7 @@ func exitCode(err error) int {
 	return 1
 }
 
+// run runs the command args names (leasemgr run if none).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd, rest := "run", args
-	if len(args) > 0 {
-		cmd, rest = args[0], args[1:]
-	}
-	switch cmd {
-	case "run":
-		return runManager(ctx, rest, stdout, stderr)
-	case "pools":
-		return runPools(ctx, rest, stdout, stderr)
-	case "watch":
-		return runWatch(ctx, rest, stdout, stderr)
-	case "resize":
-		return runResize(ctx, rest, stdout, stderr)
-	case "nats-context":
-		return runNATSContext(rest, stdout, stderr)
-	case "version":
-		return runVersion(rest, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage())
-		return nil
-	default:
-		fmt.Fprint(stderr, usage())
-		return usageError{fmt.Errorf("unknown command %q", cmd)}
-	}
+	return cli.Execute(ctx, newRoot(), args, stdout, stderr)
 }

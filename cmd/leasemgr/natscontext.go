@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/config"
 )
@@ -36,50 +38,62 @@ const contextMark = "slotlease:"
 
 var contextName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// runNATSContext writes `nats` CLI contexts that reach this node's NATS as
-// slotlease's clients do: the embedded server's role credentials with each
-// role's inbox prefix, or the credentials the environment names.
-func runNATSContext(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr nats-context", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// natsContextSetup: leasemgr nats-context writes `nats` CLI contexts that
+// reach this node's NATS as slotlease's clients do: the embedded server's
+// role credentials with each role's inbox prefix, or the credentials the
+// environment names.
+func natsContextSetup(cmd *cobra.Command) action {
+	flags := cmd.Flags()
 	var roles roleList
-	fs.Var(&roles, "role", "a role of the embedded server to write a context for: manager, executor or reader (repeatable; default all three)")
-	name := fs.String("name", "slotlease", "the contexts' name: NAME-ROLE for the embedded server's roles, NAME for the credentials the environment names")
-	dir := fs.String("dir", "", "where the nats CLI keeps contexts (default $XDG_CONFIG_HOME/nats/context, else ~/.config/nats/context)")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+	flags.Var(&roles, "role", "a role of the embedded server to write a context for: manager, executor or reader (repeatable; default all three)")
+	name := flags.String("name", "slotlease", "the contexts' name: NAME-ROLE for the embedded server's roles, NAME for the credentials the environment names")
+	dir := flags.String("dir", "", "where the nats CLI keeps contexts (default $XDG_CONFIG_HOME/nats/context, else ~/.config/nats/context)")
+	names := make([]string, len(config.Roles))
+	for i, r := range config.Roles {
+		names[i] = string(r)
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("nats-context takes no arguments, got %q", fs.Args())}
+	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.MarkFlagDirname("dir")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(_ context.Context, args []string, stdout, _ io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("nats-context takes no arguments, got %q", args)}
+		}
+		return runNATSContext(roles, *name, *dir, stdout)
 	}
-	if !contextName.MatchString(*name) {
-		return usageError{fmt.Errorf("--name %q: use 1-64 letters, digits, '-' or '_'", *name)}
+}
+
+// runNATSContext writes the contexts of roles (all if none) named name
+// into dir (the nats CLI's default if "").
+func runNATSContext(roles roleList, name, dir string, stdout io.Writer) error {
+	if !contextName.MatchString(name) {
+		return usageError{fmt.Errorf("--name %q: use 1-64 letters, digits, '-' or '_'", name)}
 	}
-	if *dir == "" {
+	if dir == "" {
 		base, err := os.UserConfigDir()
 		if err != nil {
 			return usageError{fmt.Errorf("no default for --dir: %w", err)}
 		}
-		*dir = filepath.Join(base, "nats", "context")
+		dir = filepath.Join(base, "nats", "context")
 	}
 	cfg, err := config.LoadCommon()
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}
 	}
-	contexts, err := contextsFor(cfg, *name, roles)
+	contexts, err := contextsFor(cfg, name, roles)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	for _, c := range contexts { // all or none
-		if err := checkOurs(contextPath(*dir, c.name)); err != nil {
+		if err := checkOurs(contextPath(dir, c.name)); err != nil {
 			return err
 		}
 	}
 	for _, c := range contexts {
-		path, err := writeContext(*dir, c.name, c.ctx)
+		path, err := writeContext(dir, c.name, c.ctx)
 		if err != nil {
 			return err
 		}
@@ -200,7 +214,17 @@ func writeContext(dir, name string, c natsContext) (string, error) {
 // roleList is a repeatable --role flag.
 type roleList []config.Role
 
-func (l *roleList) String() string { return fmt.Sprint(*l) }
+// String is the roles given, comma-separated ("" for none: help shows no
+// default).
+func (l *roleList) String() string {
+	names := make([]string, len(*l))
+	for i, r := range *l {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ",")
+}
+
+func (l *roleList) Type() string { return "ROLE" }
 
 func (l *roleList) Set(s string) error {
 	for _, r := range config.Roles {

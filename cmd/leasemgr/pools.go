@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,35 +12,45 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spf13/cobra"
+
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
 
-func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr pools", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func poolsSetup(cmd *cobra.Command) action {
+	fs := cmd.Flags()
 	asJSON := fs.Bool("json", false, "print JSON")
 	node := fs.String("node", "", "node to ask (default NODE_ID)")
 	all := fs.Bool("all", false, "every node whose manager answers (NATS micro service discovery)")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("pools takes no arguments, got %q", args)}
+		}
+		return runPools(ctx, *node, *all, *asJSON, stdout, stderr)
 	}
+}
+
+// runPools prints node's pools (this node's if ""), or with all every
+// node's.
+func runPools(ctx context.Context, node string, all, asJSON bool, stdout, stderr io.Writer) error {
 	nc, cfg, err := connect("leasemgr pools", config.RoleReader)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	nodes := []string{*node}
+	nodes := []string{node}
 	switch {
-	case *all:
+	case all:
 		if nodes, err = lease.DiscoverNodes(ctx, nc, cfg.SubjectPrefix); err != nil {
 			return err
 		}
 		if len(nodes) == 0 {
 			return fmt.Errorf("no lease manager answered on $SRV.PING.%s", lease.ServiceName)
 		}
-	case *node == "":
+	case node == "":
 		nodes = []string{cfg.NodeID}
 	}
 	var out []lease.NodePools
@@ -52,7 +61,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		out = append(out, np)
 	}
-	if !*all && nodes[0] != lease.ClusterNode {
+	if !all && nodes[0] != lease.ClusterNode {
 		// The cluster pools, if a manager serves any: beside the node's.
 		// A failure to ask leaves them out, said on stderr: the node's own
 		// pools are what was asked for.
@@ -62,10 +71,10 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "leasemgr pools: the cluster pools left out: %v\n", err)
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if !*all {
+		if !all {
 			return enc.Encode(out[0])
 		}
 		return enc.Encode(out)

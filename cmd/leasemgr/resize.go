@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
@@ -62,10 +64,10 @@ type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+func (l *stringList) Type() string       { return "string" }
 
-func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr resize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func resizeSetup(cmd *cobra.Command) action {
+	fs := cmd.Flags()
 	var remove, rates, bursts stringList
 	fs.Var(&remove, "remove", "pool to remove (repeatable)")
 	fs.Var(&rates, "rate", `start rate, name=60/m (units s, m, h) or name=off (repeatable)`)
@@ -73,19 +75,29 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	force := fs.Bool("force", false, "remove pools even with holders (revoked) or waiters (refused)")
 	reset := fs.Bool("reset", false, "drop every runtime change first: back to POOL_CAPACITIES")
 	node := fs.String("node", "", "node to change (default NODE_ID)")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+		req, err := resizeRequest(args, remove, rates, bursts, *force, *reset)
+		if err != nil {
+			return usageError{err}
+		}
+		return runResize(ctx, *node, req, stdout)
 	}
-	req := lease.ResizeRequest{Remove: remove, Force: *force, Reset: *reset}
+}
+
+// resizeRequest is the change resize's arguments (name=capacity) and flags
+// ask for.
+func resizeRequest(args, remove, rates, bursts []string, force, reset bool) (lease.ResizeRequest, error) {
+	req := lease.ResizeRequest{Remove: remove, Force: force, Reset: reset}
 	var err error
-	for _, arg := range fs.Args() {
+	for _, arg := range args {
 		for entry := range strings.SplitSeq(arg, ",") {
 			p, err := config.ParsePoolEntry(entry)
 			if err != nil {
-				return usageError{fmt.Errorf("argument %q: %w", entry, err)}
+				return req, fmt.Errorf("argument %q: %w", entry, err)
 			}
 			if _, dup := req.Set[p.Name]; dup {
-				return usageError{fmt.Errorf("argument %q: pool %q given twice", entry, p.Name)}
+				return req, fmt.Errorf("argument %q: pool %q given twice", entry, p.Name)
 			}
 			if req.Set == nil {
 				req.Set = map[string]int64{}
@@ -94,27 +106,32 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	if req.Rates, err = rateSettings(rates, bursts); err != nil {
-		return usageError{err}
+		return req, err
 	}
 	if len(req.Set) == 0 && len(req.Rates) == 0 && len(req.Remove) == 0 && !req.Reset {
-		return usageError{fmt.Errorf("nothing to change: give name=capacity arguments, --rate, --burst, --remove or --reset")}
+		return req, errors.New("nothing to change: give name=capacity arguments, --rate, --burst, --remove or --reset")
 	}
+	return req, nil
+}
+
+// runResize asks node's manager (this node's if "") to make the change req.
+func runResize(ctx context.Context, node string, req lease.ResizeRequest, stdout io.Writer) error {
 	nc, cfg, err := connect("leasemgr resize", config.RoleManager)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if *node == "" {
-		*node = cfg.NodeID
+	if node == "" {
+		node = cfg.NodeID
 	}
-	c, err := lease.NewClient(nc, *node, lease.WithPrefix(cfg.SubjectPrefix))
+	c, err := lease.NewClient(nc, node, lease.WithPrefix(cfg.SubjectPrefix))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	stats, err := c.Resize(ctx, req)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", *node, err)
+		return fmt.Errorf("node %s: %w", node, err)
 	}
-	return printPools(stdout, lease.NodePools{Node: *node, Pools: stats})
+	return printPools(stdout, lease.NodePools{Node: node, Pools: stats})
 }

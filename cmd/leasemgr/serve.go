@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/candidacy"
 	"github.com/slotlease/slotlease/config"
@@ -28,15 +29,19 @@ import (
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
 
-func runManager(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+// runSetup: leasemgr [run] takes no flags but -h.
+func runSetup(cmd *cobra.Command) action {
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("run takes no arguments, got %q", args)}
+		}
+		return runManager(ctx, stdout, stderr)
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("run takes no arguments, got %q", fs.Args())}
-	}
+}
+
+// runManager serves this node's pools until ctx is done.
+func runManager(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadManager()
 	if err != nil {
 		return usageError{fmt.Errorf("configuration:\n%w", err)}

@@ -1,37 +1,38 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/cmd/internal/cli"
 	"github.com/slotlease/slotlease/config"
 )
 
 type commandDoc struct {
-	name, synopsis, about string
-	reads                 config.Reader // the variables it reads
+	name, short, synopsis, about string
+	reads                        config.Reader // the variables it reads
 }
 
 // commandHelp is each command's synopsis, what it does and which
 // variables it reads: the top-level usage and each command's -h are made
 // from it.
 var commandHelp = []commandDoc{
-	{"run", "[run]", `Serves this node's pools (standby if another manager leads the node), on
+	{"run", "Serve this node's pools (the default command)", "[run]", `Serves this node's pools (standby if another manager leads the node), on
 an embedded NATS server unless NATS_URL is set. The default command.`, config.ReadByManager},
-	{"pools", "pools [--json] [--node N] [--all]", `Prints pools: capacity, in use, available, queued, policy (--all: every
+	{"pools", "Print pools", "pools [--json] [--node N] [--all]", `Prints pools: capacity, in use, available, queued, policy (--all: every
 node, found by NATS micro service discovery).`, config.ReadByClients},
-	{"watch", "watch [--node N|'*'] [--pool P] [--kind K] [--since 1h] [--json]", `Prints lease events live (--since replays the stored events first).`, config.ReadByClients},
-	{"resize", "resize [--rate P=60/m|P=off]... [--burst P=N]... [--remove P]... [--force] [--reset] [name=capacity]...",
+	{"watch", "Print lease events live", "watch [--node N|'*'] [--pool P] [--kind K] [--since 1h] [--json]", `Prints lease events live (--since replays the stored events first).`, config.ReadByClients},
+	{"resize", "Change pools at runtime", "resize [--rate P=60/m|P=off]... [--burst P=N]... [--remove P]... [--force] [--reset] [--node N] [name=capacity]...",
 		`Changes pools at runtime; the change is stored and applied at every start.`, config.ReadByClients},
-	{"nats-context", "nats-context [--role R]... [--name slotlease] [--dir D]", `Writes contexts for the nats CLI that reach this node's NATS as slotlease's
+	{"nats-context", "Write nats CLI contexts, one per role", "nats-context [--role R]... [--name slotlease] [--dir D]", `Writes contexts for the nats CLI that reach this node's NATS as slotlease's
 clients do: one per role of the embedded server (slotlease-manager,
 slotlease-executor, slotlease-reader), each with the role's credential and
 inbox prefix; with NATS_CREDS, NATS_NKEY or NATS_USER set, one context
 (slotlease) with those. Then: nats --context slotlease-reader micro ls leasemgr`, config.ReadByClients},
-	{"version", "version [--json]", `Prints the version and VCS revision leasemgr was built from (as its NATS
+	{"version", "Print what leasemgr was built from", "version [--json]", `Prints the version and VCS revision leasemgr was built from (as its NATS
 service info and slotlease_build_info on /metrics show them).`, 0},
 }
 
@@ -44,11 +45,19 @@ func environment(r config.Reader) string {
 // leasemgr reads.
 func usage() string {
 	var b strings.Builder
-	b.WriteString("usage: leasemgr [command]\n\n")
+	b.WriteString("usage: leasemgr [command] [flags]\n\n")
 	for _, c := range commandHelp {
 		fmt.Fprintf(&b, "  leasemgr %s\n%s\n", c.synopsis, cli.Indent(c.about, "      "))
 	}
-	b.WriteString("\nRun \"leasemgr COMMAND -h\" for a command's flags.\n\n")
+	b.WriteString(`  leasemgr completion bash|zsh|fish|powershell
+      Prints a shell completion script of every command and flag, e.g.
+      source <(leasemgr completion bash); "leasemgr completion bash -h"
+      says how to load it for good.
+
+Run "leasemgr COMMAND -h" for a command's flags. Flags may come before or
+after the arguments. "leasemgr --version" is "leasemgr version".
+
+`)
 	b.WriteString(environment(config.ReadByManager | config.ReadByClients))
 	fmt.Fprintf(&b, "(The executor also reads %s: executor help.)\n", strings.Join(executorOnly(), ", "))
 	return b.String()
@@ -65,34 +74,39 @@ func executorOnly() []string {
 	return out
 }
 
-// parseFlags is cli.ParseFlags with this program's usage texts.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	return cli.ParseFlags(fs, args, stdout, func(w io.Writer) { commandUsage(w, fs) }, "usage: leasemgr "+help(fs).synopsis)
-}
-
-// help is fs's command's entry of commandHelp.
-func help(fs *flag.FlagSet) commandDoc {
-	name := strings.TrimPrefix(fs.Name(), "leasemgr ")
+// help is cmd's entry of commandHelp, if it is one of leasemgr's commands
+// (not cobra's completion).
+func help(cmd *cobra.Command) (commandDoc, bool) {
+	if cmd.Parent() != cmd.Root() {
+		return commandDoc{}, false
+	}
 	for _, c := range commandHelp {
-		if c.name == name {
-			return c
+		if c.name == cmd.Name() {
+			return c, true
 		}
 	}
-	return commandDoc{name: name, synopsis: name, reads: config.ReadByClients}
+	return commandDoc{}, false
 }
 
-// commandUsage writes fs's command's usage to w.
-func commandUsage(w io.Writer, fs *flag.FlagSet) {
-	c := help(fs)
-	fmt.Fprintf(w, "usage: leasemgr %s\n\n%s\n", c.synopsis, c.about)
-	hasFlags := false
-	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-	if hasFlags {
-		fmt.Fprintln(w, "\nflags:")
-		fs.PrintDefaults()
+// synopsis is cmd's usage line.
+func synopsis(cmd *cobra.Command) string {
+	if c, ok := help(cmd); ok {
+		return "usage: leasemgr " + c.synopsis
 	}
+	return ""
+}
+
+// commandUsage writes cmd's usage to w: what -h prints.
+func commandUsage(w io.Writer, cmd *cobra.Command) bool {
+	c, ok := help(cmd)
+	if !ok {
+		return false
+	}
+	fmt.Fprintf(w, "usage: leasemgr %s\n\n%s\n", c.synopsis, c.about)
+	fmt.Fprintf(w, "\nflags:\n%s", cli.Flags(cmd))
 	if c.reads != 0 {
 		fmt.Fprintln(w)
 		fmt.Fprint(w, environment(c.reads))
 	}
+	return true
 }

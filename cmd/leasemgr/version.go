@@ -1,28 +1,29 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/slotlease/slotlease/buildinfo"
 )
 
-// runVersion prints what this binary was built from.
-func runVersion(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print JSON: version, semver, revision, time, modified, go_version")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+// versionSetup: leasemgr version [--json] prints what this binary was
+// built from; `leasemgr --version` prints the same line (cli.Program.Root).
+func versionSetup(cmd *cobra.Command) action {
+	asJSON := cmd.Flags().Bool("json", false, "print JSON: version, semver, revision, time, modified, go_version")
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(_ context.Context, args []string, stdout, _ io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("version takes no arguments, got %q", args)}
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(buildinfo.Get().JSON())
+		}
+		_, err := fmt.Fprintln(stdout, "leasemgr", buildinfo.Get())
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("version takes no arguments, got %q", fs.Args())}
-	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(buildinfo.Get().JSON())
-	}
-	_, err := fmt.Fprintln(stdout, "leasemgr", buildinfo.Get())
-	return err
 }

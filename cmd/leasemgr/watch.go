@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spf13/cobra"
+
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/eventstream"
 	"github.com/slotlease/slotlease/jetstream"
@@ -19,41 +20,61 @@ import (
 	"github.com/slotlease/slotlease/pools"
 )
 
-func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("leasemgr watch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	node := fs.String("node", "", `node to watch (default NODE_ID; "*" for every node)`)
-	pool := fs.String("pool", "*", "pool to watch")
-	kind := fs.String("kind", "*", "event kind to watch: "+kindList())
-	asJSON := fs.Bool("json", false, "print each event as JSON")
-	since := fs.Duration("since", 0, "first replay the events of this long ago (e.g. 1h), then follow")
-	if err := parseFlags(fs, args, stdout); err != nil {
-		return usageError{err}
+// watchOptions are leasemgr watch's flags.
+type watchOptions struct {
+	node, pool, kind string
+	asJSON           bool
+	since            time.Duration
+}
+
+func watchSetup(cmd *cobra.Command) action {
+	var o watchOptions
+	fs := cmd.Flags()
+	fs.StringVar(&o.node, "node", "", `node to watch (default NODE_ID; "*" for every node)`)
+	fs.StringVar(&o.pool, "pool", "*", "pool to watch")
+	fs.StringVar(&o.kind, "kind", "*", "event kind to watch: "+kindList())
+	fs.BoolVar(&o.asJSON, "json", false, "print each event as JSON")
+	fs.DurationVar(&o.since, "since", 0, "first replay the events of this long ago (e.g. 1h), then follow")
+	kinds := []string{"*"}
+	for _, k := range lease.EventKinds {
+		kinds = append(kinds, string(k))
 	}
-	if *since < 0 {
-		return usageError{fmt.Errorf("--since %v: must not be negative", *since)}
+	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions(kinds, cobra.ShellCompDirectiveNoFileComp))
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("watch takes no arguments, got %q", args)}
+		}
+		return runWatch(ctx, o, stdout, stderr)
 	}
-	if *kind != "*" && !slices.Contains(lease.EventKinds, lease.EventKind(*kind)) {
-		return usageError{fmt.Errorf("--kind %q: want one of %s, or *", *kind, kindList())}
+}
+
+// runWatch prints the events o selects until ctx is done.
+func runWatch(ctx context.Context, o watchOptions, stdout, stderr io.Writer) error {
+	if o.since < 0 {
+		return usageError{fmt.Errorf("--since %v: must not be negative", o.since)}
+	}
+	if o.kind != "*" && !slices.Contains(lease.EventKinds, lease.EventKind(o.kind)) {
+		return usageError{fmt.Errorf("--kind %q: want one of %s, or *", o.kind, kindList())}
 	}
 	nc, cfg, err := connect("leasemgr watch", config.RoleReader)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if *node == "" {
-		*node = cfg.NodeID
+	if o.node == "" {
+		o.node = cfg.NodeID
 	}
-	for name, v := range map[string]string{"--node": *node, "--pool": *pool, "--kind": *kind} {
+	for name, v := range map[string]string{"--node": o.node, "--pool": o.pool, "--kind": o.kind} {
 		if v != "*" {
 			if err := config.ValidToken(v); err != nil {
 				return usageError{fmt.Errorf("%s %q: %w", name, v, err)}
 			}
 		}
 	}
-	subject := lease.EventFilter(cfg.SubjectPrefix, *node, *pool, lease.EventKind(*kind))
+	subject := lease.EventFilter(cfg.SubjectPrefix, o.node, o.pool, lease.EventKind(o.kind))
 	show := func(subj string, data []byte) {
-		if *asJSON {
+		if o.asJSON {
 			fmt.Fprintln(stdout, string(data))
 			return
 		}
@@ -64,9 +85,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintln(stdout, formatEvent(ev))
 	}
-	if *since > 0 {
-		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-*since).Format(time.TimeOnly))
-		return eventstream.Follow(ctx, nc, jetstream.NamesFor(cfg.SubjectPrefix).Events, subject, time.Now().Add(-*since), show)
+	if o.since > 0 {
+		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-o.since).Format(time.TimeOnly))
+		return eventstream.Follow(ctx, nc, jetstream.NamesFor(cfg.SubjectPrefix).Events, subject, time.Now().Add(-o.since), show)
 	}
 	msgs := make(chan *nats.Msg, 1024)
 	sub, err := nc.ChanSubscribe(subject, msgs)

@@ -1,37 +1,15 @@
-// Package cli is what leasemgr and executor share in their command lines:
-// flag parsing with help on stdout (exit 0) and a short hint for a bad
-// flag.
+// Package cli is what leasemgr and executor share in their command lines,
+// built on cobra (as etcdctl and kubectl are) so that flags may come
+// anywhere on the line, `--` ends them, --version works, and shell
+// completion scripts are generated from the commands and their flags,
+// not kept by hand. What cobra would do differently from the programs'
+// documented behaviour is set here once: help is the program's own text
+// on stdout (exit 0), a bad flag gets the command's usage line and where
+// to find more, and every error is the program's to print, with its exit
+// code.
 package cli
 
-import (
-	"bytes"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"strings"
-)
-
-// ParseFlags parses args with fs, whose name is "PROGRAM COMMAND". Asked
-// for help (-h, --help) it writes usage (the command's usage, flags and
-// environment) on stdout and returns flag.ErrHelp, for exit 0; a bad flag
-// gets synopsis ("usage: PROGRAM COMMAND ...") and where to find more on
-// fs's output (stderr), and its error is returned to be printed.
-func ParseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, usage func(io.Writer), synopsis string) error {
-	errOut := fs.Output()
-	var buf bytes.Buffer
-	fs.SetOutput(&buf)
-	fs.Usage = func() { usage(&buf) }
-	err := fs.Parse(args)
-	fs.SetOutput(errOut)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		_, _ = buf.WriteTo(stdout)
-	case err != nil:
-		fmt.Fprintf(errOut, "%s\nRun \"%s -h\" for every flag.\n", synopsis, fs.Name())
-	}
-	return err
-}
+import "strings"
 
 // Indent puts prefix before every line of s.
 func Indent(s, prefix string) string {
