@@ -15,7 +15,7 @@ import (
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
-	"github.com/slotlease/slotlease/telemetry/leasemetrics"
+	"github.com/slotlease/slotlease/metrics/leasemetrics"
 )
 
 // Cluster pools (CLUSTER_POOLS): every leasemgr that lists them is a

@@ -12,7 +12,7 @@ import (
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/telemetry"
-	"github.com/slotlease/slotlease/telemetry/jobmetrics"
+	"github.com/slotlease/slotlease/metrics/jobmetrics"
 )
 
 // startJobMetrics puts the job queue's figures per pool and tenant on

@@ -19,7 +19,7 @@ import (
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
-	"github.com/slotlease/slotlease/telemetry/leasemetrics"
+	"github.com/slotlease/slotlease/metrics/leasemetrics"
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 	"github.com/slotlease/slotlease/test/harness"
 )

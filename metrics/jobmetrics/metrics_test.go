@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/slotlease/slotlease/jobs"
-	"github.com/slotlease/slotlease/telemetry/jobmetrics"
+	"github.com/slotlease/slotlease/metrics/jobmetrics"
 )
 
 // Tenant labels are bounded: the MaxTenants tenants with the most jobs keep
