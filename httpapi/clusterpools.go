@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
-	"github.com/slotlease/slotlease/manager"
 )
 
 // ClusterPoolsSource is a Source that also knows of the cluster pools
@@ -35,8 +34,11 @@ func WithWarnings(f func() []string) SourceOption {
 // say besides the pools (the serving node, the candidates' warnings):
 // asked over NATS, that manager would refuse to answer on its own
 // process's connection, so the source asks it in process.
-func WithLocalCluster(manager func() *manager.Manager, servedBy string) SourceOption {
-	return func(s *NATSSource) { s.clusterManager, s.servedBy = manager, servedBy }
+func WithLocalCluster[M interface {
+	comparable
+	Manager
+}](manager func() M, servedBy string) SourceOption {
+	return func(s *NATSSource) { s.clusterManager, s.servedBy = managerFunc(manager), servedBy }
 }
 
 var _ ClusterPoolsSource = (*NATSSource)(nil)

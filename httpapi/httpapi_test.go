@@ -31,6 +31,9 @@ type env struct {
 	ts     *httptest.Server
 }
 
+// The lease manager is what a NATSSource asks in process.
+var _ httpapi.Manager = (*manager.Manager)(nil)
+
 func newEnv(t *testing.T, opts ...httpapi.Option) *env {
 	t.Helper()
 	srv := harness.StartServer(t)

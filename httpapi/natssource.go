@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/slotlease/slotlease/lease"
-	"github.com/slotlease/slotlease/manager"
 )
 
 // NATSSource serves a node's state from the process's active manager, and
@@ -20,20 +19,20 @@ type NATSSource struct {
 	nc      *nats.Conn
 	prefix  string
 	node    string
-	manager func() *manager.Manager
+	manager func() Manager
 	stream  string // the event stream replayed by RecentEvents; "" for none
 
-	warnings       func() []string         // WithWarnings; nil for none
-	clusterManager func() *manager.Manager // WithLocalCluster; nil for none
-	servedBy       string                  // WithLocalCluster
+	warnings       func() []string // WithWarnings; nil for none
+	clusterManager func() Manager  // WithLocalCluster; nil for none
+	servedBy       string          // WithLocalCluster
 }
 
 // localManager returns the manager of node this process serves, nil if it
 // serves none: a manager does not answer requests on its own process's
 // connection (its replies would come back to it), so the source asks it in
 // process.
-func (s *NATSSource) localManager(node string) *manager.Manager {
-	var m *manager.Manager
+func (s *NATSSource) localManager(node string) Manager {
+	var m Manager
 	switch {
 	case node == s.node:
 		m = s.manager()
@@ -65,7 +64,10 @@ const eventBuffer = 512
 // NewNATSSource returns a source for node. manager returns the active
 // manager, or nil while this process stands by or rebuilds; with an
 // atomic.Pointer[manager.Manager] that is its Load method.
-func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *manager.Manager, opts ...SourceOption) (*NATSSource, error) {
+func NewNATSSource[M interface {
+	comparable
+	Manager
+}](nc *nats.Conn, prefix, node string, manager func() M, opts ...SourceOption) (*NATSSource, error) {
 	switch {
 	case nc == nil:
 		return nil, errors.New("httpapi: nil NATS connection")
@@ -77,7 +79,7 @@ func NewNATSSource(nc *nats.Conn, prefix, node string, manager func() *manager.M
 	if prefix == "" {
 		prefix = lease.DefaultPrefix
 	}
-	s := &NATSSource{nc: nc, prefix: prefix, node: node, manager: manager}
+	s := &NATSSource{nc: nc, prefix: prefix, node: node, manager: managerFunc(manager)}
 	for _, o := range opts {
 		o(s)
 	}
