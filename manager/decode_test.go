@@ -153,7 +153,13 @@ func TestDecodeRefuses(t *testing.T) {
 		{"upper-case key", `{"REQUEST_ID":"a"}`, &lease.AcquireRequest{}, `unknown key "REQUEST_ID"`},
 		{"case-folded key", `{"ſlots":1}`, &lease.AcquireRequest{}, `unknown key "ſlots"`},
 		{"unknown key", `{"request_id":"a","extra":{"x":[1]}}`, &lease.AcquireRequest{}, `unknown key "extra"`},
-		{"long unknown key clipped", `{"` + long + `":1}`, &lease.AcquireRequest{}, "…(+4936 bytes)"},
+		{"long unknown key clipped", `{"` + long + `":1}`, &lease.AcquireRequest{}, `unknown key "` + long[:64] + `…(+4936 bytes)" (keys`},
+		// A key is cut quoted, at 64 bytes of escapes, and never again by
+		// errorf: 70 control characters quoted whole were 280 bytes, which
+		// errorf cut inside an escape, "\x0…(+143 bytes)", counting escapes.
+		{"escaped long key clipped once", `{"` + strings.Repeat(`\u0001`, 70) + `":1}`, &lease.AcquireRequest{}, `unknown key "` + strings.Repeat(`\x01`, 16) + `…(+54 bytes)" (keys`},
+		{"quoted pool name clipped once", `{"set":{"` + strings.Repeat(`\"`, 100) + `":1,"` + strings.Repeat(`\"`, 100) + `":2}}`, &lease.ResizeRequest{}, `set: pool "` + strings.Repeat(`\"`, 32) + `…(+68 bytes)" is given twice`},
+		{"quoted pool name in a rate clipped once", `{"rates":{"` + strings.Repeat(`\"`, 100) + `":{"rate":1}}}`, &lease.ResizeRequest{}, `rates: pool "` + strings.Repeat(`\"`, 32) + `…(+68 bytes)": rate must be a string`},
 		{"duplicate key", `{"slots":1,"slots":2}`, &lease.AcquireRequest{}, `key "slots" is given twice`},
 		{"duplicate key, once escaped", `{"holder":"a","hold\u0065r":"b"}`, &lease.AcquireRequest{}, `key "holder" is given twice`},
 		{"duplicate null", `{"secret":null,"secret":"x"}`, &lease.AcquireRequest{}, `key "secret" is given twice`},

@@ -133,10 +133,31 @@ func (d *decoder) end() *lease.Error {
 	return d.err
 }
 
-// quoteKey renders s for an error message: quoted, clipped, control
-// characters and invalid UTF-8 escaped.
+// quoteKey renders s for an error message: quoted, control characters and
+// invalid UTF-8 escaped, and cut where its quoted form would pass
+// maxEchoKey bytes, the marker counting the bytes of s left out. It is cut
+// quoted, not before quoting, because escapes make a key up to six times
+// longer: 64 control characters quote to 256 bytes, which errorf would
+// clip again, in the middle of an escape and with a marker that counts
+// the escapes. So a quoted key, even with a few words before it, stays
+// within echo.Max.
 func quoteKey(s []byte) string {
-	return strconv.Quote(echo.ClipTo(string(s), maxEchoKey))
+	b := append(make([]byte, 0, maxEchoKey+24), '"')
+	i := 0
+	for i < len(s) {
+		_, n := utf8.DecodeRune(s[i:])
+		q := strconv.Quote(string(s[i : i+n]))
+		q = q[1 : len(q)-1]
+		if len(b)-1+len(q) > maxEchoKey {
+			break
+		}
+		b = append(b, q...)
+		i += n
+	}
+	if i < len(s) {
+		b = append(b, echo.Marker(len(s)-i)...)
+	}
+	return string(append(b, '"'))
 }
 
 func (d *decoder) unknown() {

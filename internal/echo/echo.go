@@ -35,8 +35,13 @@ func ClipTo(s string, n int) string {
 	for i := 0; cut > 0 && i < utf8.UTFMax-1 && !utf8.RuneStart(s[cut]); i++ {
 		cut--
 	}
-	return s[:cut] + "…(+" + strconv.Itoa(len(s)-cut) + " bytes)"
+	return s[:cut] + Marker(len(s)-cut)
 }
+
+// Marker is what stands for n bytes of a value left out: "…(+n bytes)".
+// Every echo ends so, also one cut by its own rule (the manager cuts a
+// quoted key where its escapes reach a bound).
+func Marker(n int) string { return "…(+" + strconv.Itoa(n) + " bytes)" }
 
 // maxEchoErr bounds the text of an error put into a message: errors are
 // ours or a library's, but some quote their input (encoding/json quotes a
