@@ -161,7 +161,7 @@ func decodeResize(data []byte, req *lease.ResizeRequest) *lease.Error {
 // says what the value must be if it is not one.
 func (d *decoder) elements(open, close byte, want string, item func() bool) bool {
 	if d.pos >= len(d.data) || d.data[d.pos] != open {
-		d.fail("%s", want)
+		d.wrongType("%s", want)
 		return false
 	}
 	d.pos++
@@ -270,7 +270,7 @@ func (d *decoder) poolRates(bit uint, dst *map[string]lease.RateSetting) {
 			case k == "rate" && !seenRate:
 				seenRate = true
 				if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-					d.fail("%s: rate must be a string", what)
+					d.wrongType("%s: rate must be a string", what)
 					return false
 				}
 				v, bad := d.str(&d.scratch, maxRateLen)
@@ -326,7 +326,7 @@ func (d *decoder) poolNames(bit uint, dst *[]string) {
 	out := []string{}
 	ok := d.elements('[', ']', want, func() bool {
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			d.fail("%s", want)
+			d.wrongType("%s", want)
 			return false
 		}
 		pool, ok := d.poolName(name)

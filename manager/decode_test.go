@@ -2,6 +2,7 @@ package manager
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -231,6 +232,80 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
+// TestDecodeSyntaxOffsets: invalid JSON is "malformed JSON at byte N",
+// N counted from 0, the first byte that cannot be read as JSON there, or
+// the body's length where it ends too soon (docs/protocol.md, section 2),
+// the byte encoding/json stops at too. Before, a body that ended too soon
+// had no offset, a \u escape's was its first digit's, a number's leading
+// zero's was the zero's, and a value that is no JSON where a string,
+// number or boolean belongs (tru, -, 1.) was a type error with none.
+func TestDecodeSyntaxOffsets(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		body string
+		into any
+		at   int
+		want string
+	}{
+		{`{"slots":1,}`, &lease.AcquireRequest{}, 11, "want a string"}, // docs/protocol.md's examples
+		{`{"slots":tru}`, &lease.AcquireRequest{}, 12, "invalid character '}' in literal true (expecting 'e')"},
+		{`{"request_id":"a2",,"holder":"h"}`, &lease.AcquireRequest{}, 19, "want a string"},
+		{`{"request_id":"a2" "holder":"h"}`, &lease.AcquireRequest{}, 19, "want ',' or '}'"},
+		{`{"slots":1`, &lease.AcquireRequest{}, 10, "unexpected end of input, want ',' or '}'"},
+		{`{"holder":"abc`, &lease.AcquireRequest{}, 14, `unexpected end of input, want '"' closing a string`},
+		{`{"slots":`, &lease.AcquireRequest{}, 9, "unexpected end of input, want a value"},
+		{`{"slots":1} x`, &lease.AcquireRequest{}, 12, "unexpected data after the object"},
+		{"{\"holder\":\"a\tb\"}", &lease.AcquireRequest{}, 12, "control character in a string"},
+		{`{"holder":"\x"}`, &lease.AcquireRequest{}, 12, "want a valid escape"},
+		{`{"holder":"\u00zz"}`, &lease.AcquireRequest{}, 15, "want four hex digits"},
+		{`{"holder":"\u00`, &lease.AcquireRequest{}, 15, "unexpected end of input, want four hex digits"},
+		{`{"slots":01}`, &lease.AcquireRequest{}, 10, "a number must not start with 0"},
+		{`{"request_id":tru}`, &lease.AcquireRequest{}, 17, "invalid character '}' in literal true (expecting 'e')"},
+		{`{"no_wait":fals}`, &lease.AcquireRequest{}, 15, "invalid character '}' in literal false (expecting 'e')"},
+		{`{"slots":nul}`, &lease.AcquireRequest{}, 12, "invalid character '}' in literal null (expecting 'l')"},
+		{`{"slots":x}`, &lease.AcquireRequest{}, 9, "invalid character 'x' looking for beginning of value"},
+		{`{"slots":-}`, &lease.AcquireRequest{}, 10, "invalid character '}' in numeric literal"},
+		{`{"slots":1.}`, &lease.AcquireRequest{}, 11, "invalid character '}' after decimal point in numeric literal"},
+		{`{"slots":1e+}`, &lease.AcquireRequest{}, 12, "invalid character '}' in exponent of numeric literal"},
+		{`{"holder":[1,}`, &lease.AcquireRequest{}, 13, "invalid character '}' looking for beginning of value"},
+		{`{"holder":{"a" 1}}`, &lease.AcquireRequest{}, 15, "invalid character '1' after object key"},
+		{`{"holder":[{"a":[true,nul]}]}`, &lease.AcquireRequest{}, 25, "invalid character ']' in literal null (expecting 'l')"},
+		{`{"token":"1`, &lease.RenewRequest{}, 11, "unexpected end of input, want a value"},
+		{`{"set":[1 2]}`, &lease.ResizeRequest{}, 10, "invalid character '2' after array element"},
+		{`{"remove":["a",x]}`, &lease.ResizeRequest{}, 15, "invalid character 'x' looking for beginning of value"},
+		{`{"rates":{"a":{"rate":-x}}}`, &lease.ResizeRequest{}, 23, "invalid character 'x' in numeric literal"},
+		{`x`, &lease.AcquireRequest{}, 0, "invalid character 'x' looking for beginning of value"},
+		{`  [1,`, &lease.AcquireRequest{}, 5, "unexpected end of input, want a value"},
+	}
+	for _, tc := range cases {
+		e := decode([]byte(tc.body), tc.into)
+		want := fmt.Sprintf("malformed JSON at byte %d: %s", tc.at, tc.want)
+		if e == nil || e.Code != lease.CodeBadRequest || e.Message != want {
+			t.Errorf("%s: %v, want %q", tc.body, e, want)
+		}
+		// encoding/json stops at the same byte: its Offset counts the
+		// bytes read, the wrong one included, except at the end.
+		var se *json.SyntaxError
+		if err := json.Unmarshal([]byte(tc.body), new(any)); !errors.As(err, &se) || (se.Offset != int64(tc.at)+1 && !(se.Offset == int64(len(tc.body)) && tc.at == len(tc.body))) {
+			t.Errorf("%s: encoding/json says %v (offset %v), want it to stop at byte %d too", tc.body, err, se, tc.at)
+		}
+	}
+	// Well-formed values of the wrong type are named by their type, as
+	// before: the body is read left to right, and the first thing wrong is
+	// said, so the invalid JSON after them is not.
+	for body, want := range map[string]string{
+		`{"slots":"two",,}`:       "slots must be an integer",
+		`{"slots":1.5}`:           "slots must be an integer",
+		`{"holder":[1,{"a":[]}]}`: "holder must be a string",
+		`{"no_wait":null,}`:       "malformed JSON at byte 16: want a string",
+		`[1,2] x`:                 "the request body must be a JSON object",
+	} {
+		if e := decode([]byte(body), &lease.AcquireRequest{}); e == nil || e.Message != want {
+			t.Errorf("%s: %v, want %q", body, e, want)
+		}
+	}
+}
+
 // FuzzDecodeAcquire: the strict decoder never panics, its errors are
 // bounded bad_requests, and whatever it accepts encoding/json reads the
 // same way.
@@ -244,6 +319,14 @@ func FuzzDecodeAcquire(f *testing.F) {
 		if e != nil {
 			if e.Code != lease.CodeBadRequest || e.Message == "" || len(e.Message) > 300 {
 				t.Fatalf("%q: error %v", data, e)
+			}
+			// Its offset of malformed JSON is where encoding/json stops.
+			var at int64
+			if _, err := fmt.Sscanf(e.Message, "malformed JSON at byte %d:", &at); err == nil {
+				var se *json.SyntaxError
+				if err := json.Unmarshal(data, new(any)); !errors.As(err, &se) || se.Offset != at+1 && !(se.Offset == at && at == int64(len(data))) {
+					t.Fatalf("%q: %s, but encoding/json says %v", data, e.Message, err)
+				}
 			}
 			return
 		}

@@ -1,6 +1,10 @@
 package manager
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -44,10 +48,12 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
-// syntax reports malformed JSON at the current position.
+// syntax reports malformed JSON at the current position: the first byte
+// that cannot be read as JSON there, counted from 0, or the body's length
+// where it ends too soon (docs/protocol.md, section 2).
 func (d *decoder) syntax(what string) {
 	if d.pos >= len(d.data) {
-		d.fail("malformed JSON: unexpected end of input, want %s", what)
+		d.fail("malformed JSON at byte %d: unexpected end of input, want %s", len(d.data), what)
 		return
 	}
 	d.fail("malformed JSON at byte %d: want %s", d.pos, what)
@@ -74,7 +80,7 @@ func (d *decoder) next() bool {
 	if !d.started {
 		d.started = true
 		if d.pos >= len(d.data) || d.data[d.pos] != '{' {
-			d.fail("the request body must be a JSON object")
+			d.wrongType("the request body must be a JSON object")
 			return false
 		}
 		d.pos++
@@ -185,7 +191,7 @@ func (d *decoder) ident(bit uint, dst *string, max int) {
 		return
 	}
 	if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-		d.fail("%s must be a string", d.key)
+		d.wrongType("%s must be a string", d.key)
 		return
 	}
 	s, bad := d.str(&d.scratch, max)
@@ -353,14 +359,16 @@ func (d *decoder) escape() (rune, bool) {
 	return 0, false
 }
 
+// hex4 reads the four hex digits of a \u escape; malformed JSON is
+// reported at the first byte that is not one.
 func (d *decoder) hex4() (rune, bool) {
-	if len(d.data)-d.pos < 4 {
-		d.syntax("four hex digits")
-		return 0, false
-	}
 	var r rune
-	for _, c := range d.data[d.pos : d.pos+4] {
-		switch {
+	for range 4 {
+		if d.pos >= len(d.data) {
+			d.syntax("four hex digits")
+			return 0, false
+		}
+		switch c := d.data[d.pos]; {
 		case c >= '0' && c <= '9':
 			r = r<<4 | rune(c-'0')
 		case c >= 'a' && c <= 'f':
@@ -371,8 +379,8 @@ func (d *decoder) hex4() (rune, bool) {
 			d.syntax("four hex digits")
 			return 0, false
 		}
+		d.pos++
 	}
-	d.pos += 4
 	return r, true
 }
 
@@ -389,7 +397,7 @@ const (
 func (d *decoder) numFail(bad numBad, what string) {
 	switch bad {
 	case numNotInt:
-		d.fail("%s must be an integer", what)
+		d.wrongType("%s must be an integer", what)
 	case numRange:
 		d.fail("%s is out of range", what)
 	}
@@ -398,7 +406,10 @@ func (d *decoder) numFail(bad numBad, what string) {
 // number reads a JSON integer: its sign and its magnitude. A fraction or
 // an exponent is refused even if the value is whole (1.0, 1e3): integers
 // are sent as integers.
+//
+// On numNotInt, pos is back at the value's start, for wrongType.
 func (d *decoder) number() (neg bool, mag uint64, bad numBad) {
+	begin := d.pos
 	if d.pos < len(d.data) && d.data[d.pos] == '-' {
 		neg = true
 		d.pos++
@@ -415,15 +426,19 @@ func (d *decoder) number() (neg bool, mag uint64, bad numBad) {
 	}
 	n := d.pos - start
 	if n == 0 {
+		d.pos = begin
 		return false, 0, numNotInt
 	}
 	if n > 1 && d.data[start] == '0' {
-		d.fail("malformed JSON at byte %d: a number must not start with 0", start)
+		// The 0 is a number of its own; the digit after it is what is
+		// wrong.
+		d.fail("malformed JSON at byte %d: a number must not start with 0", start+1)
 		return false, 0, numSyntax
 	}
 	if d.pos < len(d.data) {
 		switch d.data[d.pos] {
 		case '.', 'e', 'E':
+			d.pos = begin
 			return false, 0, numNotInt
 		}
 	}
@@ -484,6 +499,26 @@ func (d *decoder) bool(bit uint, dst *bool) {
 		*dst = false
 		d.pos += 5
 	default:
-		d.fail("%s must be true or false", d.key)
+		d.wrongType("%s must be true or false", d.key)
 	}
+}
+
+// wrongType refuses the value at pos as not of the type its key wants,
+// unless it is no JSON value at all: then it is malformed JSON, reported
+// at the first byte that is wrong, as docs/protocol.md promises for
+// invalid JSON ("slots": tru is not an integer, but first it is not
+// JSON). Only a refused request comes here, so encoding/json walks the
+// value: it knows every JSON value, and stops where the doc says.
+func (d *decoder) wrongType(format string, args ...any) {
+	var v json.RawMessage
+	err := json.NewDecoder(bytes.NewReader(d.data[d.pos:])).Decode(&v)
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		// Offset counts the bytes read, the wrong one included.
+		d.fail("malformed JSON at byte %d: %s", d.pos+int(se.Offset)-1, se.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		d.fail("malformed JSON at byte %d: unexpected end of input, want a value", len(d.data))
+	}
+	d.fail(format, args...)
 }
