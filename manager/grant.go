@@ -17,6 +17,7 @@ import (
 // acknowledged.
 func (m *Manager) startGrantLocked(r *request) {
 	r.state = granting
+	r.grantedAt = time.Now()
 	r.stopTimer()
 	m.ops.Add(1)
 	go m.grant(r)
@@ -46,10 +47,14 @@ func (m *Manager) grant(r *request) {
 	defer m.ops.Done()
 	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
 	defer span.End()
+	// granted_at is when the slots were taken, not when this goroutine got
+	// to run: under load that came seconds later and out of order, and a
+	// rate's windows measured on the records then showed bursts the
+	// bucket never allowed. expires_at estimates the write's TTL.
 	now := time.Now()
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
-		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: now.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
+		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
 		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
 	}
 	m.mu.Lock()

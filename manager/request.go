@@ -62,6 +62,11 @@ type request struct {
 	// trace holds the acquire's spans (nil with tracing off). Once it is
 	// granting, only the grant goroutine touches it.
 	trace *telemetry.AcquireTrace
+	// grantedAt is when its slots were granted in memory (startGrantLocked),
+	// the record's granted_at: stamped under the lock in the step that took
+	// them, so the stamps keep the grants' order and the rate's spacing
+	// however late the grant goroutine runs.
+	grantedAt time.Time
 
 	// A request that has to wait is persisted as a queue entry under its
 	// lease key, so a successor manager restores the queue in order.
