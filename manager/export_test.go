@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"slices"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -66,3 +67,7 @@ func (m *Manager) CloseChecks() (checking, armed int) {
 	defer m.gone.mu.Unlock()
 	return len(m.gone.checking), len(m.gone.timers)
 }
+
+// CloseCheckWaits are the pauses before each question of a close check
+// (closecheck.go).
+func CloseCheckWaits() []time.Duration { return slices.Clone(closeCheckWaits) }
