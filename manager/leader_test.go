@@ -29,6 +29,12 @@ type candidate struct {
 
 func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration, overlap *atomic.Int32, pools ...manager.PoolConfig) *candidate {
 	t.Helper()
+	return startCandidateTTL(t, url, instance, leaderTTL, 5*time.Second, overlap, pools...)
+}
+
+// startCandidateTTL is startCandidate granting leases of leaseTTL.
+func startCandidateTTL(t *testing.T, url, instance string, leaderTTL, leaseTTL time.Duration, overlap *atomic.Int32, pools ...manager.PoolConfig) *candidate {
+	t.Helper()
 	nc, err := natsconn.Connect(url, natsconn.Auth{}, instance)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +51,7 @@ func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration,
 		t.Fatal(err)
 	}
 	c := &candidate{nc: nc, cancel: cancel, done: make(chan struct{})}
-	mcfg := manager.Config{Node: node, TTL: 5 * time.Second, Pools: pools, Conn: nc, Store: store,
+	mcfg := manager.Config{Node: node, TTL: leaseTTL, Pools: pools, Conn: nc, Store: store,
 		Events: jetstream.NewEvents(nc, "lease", nil), Logger: harness.Logger(), Instance: instance, StoreTimeout: time.Second}
 	serve := func(ctx context.Context, fence manager.Fence) error {
 		mc := mcfg
@@ -83,14 +89,19 @@ func startCandidate(t *testing.T, url, instance string, leaderTTL time.Duration,
 // give-up, no clean manager shutdown reaches the server.
 func (c *candidate) crash() { c.nc.Close() }
 
+// A standby takes over a crashed leader's node, and the leases the leader
+// granted live on with it. A lease outlives a takeover that ends before its
+// deadline: with a 30 s TTL the takeover, about a second and a half here
+// and a few seconds on a loaded machine, stays far within it. How long the
+// takeover took is speed: logged, not asserted (docs/testing.md).
 func TestStandbyTakesOverWithoutLosingLeases(t *testing.T) {
 	t.Parallel()
-	const leaderTTL = time.Second
+	const leaderTTL, leaseTTL = time.Second, 30 * time.Second
 	srv := harness.StartServer(t)
 	var overlap atomic.Int32
-	a := startCandidate(t, srv.URL, "a", leaderTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 2})
-	harness.Eventually(t, 5*time.Second, "a leads", a.serving.Load)
-	b := startCandidate(t, srv.URL, "b", leaderTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 2})
+	a := startCandidateTTL(t, srv.URL, "a", leaderTTL, leaseTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 2})
+	harness.Eventually(t, time.Minute, "a leads", a.serving.Load)
+	b := startCandidateTTL(t, srv.URL, "b", leaderTTL, leaseTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 2})
 
 	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(300*time.Millisecond), lease.WithPollInterval(300*time.Millisecond))
 	ctx := context.Background()
@@ -104,19 +115,24 @@ func TestStandbyTakesOverWithoutLosingLeases(t *testing.T) {
 
 	crashed := time.Now()
 	a.crash()
-	harness.Eventually(t, 2*leaderTTL+time.Second, "b takes over", b.serving.Load)
-	takeover := time.Since(crashed)
-	if takeover > 2*leaderTTL {
-		t.Fatalf("takeover took %v, want within 2x the leadership TTL (%v)", takeover, 2*leaderTTL)
-	}
-	t.Logf("takeover after %v", takeover)
+	harness.Eventually(t, 2*time.Minute, "b takes over", b.serving.Load)
+	t.Logf("takeover after %v (leadership TTL %v)", time.Since(crashed).Round(time.Millisecond), leaderTTL)
 
-	// The lease granted by a survives the takeover and keeps renewing with
-	// b, past its own TTL.
-	select {
-	case <-held.Done():
-		t.Fatalf("lease lost across the takeover: %v", held.Err())
-	case <-time.After(6 * time.Second):
+	// The lease granted by a survives the takeover and is renewed by b: a
+	// renewal sent after the crash, which only b can have answered, sets
+	// the deadline a TTL less the margin past its sending. The holder
+	// renews every TTL/3; the wait is only a budget.
+	renewedByB := crashed.Add(leaseTTL - leaseTTL/10)
+	harness.Eventually(t, 2*time.Minute, "the holder to renew with b", func() bool {
+		select {
+		case <-held.Done():
+			return true
+		default:
+			return !held.Deadline().Before(renewedByB)
+		}
+	})
+	if err := held.Err(); err != nil {
+		t.Fatalf("lease lost across the takeover: %v", err)
 	}
 	// b counts it: only one slot is left.
 	second, err := c.Acquire(ctx, "p", 1)
