@@ -14,8 +14,8 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/manager"
-	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/metrics/leasemetrics"
+	"github.com/slotlease/slotlease/pools"
 )
 
 // Cluster pools (CLUSTER_POOLS): every leasemgr that lists them is a

@@ -11,8 +11,8 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/manager"
-	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/metrics/jobmetrics"
+	"github.com/slotlease/slotlease/telemetry"
 )
 
 // startJobMetrics puts the job queue's figures per pool and tenant on

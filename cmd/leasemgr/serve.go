@@ -23,9 +23,9 @@ import (
 	"github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/metrics/leasemetrics"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
-	"github.com/slotlease/slotlease/metrics/leasemetrics"
 	"github.com/slotlease/slotlease/telemetry/otelsetup"
 )
 
