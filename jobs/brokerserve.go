@@ -44,6 +44,7 @@ type Broker struct {
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
+	closed    bool                          // Close has begun: no request starts
 	consumers map[string]jetstream.Consumer // by durable name
 	logGate   logGate                       // refusals are logged at most every 10 s
 }
@@ -108,6 +109,9 @@ func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 func (b *Broker) Close() {
 	_ = b.sub.Unsubscribe()
 	b.cancel()
+	b.mu.Lock()
+	b.closed = true // no request starts after this: Wait below is final
+	b.mu.Unlock()
 	b.wg.Wait()
 }
 
@@ -122,7 +126,14 @@ func (b *Broker) dispatch(msg *nats.Msg) {
 	case <-b.ctx.Done():
 		return
 	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.sem
+		return
+	}
 	b.wg.Add(1)
+	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
 		defer func() { <-b.sem }()
