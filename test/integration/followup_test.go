@@ -178,13 +178,16 @@ func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
 	start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
 	q := jobQueue(t, env)
 	var child string
-	eventually(t, 30*time.Second, "the parent to submit its follow-up", func() bool {
+	// Budgets that only catch a stuck queue: under a full run's load the
+	// serve's start (its confinement probe, its consumers) and the two
+	// jobs took more than 30 s.
+	eventually(t, 3*time.Minute, "the parent to submit its follow-up", func() bool {
 		b, _ := os.ReadFile(filepath.Join(out, "child-id"))
 		child = strings.TrimSpace(string(b))
 		return child != ""
 	})
 	var rec *jobs.Record
-	eventually(t, 30*time.Second, "the follow-up to end", func() bool {
+	eventually(t, 3*time.Minute, "the follow-up to end", func() bool {
 		rec = record(q, child)
 		return rec.State.Final()
 	})
