@@ -49,6 +49,40 @@ type candidate struct {
 	since   time.Time // when its oldest never-delivered job was stored; zero if unknown or none
 }
 
+// awaitBroker makes the consumers of jobs without a tenant
+// (ensureConsumers), waiting for a broker while there is none: a lease
+// manager restarting, or one that starts its broker once the queue exists
+// (a NATS of one account, cmd/leasemgr). It says so every
+// brokerWaitWarning, and gives up only when ctx ends (nil then: Serve
+// stops as asked) or on another error.
+func (s *Server) awaitBroker(ctx context.Context) error {
+	var warned time.Time
+	for {
+		err := s.ensureConsumers(ctx)
+		if !errors.Is(err, ErrNoBroker) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if time.Since(warned) >= brokerWaitWarning {
+			warned = time.Now()
+			s.log.Warn("waiting for a lease manager to serve the job queue: no job is taken until one does", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(brokerRetry):
+		}
+	}
+}
+
+// How often serve asks again for a broker, and says it waits.
+const (
+	brokerRetry       = time.Second
+	brokerWaitWarning = 30 * time.Second
+)
+
 // ensureConsumers has the broker make the consumers of jobs without a
 // tenant, one per pool and priority, before any job is taken: a queue
 // without a broker is found at start, not at the first job.

@@ -202,7 +202,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		return errors.New("jobs: Serve called twice")
 	}
 	defer s.stopRuns()
-	if err := s.ensureConsumers(ctx); err != nil {
+	if err := s.awaitBroker(ctx); err != nil {
 		return err
 	}
 	var subs []*nats.Subscription

@@ -24,8 +24,15 @@ type jobQueue struct {
 	conn   atomic.Pointer[nats.Conn] // nil until connected
 	broker *jobs.Broker              // set by start, before conn
 	wg     sync.WaitGroup
-	stop   context.CancelFunc // ends connectLater's tries; nil if none
+	stop   context.CancelFunc // ends the tries of connectLater or bindLater; nil if none
+	// borrowed: conn is leasemgr's own connection (bindLater), which
+	// close leaves open.
+	borrowed bool
 }
+
+// bindLaterRetry is how often leasemgr looks for a job queue in its own
+// account (bindLater).
+const bindLaterRetry = 10 * time.Second
 
 // lateJobsRetry is how often a refused administrator's connection is
 // tried again.
@@ -84,6 +91,42 @@ func (q *jobQueue) connectLater(ctx context.Context, url string, admin *jobsAdmi
 	})
 }
 
+// bindLater serves the job queue on leasemgr's own connection nc once the
+// queue exists in its own account: a NATS of one account (no users, or
+// every role in one), where executors make the queue with their first
+// submit and nobody could be given as JOBS_NATS_*. With the accounts of
+// docs/security.md the queue is in the executors' account and never
+// shows here (JOBS_NATS_* is the way there). It looks every
+// bindLaterRetry until ctx ends.
+func (q *jobQueue) bindLater(ctx context.Context, nc *nats.Conn, cfg *config.Manager, log *slog.Logger, refused func(int)) {
+	ctx, q.stop = context.WithCancel(ctx)
+	q.borrowed = true
+	q.wg.Go(func() {
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			t.Reset(bindLaterRetry)
+			bctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
+			_, err := jobs.Bind(bctx, nc, cfg.SubjectPrefix)
+			cancel()
+			if err != nil {
+				continue // none yet (jobs.ErrNoQueue), or not reachable now
+			}
+			if err := q.start(ctx, nc, nc, cfg, log, refused); err != nil {
+				log.Warn("serving the job queue of leasemgr's own account", "err", err)
+				continue
+			}
+			log.Info("serving the job queue found in leasemgr's own account (a NATS of one account)")
+			return
+		}
+	})
+}
+
 // close stops the retries and the broker, and closes the connection.
 func (q *jobQueue) close() {
 	if q.stop != nil {
@@ -93,7 +136,7 @@ func (q *jobQueue) close() {
 	if q.broker != nil {
 		q.broker.Close()
 	}
-	if c := q.conn.Load(); c != nil {
+	if c := q.conn.Load(); c != nil && !q.borrowed {
 		c.Close()
 	}
 }

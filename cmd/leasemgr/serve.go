@@ -147,6 +147,8 @@ func runManager(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	case ns.jobsRefused != nil:
 		jq.connectLater(ctx, url, jobsAuth, nc, cfg, log, refused)
+	case jobsAuth == nil:
+		jq.bindLater(ctx, nc, cfg, log, refused)
 	}
 	jobMetrics, err := startJobMetrics(func() *nats.Conn {
 		if c := jq.conn.Load(); c != nil {

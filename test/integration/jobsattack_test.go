@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // Issue 38: with the executor credential, one durable consumer without a
@@ -158,5 +159,31 @@ func TestForgedJobOutcomeIsRefused(t *testing.T) {
 	}
 	if got := record(q, id); strings.TrimSpace(got.StdoutTail) != "ran" {
 		t.Fatalf("the job's stored output %q: want the real run's", got.StdoutTail)
+	}
+}
+
+// On a NATS of one account (no users: the cluster demo's, say), nobody can
+// be given as JOBS_NATS_*: leasemgr serves the job queue on its own
+// connection once the queue exists there, and an `executor serve` started
+// first waits for it instead of exiting. A job submitted then runs, and
+// `executor wait` believes its signed outcome.
+func TestJobQueueOnANATSOfOneAccount(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	env, httpAddr := managerEnv(t, "one", "p=1", "15s")
+	env = append(env, "NATS_URL="+srv.URL)
+	m := startManager(t, env, httpAddr)
+	serve := start(t, env, "executor", "serve", "--pools", "p", "--poll", "100ms")
+	defer func() { _ = serve.cmd.Process.Kill() }()
+	code, out := runExecutor(t, env, "submit", "--pool", "p", "--", "echo", "one account")
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, out)
+	}
+	id := strings.TrimSpace(out)
+	if code, out := runExecutor(t, env, "wait", "--timeout", "2m", id); code != 0 || !strings.Contains(out, "1 succeeded") {
+		t.Fatalf("executor wait: exit %d\n%s\nleasemgr:\n%s\nserve:\n%s", code, out, m.Output(), serve.Output())
+	}
+	if !strings.Contains(m.Output(), "serving the job queue found in leasemgr's own account") {
+		t.Errorf("leasemgr did not say it serves the job queue of its own account:\n%s", m.Output())
 	}
 }
