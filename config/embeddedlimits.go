@@ -24,8 +24,8 @@ const (
 	// 7/8 of it (jobs.MaxBytesFor).
 	EnvNATSExecutorsMaxStore = "NATS_EXECUTORS_MAX_STORE"
 	// EnvNATSExecutorsMaxConsumers caps the consumers of each stream of
-	// the executors' account (pull consumers of executor serve, KV
-	// watchers).
+	// the executors' account: the job broker's, one per pool, priority and
+	// tenant with jobs (executors may make none).
 	EnvNATSExecutorsMaxConsumers = "NATS_EXECUTORS_MAX_CONSUMERS"
 	// EnvNATSExecutorsMaxConnections and EnvNATSReadersMaxConnections cap
 	// the connections of each account. Unset, leasemgr derives them from
