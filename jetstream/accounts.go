@@ -173,6 +173,16 @@ func managerServices(p string) []service {
 // account, with its disconnect advisories, so fast release works there
 // too.
 func authConfig(users []User, p string, limits AccountLimits) (string, error) {
+	top, err := authSection(users, p, limits)
+	if err != nil {
+		return "", err
+	}
+	return encodeConfig(top, "")
+}
+
+// authSection is authConfig's content: the top-level keys
+// system_account, accounts and (anonymous) no_auth_user.
+func authSection(users []User, p string, limits AccountLimits) (map[string]any, error) {
 	top := map[string]any{"system_account": EmbeddedSystemAccount}
 	if len(users) == 0 {
 		top["no_auth_user"] = anonymousUser
@@ -182,10 +192,10 @@ func authConfig(users []User, p string, limits AccountLimits) (string, error) {
 			}},
 			EmbeddedSystemAccount: {Exports: []export{{Stream: AnonymousDisconnectSubject, Accounts: []string{ManagerAccount}}}},
 		}
-		return encodeConfig(top)
+		return top, nil
 	}
 	if p == "" {
-		return "", errors.New("jetstream: accounts: no subject prefix")
+		return nil, errors.New("jetstream: accounts: no subject prefix")
 	}
 	accounts := map[string]account{
 		ManagerAccount: {JetStream: "enabled", Imports: []confImport{
@@ -234,7 +244,7 @@ func authConfig(users []User, p string, limits AccountLimits) (string, error) {
 	})
 	for _, u := range users {
 		if !nkeys.IsValidPublicUserKey(u.NKey) {
-			return "", fmt.Errorf("jetstream: %s user: not a public user nkey", u.Role)
+			return nil, fmt.Errorf("jetstream: %s user: not a public user nkey", u.Role)
 		}
 		cu := confUser{NKey: u.NKey}
 		if u.Publish != nil || u.Subscribe != nil {
@@ -244,15 +254,17 @@ func authConfig(users []User, p string, limits AccountLimits) (string, error) {
 		add(AccountOf(u.Role), func(a *account) { a.Users = append(a.Users, cu) })
 	}
 	top["accounts"] = accounts
-	return encodeConfig(top)
+	return top, nil
 }
 
 // encodeConfig writes v as JSON without HTML escaping: the parser knows no
-// \u escapes, and '>' is in nearly every subject.
-func encodeConfig(v any) (string, error) {
+// \u escapes, and '>' is in nearly every subject. indent, if not empty,
+// puts each value on a line of its own (files people read).
+func encodeConfig(v any, indent string) (string, error) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
 	err := enc.Encode(v)
 	return b.String(), err
 }

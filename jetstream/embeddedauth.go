@@ -36,7 +36,7 @@ func EnsureCredentials(dir string) (map[config.Role]string, error) {
 	}
 	keys := make(map[config.Role]string, len(config.Roles))
 	for _, r := range config.Roles {
-		pub, err := ensureSeed(config.AuthFile(dir, r))
+		pub, err := EnsureSeed(config.AuthFile(dir, r))
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: %s credentials: %w", r, err)
 		}
@@ -45,9 +45,10 @@ func EnsureCredentials(dir string) (map[config.Role]string, error) {
 	return keys, nil
 }
 
-// ensureSeed returns the public key of the user seed in path, writing a
-// fresh seed there first if there is no file.
-func ensureSeed(path string) (string, error) {
+// EnsureSeed returns the public key of the user seed in path, writing a
+// fresh seed there first (0600) if there is no file. An existing file must
+// be private (config.CheckPrivateFile) and hold a user seed.
+func EnsureSeed(path string) (string, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	switch {
 	case err == nil:

@@ -29,18 +29,32 @@ import (
 func EmbeddedUsers(keys map[config.Role]string, p string) []User {
 	return []User{
 		{Role: config.RoleManager, NKey: keys[config.RoleManager]},
-		{Role: config.RoleExecutor, NKey: keys[config.RoleExecutor], Publish: executorPublish(p), Subscribe: []string{
-			config.RoleExecutor.InboxPrefix() + ".>",
-			p + ".events.>",
-			jobs.NamesFor(p).AllSubjects(),   // executor serve hears submits
-			jobs.NamesFor(p).EventSubjects(), // cancels and purges
-		}},
-		{Role: config.RoleReader, NKey: keys[config.RoleReader], Publish: readerPublish(p), Subscribe: []string{
-			config.RoleReader.InboxPrefix() + ".>",
-			p + ".events.>",
-			jobs.NamesFor(p).EventSubjects(),
-		}},
+		ExecutorUser(keys[config.RoleExecutor], config.RoleExecutor.InboxPrefix(), p),
+		ReaderUser(keys[config.RoleReader], config.RoleReader.InboxPrefix(), p),
 	}
+}
+
+// ExecutorUser is an executor's user with public key nkey, whose replies
+// come under inbox (its NATS_INBOX_PREFIX), for subject prefix p. Where
+// executors have users of their own (leasemgr layout, docs/security.md's
+// layout), each has its own inbox, so none reads another's grants.
+func ExecutorUser(nkey, inbox, p string) User {
+	return User{Role: config.RoleExecutor, NKey: nkey, Publish: executorPublish(p), Subscribe: []string{
+		inbox + ".>",
+		p + ".events.>",
+		jobs.NamesFor(p).AllSubjects(),   // executor serve hears submits
+		jobs.NamesFor(p).EventSubjects(), // cancels and purges
+	}}
+}
+
+// ReaderUser is a reader's user with public key nkey, whose replies come
+// under inbox, for subject prefix p.
+func ReaderUser(nkey, inbox, p string) User {
+	return User{Role: config.RoleReader, NKey: nkey, Publish: readerPublish(p), Subscribe: []string{
+		inbox + ".>",
+		p + ".events.>",
+		jobs.NamesFor(p).EventSubjects(),
+	}}
 }
 
 // NewJobsAdmin makes a user with every right in ExecutorAccount, whose

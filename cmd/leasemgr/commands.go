@@ -20,8 +20,8 @@ type setup func(cmd *cobra.Command) action
 // setups are the commands, by the name commandHelp gives them.
 func setups() map[string]setup {
 	return map[string]setup{
-		"run": runSetup, "pools": poolsSetup, "watch": watchSetup, "resize": resizeSetup,
-		"nats-context": natsContextSetup, "version": versionSetup,
+		"run": runSetup, "pools": poolsSetup, "watch": watchSetup, "resize": resizeSetup, "health": healthSetup,
+		"nats-context": natsContextSetup, "layout": layoutSetup, "version": versionSetup,
 	}
 }
 

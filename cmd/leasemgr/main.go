@@ -5,6 +5,7 @@
 //	leasemgr watch          print lease events live
 //	leasemgr resize gpu=2   change pools at runtime
 //	leasemgr nats-context   write nats CLI contexts, one per role
+//	leasemgr layout --out D write a secure NATS cluster's files
 //	leasemgr version        print what this binary was built from
 //	leasemgr completion bash|zsh|fish   print a shell completion script
 //

@@ -32,6 +32,18 @@ clients do: one per role of the embedded server (slotlease-manager,
 slotlease-executor, slotlease-reader), each with the role's credential and
 inbox prefix; with NATS_CREDS, NATS_NKEY or NATS_USER set, one context
 (slotlease) with those. Then: nats --context slotlease-reader micro ls leasemgr`, config.ReadByClients},
+	{"layout", "Write a secure NATS cluster's configuration, credentials and environment", "layout --out DIR [--servers 3] [--hosts h0,h1,h2] [--executors a,b] [--creds-dir D] [--store-dir D] [--bind ADDR] [--client-port 4222] [--cluster-port 6222] [--monitor-port 8222] [--cluster-name slotlease] [--executors-max-store BYTES] [--force]",
+		`Writes the files of a NATS cluster for slotlease with the accounts, users,
+imports and limits of docs/security.md: DIR/nats/nats-I.conf per server
+(nats-server -c), an nkey seed per user in DIR/creds (manager, jobs-admin,
+reader, sys, executor-NAME), and the environment of each program:
+DIR/leasemgr.env (fast release on: DISCONNECT_EVENTS), DIR/executor-NAME.env
+(DIR/executor.env: the first executor's) and DIR/reader.env.`, 0},
+	{"health", "Ask this host's leasemgr whether it is alive or ready (exit 0 or 1)", "health [--ready] [--addr HOST:PORT]",
+		`Asks the leasemgr at HTTP_ADDR (or --addr; a listener on every interface is
+asked on loopback) for /healthz, or /readyz with --ready, prints the answer
+and exits 0 on 200, 1 otherwise (not running, standing by, NATS down): the
+container image's HEALTHCHECK, which has no curl.`, 0},
 	{"version", "Print what leasemgr was built from", "version [--json]", `Prints the version and VCS revision leasemgr was built from (as its NATS
 service info and slotlease_build_info on /metrics show them).`, 0},
 }
