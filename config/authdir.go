@@ -77,6 +77,31 @@ func DefaultAuthDir(hostport string) (string, error) {
 // AuthDirUnder is DefaultAuthDir with configDir in place of
 // os.UserConfigDir(): <configDir>/slotlease/embedded-<host>-<port>.
 func AuthDirUnder(configDir, hostport string) (string, error) {
+	name, err := authDirName(hostport)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(configDir, "slotlease", name), nil
+}
+
+// defaultAuthDir is NATS_AUTH_DIR's default for hostport: in the service's
+// state directory, <STATE_DIRECTORY>/embedded-<host>-<port>, where
+// STATE_DIRECTORY is set (a service has no config directory of its own to
+// write: ProtectSystem=strict, a home of "/"), else DefaultAuthDir.
+func (c *Common) defaultAuthDir(hostport string) (string, error) {
+	if c.StateDirectory == "" {
+		return DefaultAuthDir(hostport)
+	}
+	name, err := authDirName(hostport)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(c.StateDirectory, name), nil
+}
+
+// authDirName is the auth directory's name for hostport:
+// embedded-<host>-<port>.
+func authDirName(hostport string) (string, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return "", fmt.Errorf("no default for address %q: %w", hostport, err)
@@ -96,7 +121,7 @@ func AuthDirUnder(configDir, hostport string) (string, error) {
 		}
 		return '_'
 	}, host) + "-" + port
-	return filepath.Join(configDir, "slotlease", name), nil
+	return name, nil
 }
 
 // embeddedHostPort is the address whose auth directory this process uses
@@ -128,7 +153,7 @@ func (c *Common) resolveAuthDir() {
 		return
 	}
 	if hp := c.embeddedHostPort(); hp != "" {
-		c.NATSAuthDir, _ = DefaultAuthDir(hp)
+		c.NATSAuthDir, _ = c.defaultAuthDir(hp)
 	}
 }
 
@@ -138,7 +163,7 @@ func (c *Common) EmbeddedAuthDir() (string, error) {
 	if c.NATSAuthDir != "" {
 		return c.NATSAuthDir, nil
 	}
-	dir, err := DefaultAuthDir(c.NATSListen)
+	dir, err := c.defaultAuthDir(c.NATSListen)
 	if err != nil {
 		return "", varErr(EnvNATSAuthDir, "", err)
 	}

@@ -113,6 +113,13 @@ type Common struct {
 	// nkey seeds of its users (authdir.go). Default: DefaultAuthDir of
 	// NATS_LISTEN, or of a single-server NATS_URL's host:port.
 	NATSAuthDir string `env:"NATS_AUTH_DIR"`
+	// StateDirectory (STATE_DIRECTORY, systemd's StateDirectory=) is, once
+	// resolved, its first entry: the default store and auth directory go
+	// there (servicedirs.go). CredentialsDirectory (CREDENTIALS_DIRECTORY,
+	// systemd's LoadCredential=) is where relative credential file names
+	// are looked up.
+	StateDirectory       string `env:"STATE_DIRECTORY"`
+	CredentialsDirectory string `env:"CREDENTIALS_DIRECTORY"`
 
 	// LogLevel (LOG_LEVEL) is debug, info, warn or error; LogFormat
 	// (LOG_FORMAT) is text or json. Logger builds the logger from them.
@@ -147,11 +154,14 @@ type Manager struct {
 	DefaultCapacity int64 `env:"EXECUTOR_MAX_CONCURRENCY" envDefault:"4"`
 	// NATSStoreDir (NATS_STORE_DIR) is where the embedded server keeps
 	// JetStream data. Default: DefaultStoreDir, in the user's state
-	// directory, per node so that several nodes on one host do not share
-	// a store; NATSStoreDirDefault says it is the default. Empty only with
-	// NATS_URL and no home directory: nothing needs it then.
+	// directory (STATE_DIRECTORY for a service), per node so that several
+	// nodes on one host do not share a store; NATSStoreDirDefault says it
+	// is the default, and NATSStoreBase is then the state directory it is
+	// below (the directories between are made private too). Empty only
+	// with NATS_URL and no home directory: nothing needs it then.
 	NATSStoreDir        string `env:"NATS_STORE_DIR"`
 	NATSStoreDirDefault bool
+	NATSStoreBase       string
 	// LeaseTTL (LEASE_TTL) is how long a lease lives without renewal. Whole
 	// seconds only, at least 1s: JetStream per-message TTLs have one-second
 	// resolution, and silently rounding would change lease lifetimes.
@@ -282,6 +292,7 @@ func (c *Common) resolve() []error {
 	} else if strings.EqualFold(c.NodeID, ClusterNodeID) {
 		errs = append(errs, varErr(EnvNodeID, c.NodeID, reason(`is reserved, in any case: cluster pools (CLUSTER_POOLS) are served as node "cluster"`)))
 	}
+	errs = append(errs, c.resolveServiceDirs()...)
 	if c.NATSCreds != "" {
 		if err := checkReadable(c.NATSCreds, "a .creds file"); err != nil {
 			errs = append(errs, varErr(EnvNATSCreds, c.NATSCreds, err))
@@ -342,10 +353,10 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 		}
 	}
 	if c.NATSStoreDir == "" {
-		d, err := DefaultStoreDir(c.NodeID)
+		base, d, err := defaultStore(c.StateDirectory, c.NodeID)
 		switch {
 		case err == nil:
-			c.NATSStoreDir, c.NATSStoreDirDefault = d, true
+			c.NATSStoreDir, c.NATSStoreDirDefault, c.NATSStoreBase = d, true, base
 		case c.NATSURL == "": // the embedded server needs one
 			errs = append(errs, varErr(EnvNATSStoreDir, "", reason("no default: "+err.Error()+"; set "+EnvNATSStoreDir)))
 		}

@@ -35,7 +35,12 @@
 //	NATS_TLS_KEY          the client certificate's PEM key; with NATS_TLS_CERT
 //	NATS_INBOX_PREFIX     prefix of reply subjects; default "_INBOX"
 //	NATS_AUTH_DIR         the embedded server's credentials; default
-//	                      <os.UserConfigDir>/slotlease/embedded-<host>-<port>
+//	                      <os.UserConfigDir>/slotlease/embedded-<host>-<port>,
+//	                      or <STATE_DIRECTORY>/embedded-<host>-<port>
+//	STATE_DIRECTORY       systemd's StateDirectory= (first entry, absolute): the
+//	                      default store and NATS_AUTH_DIR go there
+//	CREDENTIALS_DIRECTORY systemd's LoadCredential= directory: a relative path in
+//	                      NATS_CREDS, NATS_NKEY, NATS_TLS_*, JOBS_NATS_NKEY is there
 //	NATS_LISTEN           host:port of the embedded server; default 127.0.0.1:4222
 //	LEASE_SUBJECT_PREFIX  dot-separated subject tokens; default "lease"
 //	LOG_LEVEL             debug, info, warn or error; default info
@@ -61,7 +66,8 @@
 //	                          default one second's worth, at least 1
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
-//	                          <StateHome>/slotlease/<NODE_ID>/jetstream
+//	                          <StateHome>/slotlease/<NODE_ID>/jetstream, or
+//	                          <STATE_DIRECTORY>/<NODE_ID>/jetstream
 //	NATS_REPLICAS             replicas of the buckets and the event stream; default 1
 //	NATS_EXECUTORS_MAX_STORE  the embedded server's cap on the executors' JetStream
 //	                          store, 64MiB to 8GiB; default 2GiB (embeddedlimits.go)

@@ -17,7 +17,7 @@ const (
 // resolveJobsAdmin reads the job queue administrator's credentials from m
 // into c: an nkey seed file, or a user and password; only with NATS_URL.
 func (c *Manager) resolveJobsAdmin(m map[string]string) []error {
-	c.JobsNATSNKey, c.JobsNATSUser, c.JobsNATSPassword = m[EnvJobsNATSNKey], m[EnvJobsNATSUser], m[EnvJobsNATSPassword]
+	c.JobsNATSNKey, c.JobsNATSUser, c.JobsNATSPassword = c.CredentialPath(m[EnvJobsNATSNKey]), m[EnvJobsNATSUser], m[EnvJobsNATSPassword]
 	if !c.JobsAdmin() && c.JobsNATSPassword == "" {
 		return nil
 	}

@@ -10,7 +10,8 @@ import (
 // (sandbox.Spec.Hide): the slotlease configuration directory
 // (<UserConfigDir>/slotlease, where the embedded server's credentials are
 // kept), NATS_AUTH_DIR, the NATS_CREDS, NATS_NKEY and NATS_TLS_KEY files,
-// and the lease manager's JetStream store (NATS_STORE_DIR, or the parent of
+// a service's STATE_DIRECTORY and CREDENTIALS_DIRECTORY, and the lease
+// manager's JetStream store (NATS_STORE_DIR, or the parent of
 // every node's default store, <StateHome>/slotlease, and of the stores of
 // versions before that, <TempDir>/leasemgr), which holds the acquire
 // secrets of every lease. Relative paths are made absolute; paths that do
@@ -42,6 +43,8 @@ func (c *Common) secretPaths(getenv func(string) string, userConfigDir, stateHom
 	add(c.NATSCreds)
 	add(c.NATSNKey)
 	add(c.NATSTLSKey)
+	add(c.StateDirectory)       // a service's store and auth directory
+	add(c.CredentialsDirectory) // every credential systemd gave the service
 	if d := getenv(EnvNATSStoreDir); d != "" {
 		add(d)
 	} else {

@@ -44,17 +44,28 @@ func accountHome() (string, error) {
 	return u.HomeDir, nil
 }
 
-// DefaultStoreDir is NATS_STORE_DIR's default for node:
-// <StateHome>/slotlease/<node>/jetstream, per node so that several nodes
-// on one host do not share a store. leasemgr creates it and its two
-// parents below the state directory with mode 0700 and refuses them if
-// others can enter them (MakePrivateDir): the store holds secrets.
+// DefaultStoreDir is NATS_STORE_DIR's default for node outside a
+// service: <StateHome>/slotlease/<node>/jetstream, per node so that
+// several nodes on one host do not share a store. leasemgr creates it and
+// its two parents below the state directory with mode 0700 and refuses
+// them if others can enter them (MakePrivateDir): the store holds secrets.
 func DefaultStoreDir(node string) (string, error) {
-	base, err := StateHome()
-	if err != nil {
-		return "", err
+	_, d, err := defaultStore("", node)
+	return d, err
+}
+
+// defaultStore is NATS_STORE_DIR's default for node, and the state
+// directory it is made below: <stateDirectory>/<node>/jetstream where
+// STATE_DIRECTORY is set (a service's own directory: no slotlease/ in
+// it), else DefaultStoreDir's.
+func defaultStore(stateDirectory, node string) (base, store string, err error) {
+	if stateDirectory != "" {
+		return stateDirectory, filepath.Join(stateDirectory, node, "jetstream"), nil
 	}
-	return StoreDirUnder(base, node), nil
+	if base, err = StateHome(); err != nil {
+		return "", "", err
+	}
+	return base, StoreDirUnder(base, node), nil
 }
 
 // StoreDirUnder is DefaultStoreDir with stateHome in place of StateHome().

@@ -45,7 +45,7 @@ const (
 var (
 	commonVars = []string{
 		EnvNodeID, EnvNATSURL, EnvNATSCreds, EnvNATSNKey, EnvNATSUser, EnvNATSPassword,
-		EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvNATSListen, EnvSubjectPrefix,
+		EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey, EnvNATSInboxPrefix, EnvNATSAuthDir, EnvStateDirectory, EnvCredentialsDirectory, EnvNATSListen, EnvSubjectPrefix,
 		EnvLogLevel, EnvLogFormat,
 	}
 	managerVars = []string{

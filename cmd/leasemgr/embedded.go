@@ -32,12 +32,10 @@ type embeddedServer interface {
 func startEmbedded(cfg *config.Manager, log *slog.Logger) (srv embeddedServer, jobs nats.Option, err error) {
 	base := "" // an explicit NATS_STORE_DIR: only it is checked
 	if cfg.NATSStoreDirDefault {
-		// The default: also slotlease/ and slotlease/<node>/ in the
-		// state directory.
-		var err error
-		if base, err = config.StateHome(); err != nil {
-			return nil, nil, usageError{fmt.Errorf("%s: no default: %w", config.EnvNATSStoreDir, err)}
-		}
+		// The default: also the directories between it and the state
+		// directory (slotlease/ and slotlease/<node>/, or <node>/ in
+		// STATE_DIRECTORY).
+		base = cfg.NATSStoreBase
 		if err := carryOldStore(cfg, base, log); err != nil {
 			return nil, nil, err
 		}
