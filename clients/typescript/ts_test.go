@@ -1,15 +1,19 @@
 // Package typescript runs the TypeScript client's own checks from the
-// README's test command: npm ci from the committed lock file, the build,
-// the type check, and its suite (node's test runner) against real
-// leasemgr and executor binaries built here.
+// README's test command: npm ci from the committed lock file, the build
+// (by npm pack, whose prepack builds both forms, ESM and CommonJS), the
+// type check, its suite (node's test runner) against real leasemgr and
+// executor binaries built here, and the packed tarball installed and used
+// as a user would (npm run test:pack).
 package typescript
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,33 +44,62 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	run(t, 5*time.Minute, "", "go", "build", "-o", bin, "../../cmd/leasemgr", "../../cmd/executor")
-	run(t, 5*time.Minute, "", npm, "ci", "--no-audit", "--no-fund")
-	run(t, 2*time.Minute, "", npm, "run", "build")
-	run(t, 2*time.Minute, "", npm, "run", "typecheck")
+	binEnv := []string{"SLOTLEASE_BIN_DIR=" + bin}
+	run(t, 5*time.Minute, nil, "go", "build", "-o", bin, "../../cmd/leasemgr", "../../cmd/executor")
+	run(t, 5*time.Minute, nil, npm, "ci", "--no-audit", "--no-fund")
+	packDir := t.TempDir()
+	run(t, 3*time.Minute, nil, npm, "pack", "--pack-destination", packDir)
+	tgz := filepath.Join(packDir, "slotlease-client-"+packageVersion(t)+".tgz")
+	if _, err := os.Stat(tgz); err != nil {
+		t.Fatalf("npm pack wrote no %s: %v", tgz, err)
+	}
+	run(t, 2*time.Minute, nil, npm, "run", "typecheck")
 	start := time.Now()
-	suite := run(t, 3*time.Minute, bin, npm, "test")
+	suite := run(t, 3*time.Minute, binEnv, npm, "test")
 	took := time.Since(start)
 	// The figures the suite prints (kill to grant, ...), for go test -v.
-	for _, line := range strings.Split(suite, "\n") {
+	logFigures(t, suite)
+	t.Logf("the TypeScript suite took %v", took.Round(100*time.Millisecond))
+
+	start = time.Now()
+	pack := run(t, 5*time.Minute, append(binEnv, "SLOTLEASE_PACKED_TGZ="+tgz), npm, "run", "test:pack")
+	logFigures(t, pack)
+	t.Logf("the packed package's test took %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// packageVersion is package.json's version, which names npm pack's tarball.
+func packageVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("package.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct{ Version string }
+	if err := json.Unmarshal(b, &p); err != nil || p.Version == "" {
+		t.Fatalf("package.json: no version (%v)", err)
+	}
+	return p.Version
+}
+
+// logFigures logs the lines a node test prints starting with "# ".
+func logFigures(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "# # ") || strings.HasPrefix(line, "# \\# ") {
 			t.Log(strings.TrimPrefix(strings.TrimPrefix(line, "# \\# "), "# # "))
 		}
 	}
-	t.Logf("the TypeScript suite took %v", took.Round(100*time.Millisecond))
 }
 
-// run runs a command in this directory and fails the test with its output
-// if it fails. With binDir, the suite finds leasemgr and executor there.
-func run(t *testing.T, timeout time.Duration, binDir, name string, args ...string) string {
+// run runs a command in this directory with env added to the test's own
+// and fails the test with its output if it fails.
+func run(t *testing.T, timeout time.Duration, env []string, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), "NO_UPDATE_NOTIFIER=1", "npm_config_update_notifier=false")
-	if binDir != "" {
-		cmd.Env = append(cmd.Env, "SLOTLEASE_BIN_DIR="+binDir)
-	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, cpSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import { connect, resolveConfig, authDirUnder, BadRequestError, UnavailableError } from "../dist/index.js";
+import { connect, resolveConfig, authDirUnder, BadRequestError, UnavailableError } from "../dist/esm/index.js";
 import { Manager } from "./harness.mjs";
 
 let mgr;

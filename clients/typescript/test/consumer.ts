@@ -1,6 +1,6 @@
 // Type-checked, never run: what a TypeScript program writes against the
 // package's declarations (npm run typecheck), the README's example first.
-import { connect, Client, LeaseError, LeaseLostError, QueueFullError, type Lease, type LeaseEvent, type PoolStats } from "../dist/index.js";
+import { connect, Client, LeaseError, LeaseLostError, QueueFullError, type Lease, type LeaseEvent, type PoolStats } from "../dist/esm/index.js";
 
 export async function readmeExample(): Promise<void> {
   const client = await connect();

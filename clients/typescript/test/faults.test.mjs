@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { connect as natsConnect, nkeyAuthenticator } from "@nats-io/transport-node";
 import { readFileSync } from "node:fs";
 import { setTimeout as delay } from "node:timers/promises";
-import { Client, LeaseLostError, ConnectionDroppedError, ConnectionSilentError } from "../dist/index.js";
+import { Client, LeaseLostError, ConnectionDroppedError, ConnectionSilentError } from "../dist/esm/index.js";
 import { Manager, eventually, fixtures } from "./harness.mjs";
 
 const managers = [];

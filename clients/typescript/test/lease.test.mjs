@@ -25,7 +25,7 @@ import {
   PoolBusyError,
   UnavailableError,
   InternalError,
-} from "../dist/index.js";
+} from "../dist/esm/index.js";
 import { Manager, eventually, settle, fixtures } from "./harness.mjs";
 import { join } from "node:path";
 
