@@ -99,7 +99,9 @@ func TestClusterPoolsAcrossNodes(t *testing.T) {
 	}
 	crashed := time.Now()
 	victim.Crash()
-	harness.Eventually(t, 10*time.Second, "another candidate to serve the cluster pools", func() bool { return serving() != nil })
+	// Only a stuck takeover waits a minute: the time is logged, and what the
+	// test judges is the run around it (a loaded machine took over 10 s).
+	harness.Eventually(t, time.Minute, "another candidate to serve the cluster pools", func() bool { return serving() != nil })
 	t.Logf("cluster pools taken over %v after %s crashed", time.Since(crashed).Round(time.Millisecond), victim.Instance)
 	// The run lasts run, and then until every executor was granted twice
 	// (a slow machine grants fewer per second; a deadlock grants none), at
