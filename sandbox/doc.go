@@ -103,12 +103,13 @@
 //     memory.oom.group=1); an OOM kill is reported as StoppedBy "memory".
 //     When the memory controller cannot be used (cgroup v1 / hybrid
 //     hierarchy, controller not delegated, the executor's cgroup holding
-//     processes itself — the cgroup v2 no-internal-process rule), RLIMIT_AS
-//     is used instead: it limits virtual address space per process, so
-//     allocations fail inside the worker, which exits or crashes on its own,
-//     and StoppedBy stays "" (a Note says so). Result.MemoryLimit tells which
-//     applied. Runtimes that reserve large address ranges (Go, Java, some
-//     Python builds) may fail early under RLIMIT_AS.
+//     processes itself — the cgroup v2 no-internal-process rule), it is
+//     RLIMIT_DATA on each process (an allocation past it fails inside that
+//     process) and a watch of the whole tree's resident memory every
+//     memWatchEvery, which kills the tree past the limit (StoppedBy
+//     "memory"; memwatch_linux.go). Neither counts address space a runtime
+//     only reserves, so Go, Node.js and Java start under it, as they did
+//     not under RLIMIT_AS. Result.MemoryLimit tells which applied.
 //   - MaxProcs: cgroup v2 pids.max, else RLIMIT_NPROC, which counts all
 //     processes of the worker's user (for a confined worker with ids of
 //     its own, its own processes) and which the kernel ignores for uid 0

@@ -101,6 +101,19 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 		go func() { defer wg.Done(); r.tellDeadlines(stopDeadlines) }()
 	}
 
+	// Without a cgroup's memory controller, the tree's resident memory is
+	// watched (memwatch_linux.go); memOver stays nil otherwise.
+	var memOver chan struct{}
+	var mw *memWatch
+	stopMem, memDone := make(chan struct{}), make(chan struct{})
+	if r.spec.MemoryBytes > 0 && !(r.cgUsed && r.cg.memory) {
+		mw, memOver = &memWatch{root: r.cmd.Process.Pid, limit: r.spec.MemoryBytes}, make(chan struct{})
+		wg.Add(1)
+		go func() { defer wg.Done(); defer close(memDone); mw.run(stopMem, memOver) }()
+	} else {
+		close(memDone)
+	}
+
 	var timerC <-chan time.Time
 	if r.spec.Timeout > 0 {
 		t := time.NewTimer(r.spec.Timeout)
@@ -132,14 +145,21 @@ loop:
 		case <-timerC:
 			reason = StoppedTimeout
 			break loop
+		case <-memOver:
+			reason = StoppedMemory
+			break loop
 		}
 	}
+	close(stopMem)
 	// While the tree is stopped the supervisor is still told every new
 	// deadline: a graceful stop (a timeout, a cancel) keeps the lease and
 	// has its whole kill grace, and the lease's end still bounds it.
 	switch {
 	case execFailed:
 		r.terminate(waitDone, 0, nil)
+	case reason == StoppedMemory:
+		// Memory runs out for the whole host if it goes on: no grace.
+		r.stopNote(fmt.Sprintf("the tree's resident memory passed the %s limit", formatBytes(r.spec.MemoryBytes)), r.terminate(waitDone, 0, nil), 0)
 	case reason == StoppedLeaseLost:
 		lostGrace := min(r.grace, max(r.spec.LostGrace, 0))
 		r.stopNote("the lease was lost", r.terminateWithin(waitDone, lostGrace, r.lostWait(), nil), lostGrace)
@@ -179,6 +199,7 @@ loop:
 	if err := statusError(status, r.path); err != nil {
 		return err
 	}
+	<-memDone
 	if reason == "" && slices.Contains(status, "deadline:") {
 		// The supervisor stopped the tree at the lease deadline while
 		// Run heard nothing of the loss (its caller was frozen, say):
@@ -186,6 +207,9 @@ loop:
 		reason = StoppedLeaseLost
 	}
 	r.collect(res, reason, status)
+	if mw != nil {
+		res.PeakMemoryBytes = max(res.PeakMemoryBytes, mw.peak) // the tree's, where rusage has one process's
+	}
 	return nil
 }
 
@@ -253,7 +277,7 @@ func (r *runner) reportSetup(res *Result) {
 			res.MemoryLimit = LimitCgroup
 		} else {
 			res.MemoryLimit = LimitRlimit
-			r.note("memory limit applied as RLIMIT_AS (virtual address space, per process): allocations beyond it fail inside the worker, which then exits or crashes on its own; StoppedBy cannot report \"memory\" in this mode")
+			r.note(fmt.Sprintf("no cgroup memory controller: the memory limit is RLIMIT_DATA for each process (an allocation past it fails in that process) and the whole tree's resident memory, read every %v (past the limit the tree is killed)", memWatchEvery))
 		}
 	}
 	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) {

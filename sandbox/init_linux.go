@@ -42,10 +42,10 @@ import (
 //     once more, with the config in a new memfd on fd 3, which
 //  5. sets no_new_privs, drops every capability and switches to the
 //     worker's ids;
-//  6. applies the rlimits with prlimit(2) — RLIMIT_AS last, immediately
+//  6. applies the rlimits with prlimit(2) — RLIMIT_DATA last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
 //  7. execve()s the worker with the raw syscall (no allocation after
-//     RLIMIT_AS is in place).
+//     RLIMIT_DATA is in place).
 //
 // The worker keeps the supervisor's process group, cgroup (Run cloned the
 // supervisor into it with CLONE_INTO_CGROUP) and namespaces. This is
@@ -126,7 +126,7 @@ type initConfig struct {
 	Argv          []string        `json:"argv"`
 	Env           []string        `json:"env"`
 	RestoreNofile bool            `json:"restore_nofile"`
-	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_AS must be last
+	Limits        []rlimitSetting `json:"limits"` // applied in order; RLIMIT_DATA must be last
 	MountProc     bool            `json:"mount_proc"`
 	LoopbackUp    bool            `json:"loopback_up"`
 	Hide          []hiddenPath    `json:"hide"` // the paths of Spec.Hide that exist (confined runs)
@@ -285,7 +285,7 @@ func runExecStage() {
 			helperFail("set %s: %v", l.Name, err)
 		}
 	}
-	// No allocation from here on: RLIMIT_AS may already be in force.
+	// No allocation from here on: RLIMIT_DATA may already be in force.
 	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,
 		uintptr(unsafe.Pointer(argv0p)),
 		uintptr(unsafe.Pointer(&argvp[0])),

@@ -29,7 +29,8 @@ type Spec struct {
 	// CPUTime is applied as RLIMIT_CPU in whole seconds, rounded up; 0 means none.
 	CPUTime time.Duration
 	// MemoryBytes is a memory limit: cgroup v2 memory.max where possible,
-	// else RLIMIT_AS; 0 means none.
+	// else RLIMIT_DATA per process and a watch of the tree's resident
+	// memory; 0 means none.
 	MemoryBytes int64
 	// MaxProcs limits the number of processes: cgroup v2 pids.max where
 	// possible, else RLIMIT_NPROC (which the kernel ignores for root and

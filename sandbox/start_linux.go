@@ -170,8 +170,10 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 	}
 	if s.MemoryBytes > 0 && !(useCg && r.cg.memory) {
 		n := uint64(s.MemoryBytes)
-		// Must stay last: see runInitHelper.
-		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Cur: n, Max: n})
+		// RLIMIT_DATA, not RLIMIT_AS: runtimes reserve far more address
+		// space than they use (memwatch_linux.go). Must stay last: see
+		// runInitHelper.
+		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_DATA", Resource: unix.RLIMIT_DATA, Cur: n, Max: n})
 	}
 	return cfg
 }

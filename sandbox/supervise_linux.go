@@ -34,7 +34,7 @@ import (
 //
 // The exec stage is a second run of the helper binary (fork and exec from
 // Go, then the raw execve of the worker), so that the rlimits, the dropped
-// capabilities and no_new_privs apply to the worker alone and RLIMIT_AS
+// capabilities and no_new_privs apply to the worker alone and RLIMIT_DATA
 // never constrains the supervisor's Go runtime.
 //
 // When the worker exits, the supervisor writes its wait status to the

@@ -159,7 +159,8 @@ sleep 30`
 // with them: only loopback, the memory and process limits in force,
 // stopped at the parent's timeout after its one attempt. (The parent
 // submits with an executor built without -race: where the memory limit
-// is RLIMIT_AS, the race detector's reservations exceed any sane one.)
+// is RLIMIT_DATA, the race detector's writable shadow mappings exceed any
+// sane one.)
 func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
 	t.Parallel()
 	env, httpAddr := managerEnv(t, "tight", "p=2", "15s")

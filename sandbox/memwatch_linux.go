@@ -1,0 +1,135 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Where no cgroup's memory controller enforces Spec.MemoryBytes (a cgroup
+// v1 host, a controller not delegated), the limit is two things:
+//
+//   - RLIMIT_DATA on the worker and each process it starts: what one
+//     process may map writable and private (its heap, anonymous mmaps).
+//     Unlike RLIMIT_AS it does not count what a runtime only reserves
+//     (PROT_NONE), so Go, Node.js and Java start under it; an allocation
+//     past it fails inside that process.
+//   - the memory watch below: the resident memory of the whole tree
+//     (anonymous and shared memory, not the page cache of files it reads),
+//     read every memWatchEvery; past the limit, the tree is stopped and
+//     Result.StoppedBy says "memory". A tree can pass the limit by at most
+//     what it allocates in one interval before it is stopped.
+
+// memWatchEvery is how often the watch reads the tree's resident memory.
+const memWatchEvery = 100 * time.Millisecond
+
+// memWatch reads the resident memory of the descendants of root (the
+// supervisor, a child subreaper: everything the worker starts stays below
+// it; the supervisor's own memory is not the worker's).
+type memWatch struct {
+	root  int
+	limit int64
+	peak  int64 // the most seen; read after the watch ended
+}
+
+// run reads the tree every memWatchEvery until stop closes, and closes
+// over (once) when the tree's resident memory exceeds the limit.
+func (w *memWatch) run(stop <-chan struct{}, over chan<- struct{}) {
+	t := time.NewTicker(memWatchEvery)
+	defer t.Stop()
+	for {
+		n := treeResident(w.root)
+		w.peak = max(w.peak, n)
+		if n > w.limit {
+			close(over)
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// treeResident sums the resident anonymous and shared memory of root's
+// descendants, found by their parent links in /proc: the supervisor is not
+// dumpable, so its /proc/<pid>/task/*/children cannot be read without
+// CAP_SYS_PTRACE, but every process's stat can. Processes that end while
+// it reads are skipped.
+func treeResident(root int) int64 {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return 0
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	kids := map[int][]int{}
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok {
+			kids[st.ppid] = append(kids[st.ppid], pid)
+		}
+	}
+	var total int64
+	todo := kids[root]
+	for len(todo) > 0 {
+		pid := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		total += residentBytes(pid)
+		todo = append(todo, kids[pid]...)
+	}
+	return total
+}
+
+// residentBytes is pid's RssAnon plus RssShmem (0 if it is gone).
+func residentBytes(pid int) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	var total int64
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Bytes()
+		var rest []byte
+		var ok bool
+		if rest, ok = bytes.CutPrefix(line, []byte("RssAnon:")); !ok {
+			if rest, ok = bytes.CutPrefix(line, []byte("RssShmem:")); !ok {
+				continue
+			}
+		}
+		f := strings.Fields(string(rest)) // "1234 kB"
+		if len(f) == 2 && f[1] == "kB" {
+			if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}
+
+// formatBytes writes n as a person would: 512MiB, 1.5GiB, 700B.
+func formatBytes(n int64) string {
+	const unit = 1 << 10
+	if n < unit {
+		return strconv.FormatInt(n, 10) + "B"
+	}
+	v, suffix := float64(n), ""
+	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= unit
+		suffix = s
+		if v < unit {
+			break
+		}
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64) + suffix
+}
