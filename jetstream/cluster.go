@@ -31,7 +31,8 @@ type ClusterServerConfig struct {
 // StartClusterServer starts one embedded server of a JetStream cluster and
 // waits until it accepts client connections. JetStream is usable only once
 // a majority of the cluster runs and a meta leader is elected: see
-// WaitJetStreamCluster. Stop it with Shutdown and WaitForShutdown.
+// WaitJetStreamCluster. Stop it with StopLameDuck (lameduck.go: a planned
+// stop, as in a rolling restart) or Shutdown and WaitForShutdown.
 func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
 	if cfg.Name == "" || cfg.Cluster == "" {
 		return nil, errors.New("jetstream: cluster server needs a server name and a cluster name")
@@ -51,6 +52,7 @@ func StartClusterServer(cfg ClusterServerConfig) (*server.Server, error) {
 		opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", Host: r})
 	}
 	opts.Cluster = server.ClusterOpts{Name: cfg.Cluster, Host: chost, Port: cport, NoAdvertise: cfg.NoAdvertise}
+	setLameDuck(opts) // lameduck.go
 	return startServer(opts, cfg.Debug, fmt.Sprintf("cluster server %s on %s / %s", cfg.Name, cfg.Listen, cfg.ClusterListen))
 }
 

@@ -1,6 +1,10 @@
 package jetstream
 
-import "time"
+import (
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
 
 // Lame duck mode: how a NATS server of a cluster is stopped for a rolling
 // restart without costing work (docs/guarantees.md, "Rolling restart of a
@@ -11,29 +15,48 @@ import "time"
 // leaders, stops JetStream, tells its clients (an INFO with "ldm"), waits
 // LameDuckGracePeriod, then closes its clients one at a time over the rest
 // of LameDuckDuration, and exits. A plain stop (SIGTERM) closes every
-// client at once and gives the hand-over no time to arrive.
+// client at once and gives the hand-over no time to arrive: a bucket it
+// led could wait 4-9 s for an election.
 //
 // The generated server configuration (leasemgr layout) sets both, as
 // lame_duck_duration and lame_duck_grace_period; the test cluster's
-// servers use them too.
+// servers use them too (StartClusterServer).
 const (
 	// LameDuckDuration is the whole lame-duck stop, grace included. The
 	// server spaces its client closes evenly over LameDuckDuration -
-	// LameDuckGracePeriod, at most a second apart: each holder whose
-	// connection closes has 3/4 of DISCONNECT_GRACE (0.6 s by default) to
-	// reconnect to another server and move its leases there, and closing
-	// them one after another keeps those moves from queueing behind each
-	// other at the manager. 30 s spreads a thousand clients 25 ms apart
-	// and keeps a server's stop (a few dozen clients: one a second) well
-	// under a minute; nats-server's own default, 2 minutes, only makes a
-	// rolling restart longer.
+	// LameDuckGracePeriod, at most a second apart, so the holders and
+	// managers it closes reconnect and renew on the other servers one
+	// after another rather than in one burst. 30 s spreads a thousand
+	// clients 25 ms apart and keeps a server's stop with a few dozen
+	// clients (one a second) under a minute; nats-server's own default,
+	// 2 minutes, only makes a rolling restart longer.
 	LameDuckDuration = 30 * time.Second
 	// LameDuckGracePeriod is the pause between the lame-duck notice and
-	// the first client close. The raft leaders have moved by then (a
-	// second after the notice) and the clients still reach the cluster
-	// through this server's routes; the pause lets the new leaders settle
-	// before the first holders move. nats-server's default, 10 s, is for
-	// several servers put in lame duck mode at once, which a rolling
-	// restart never does.
+	// the first client close. In it every holder of the server renews
+	// its leases saying so, and its manager takes them off fast release
+	// (lease/lameduck.go), so the close that follows costs them nothing
+	// however long they take to reconnect: that takes tens of ms (about
+	// 60 ms in TestLameDuckStopCostsAHolderNothing); 5 s leaves room for
+	// a loaded machine and for a manager's takeover within LEADER_TTL's
+	// default. The clients still reach the cluster through this server's
+	// routes meanwhile. nats-server's default, 10 s, is for several
+	// servers put in lame duck mode at once, which a rolling restart never
+	// does.
 	LameDuckGracePeriod = 5 * time.Second
 )
+
+// setLameDuck gives a cluster server's options the lame-duck timing above.
+func setLameDuck(opts *server.Options) {
+	opts.LameDuckDuration, opts.LameDuckGracePeriod = LameDuckDuration, LameDuckGracePeriod
+}
+
+// StopLameDuck stops s as SIGUSR2 (`nats-server --signal ldm=PID`) does a
+// nats-server process: it enters lame duck mode, hands the raft groups it
+// leads to other replicas, closes its clients one at a time and shuts
+// down. It returns once s has stopped, about LameDuckDuration later (at
+// once for a server without clients).
+func StopLameDuck(s *server.Server) {
+	s.LameDuckShutdown()
+	s.Shutdown() // a no-op if lame duck mode finished it; else (already shutting down) waits for it
+	s.WaitForShutdown()
+}

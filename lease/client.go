@@ -157,6 +157,7 @@ func NewClient(nc *nats.Conn, node string, opts ...ClientOption) (*Client, error
 		return nil, fmt.Errorf("lease: subscribe to replies: %w", err)
 	}
 	c.sub = sub
+	registerClient(c)
 	return c, nil
 }
 
@@ -175,6 +176,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	unregisterClient(c)
 	c.live.close()
 	c.wake.unhook(c.nc)
 	if c.cluster != nil {

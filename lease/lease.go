@@ -38,9 +38,12 @@ type Lease struct {
 
 	mu       sync.Mutex
 	deadline time.Time // guarded by mu: from renewals, the TTL's
-	bound    conn      // guarded by mu: the connection the lease is bound to
-	err      error     // guarded by mu; set once, before done closes
-	stopOnce sync.Once
+	bound    conn      // guarded by mu: the connection the lease is bound to; zero once unbound (lameduck.go)
+	// boundSince, guarded by mu, dates bound when a renewal claimed it
+	// (claim): its send time, which counts like an answered PING on it.
+	boundSince time.Time
+	err        error // guarded by mu; set once, before done closes
+	stopOnce   sync.Once
 }
 
 // ID returns the lease id (the acquire's request id).
@@ -75,10 +78,10 @@ func (l *Lease) Record() Record { return l.rec }
 // drops: read it again, as the sandbox does.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
-	d, bound := l.deadline, l.bound
+	d, bound, since := l.deadline, l.bound, l.boundSince
 	l.mu.Unlock()
-	if l.grace > 0 {
-		d = minTime(d, l.c.live.deadline(bound, l.grace))
+	if l.grace > 0 && bound.known() {
+		d = minTime(d, l.c.live.deadline(bound, l.grace, since))
 	}
 	return d
 }
@@ -201,7 +204,7 @@ func (l *Lease) heartbeat() {
 		case <-moved:
 			// The deadline moves earlier when the connection drops.
 			lost.Reset(time.Until(l.Deadline()))
-			if now := l.c.live.identity(); (!now.known() || now == l.boundConn()) && !woke(woken) {
+			if !l.mustMove() && !woke(woken) {
 				continue
 			}
 		case <-woken:
@@ -220,8 +223,13 @@ func (l *Lease) heartbeat() {
 			}
 			lost.Reset(time.Until(l.Deadline()))
 			// A renewal that waited long for its answer dates from its
-			// first attempt: the next one is due that much sooner.
+			// first attempt: the next one is due that much sooner. One
+			// that left the lease bound to a lame duck's connection (it
+			// raced the notice) is followed at once (lameduck.go).
 			next.Reset(max(0, time.Until(sent.Add(interval))))
+			if l.grace > 0 && l.c.live.isLameDuck(l.boundConn()) {
+				next.Reset(retry)
+			}
 		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool):
 			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
@@ -242,8 +250,41 @@ func (l *Lease) bindTo(c conn) {
 	}
 	l.c.live.ping(liveDeadline(l.grace))
 	l.mu.Lock()
-	l.bound = c
+	l.bound, l.boundSince = c, time.Time{}
 	l.mu.Unlock()
+}
+
+// claim counts c as the lease's connection from at, the send time of a
+// renewal on it that may bind the lease there: if the lease is unbound,
+// or always (force: the manager unbound it, and may have bound it to c
+// since). lameduck.go.
+func (l *Lease) claim(c conn, at time.Time, force bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.grace <= 0 || !c.known() || (l.bound.known() && !force) || l.bound == c {
+		return
+	}
+	l.bound, l.boundSince = c, at
+}
+
+// unbind notes that the manager has unbound the lease (a renewal on a
+// connection whose server is in lame duck mode): no close frees it now.
+func (l *Lease) unbind() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bound, l.boundSince = conn{}, time.Time{}
+}
+
+// mustMove reports whether the lease with fast release is to move to the
+// connection its client is on now: it is bound to another, or unbound
+// while the client is no longer on the lame duck's connection.
+func (l *Lease) mustMove() bool {
+	now := l.c.live.identity()
+	if !now.known() {
+		return false
+	}
+	bound := l.boundConn()
+	return now != bound && (bound.known() || !l.c.live.isLameDuck(now))
 }
 
 func (l *Lease) boundConn() conn {

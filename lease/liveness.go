@@ -86,8 +86,11 @@ type liveness struct {
 	// stopping holds the servers said to stop with their manager
 	// (ServerStopping), with when it was said.
 	stopping map[string]time.Time
-	stop     chan struct{} // closes to end run; nil when not running
-	done     chan struct{} // closed when run has returned
+	// lameDucks holds the connections whose server said it is in lame
+	// duck mode (lameduck.go), with when it was said.
+	lameDucks map[conn]time.Time
+	stop      chan struct{} // closes to end run; nil when not running
+	done      chan struct{} // closed when run has returned
 }
 
 // maxLiveConns bounds the connections whose last PING is remembered: the
@@ -111,10 +114,15 @@ func (v *liveness) identity() conn {
 
 // deadline is when a lease with disconnect grace g that is bound to c must
 // be given up, by c's clocks (the silent one, and the dropped one once c
-// is not the connection nc is on).
-func (v *liveness) deadline(c conn, g time.Duration) time.Time {
+// is not the connection nc is on). since, if later than c's last answered
+// PING, dates c instead: the send time of a renewal that may have bound the
+// lease to c (lameduck.go).
+func (v *liveness) deadline(c conn, g time.Duration, since time.Time) time.Time {
 	v.mu.Lock()
 	last := v.last[c]
+	if since.After(last) {
+		last = since
+	}
 	_, stopping := v.stopping[c.server]
 	v.mu.Unlock()
 	d := last.Add(v.silence)
@@ -129,7 +137,7 @@ func (v *liveness) dropped(c conn) bool {
 	v.mu.Lock()
 	_, stopping := v.stopping[c.server]
 	v.mu.Unlock()
-	return !stopping && !v.serverDrops && v.identity() != c
+	return c.known() && !stopping && !v.serverDrops && v.identity() != c
 }
 
 // serverStopping notes a manager's word that server stops with it.
@@ -139,11 +147,17 @@ func (v *liveness) serverStopping(server string) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.stopping == nil {
-		v.stopping = make(map[string]time.Time)
+	remember(&v.stopping, server)
+}
+
+// remember notes k in *m with the time now, making the map if needed, and
+// prunes it.
+func remember[K comparable](m *map[K]time.Time, k K) {
+	if *m == nil {
+		*m = make(map[K]time.Time)
 	}
-	v.stopping[server] = time.Now()
-	prune(v.stopping)
+	(*m)[k] = time.Now()
+	prune(*m)
 }
 
 // prune drops the oldest entries of m beyond maxLiveConns.

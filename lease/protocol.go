@@ -137,6 +137,12 @@ type RenewRequest struct {
 	// lease to it.
 	ConnServer string `json:"conn_server,omitempty"`
 	ConnID     uint64 `json:"conn_id,omitempty"`
+	// LameDuck says that the server of ConnServer/ConnID is in lame duck
+	// mode and will close the connection itself: a lease bound to that
+	// connection is unbound from it (a close of it frees nothing), and
+	// stays so until a renewal on another connection binds it there
+	// (lameduck.go).
+	LameDuck bool `json:"lame_duck,omitempty"`
 }
 
 // ReleaseRequest gives a lease's slots back.

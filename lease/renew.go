@@ -44,6 +44,13 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 	// Every attempt names the connection it goes on: a lease with fast
 	// release moves to it (disconnect.go).
 	var sentOn conn
+	// plain is the last connection an attempt without LameDuck went on
+	// (plainAt: its first send there), unless a LameDuck attempt followed
+	// on the same connection: if the manager answers unbound, it may have
+	// bound the lease to plain since (lameduck.go).
+	var plain conn
+	var plainAt time.Time
+	sentLameDuck := false // the last attempt said LameDuck
 	// firstOn is when the first attempt went out on each connection: an
 	// answer "bound" to one proves its server took an attempt on it, so it
 	// was open after then (see the StatusBound case).
@@ -53,7 +60,21 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 		if _, ok := firstOn[sentOn]; !ok && sentOn.known() {
 			firstOn[sentOn] = time.Now()
 		}
-		b, _ := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: sentOn.server, ConnID: sentOn.id})
+		// On a connection whose server is in lame duck mode, the renewal
+		// asks to unbind the lease; on any other, an unbound lease counts
+		// the connection as its own from now (lameduck.go).
+		lameDuck := l.grace > 0 && l.c.live.isLameDuck(sentOn)
+		sentLameDuck = lameDuck
+		switch {
+		case lameDuck && plain == sentOn:
+			plain = conn{} // the same connection: this attempt comes after it
+		case !lameDuck && sentOn.known():
+			if plain != sentOn {
+				plain, plainAt = sentOn, time.Now()
+			}
+			l.claim(sentOn, plainAt, false)
+		}
+		b, _ := json.Marshal(RenewRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, ConnServer: sentOn.server, ConnID: sentOn.id, LameDuck: lameDuck})
 		return b // plain strings and numbers: cannot fail
 	}
 	ch := make(chan *nats.Msg, 4)
@@ -95,7 +116,8 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 				continue
 			}
 		case <-woken: // reconnected: an attempt sent before may be lost
-			if now := l.c.live.identity(); !now.known() || now == sentOn {
+			// Or the server said it is in lame duck mode: ask again, so.
+			if now := l.c.live.identity(); !now.known() || now == sentOn && (sentLameDuck || l.grace <= 0 || !l.c.live.isLameDuck(now)) {
 				continue
 			}
 		case <-soon.C:
@@ -136,6 +158,14 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 					l.bindTo(c)
 				}
 				continue // the renewal's own answer follows
+			}
+			if r.Lease != nil && l.grace > 0 && !recordConn(r.Lease).known() {
+				// Unbound on a LameDuck attempt.
+				if plain.known() {
+					l.claim(plain, plainAt, true)
+				} else {
+					l.unbind()
+				}
 			}
 			return first, r.Lease, nil
 		}

@@ -36,9 +36,9 @@ func decode(data []byte, v any) *lease.Error {
 	case *lease.AcquireRequest:
 		return decodeAcquire(data, v)
 	case *lease.RenewRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID, &v.LameDuck)
 	case *lease.ReleaseRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil, nil)
 	case *lease.CancelRequest:
 		return decodeCancel(data, v)
 	case *lease.ResizeRequest:
@@ -86,8 +86,9 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 }
 
 // decodeLeaseRef decodes a renew or release request: both name a lease and
-// its token; a renewal (connServer not nil) also its connection.
-func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string, connServer *string, connID *uint64) *lease.Error {
+// its token; a renewal (connServer not nil) also its connection, and
+// whether that connection's server is in lame duck mode.
+func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string, connServer *string, connID *uint64, lameDuck *bool) *lease.Error {
 	d := newDecoder(data, lease.MaxRequestBody)
 	for d.next() {
 		switch string(d.key) {
@@ -109,6 +110,12 @@ func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string,
 				break
 			}
 			d.uint64(4, connID)
+		case "lame_duck":
+			if lameDuck == nil {
+				d.unknown()
+				break
+			}
+			d.bool(5, lameDuck)
 		default:
 			d.unknown()
 		}

@@ -409,11 +409,25 @@ func (m *Manager) freeOnCloseLocked(h *held) {
 // outlast its liveness deadline); the write stores the binding. Only this
 // manager's memory decides a free (freeOnCloseLocked), so the in-memory
 // binding is what protects the lease.
-func (m *Manager) rebindLocked(h *held, reply, server string, id uint64) *lease.Error {
+//
+// A renewal that says its connection's server is in lame duck mode
+// (lameDuck) unbinds the lease instead: that server closes the connection
+// itself soon, which the holder cannot tell from a reset on its path, so
+// the lease leaves fast release, and no close frees it, until a renewal on
+// another connection binds it there. The renewal's write stores the
+// unbinding, and only its answer (not a "bound") tells the holder, which
+// counts its connection until then (lease/lameduck.go).
+func (m *Manager) rebindLocked(h *held, reply, server string, id uint64, lameDuck bool) *lease.Error {
 	if e := checkConn(server, id); e != nil {
 		return e
 	}
 	c := conn{server, id}
+	if lameDuck {
+		if h.rec.DisconnectGraceMs > 0 && recordConn(&h.rec).known() {
+			h.rec.ConnServer, h.rec.ConnID = "", 0
+		}
+		return nil
+	}
 	if !c.known() || h.rec.DisconnectGraceMs <= 0 || c == recordConn(&h.rec) {
 		return nil
 	}

@@ -95,7 +95,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) {
 	m.mu.Lock()
 	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e == nil {
-		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID)
+		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID, req.LameDuck)
 	}
 	if e != nil {
 		m.mu.Unlock()

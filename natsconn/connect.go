@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/slotlease/slotlease/lease"
 )
 
 // Auth is how a process proves who it is to NATS, how it checks the
@@ -103,6 +105,10 @@ func Connect(url string, auth Auth, name string, extra ...nats.Option) (*nats.Co
 		nats.ReconnectWait(50 * time.Millisecond),
 		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
 		nats.RetryOnFailedConnect(false),
+		// A server in lame duck mode (a rolling restart) says so before it
+		// closes its clients: holders then take their leases off fast
+		// release, so its close costs them nothing (lease/lameduck.go).
+		lease.LameDuck(),
 	}
 	opts = append(opts, authOpts...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)

@@ -221,6 +221,23 @@ func (c *Cluster) Kill(i int) {
 	}
 }
 
+// Stop stops server i the way a rolling restart does (docs/guarantees.md,
+// "Rolling restart of a cluster"): lame duck mode, as SIGUSR2 does to a
+// nats-server process (jetstream.StopLameDuck). It hands the raft groups
+// the server leads to other replicas before it stops JetStream, then
+// closes its clients one at a time; it returns once the server stopped.
+// The server counts as down from the start: no proxy dials it (its
+// listener is closed) and the cluster's health no longer waits for it.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	s := c.members[i].srv
+	c.members[i].srv = nil
+	c.mu.Unlock()
+	if s != nil {
+		jetstream.StopLameDuck(s)
+	}
+}
+
 // Restart starts server i again on the same ports and store. It does not
 // wait for JetStream to catch up: see WaitHealthy.
 func (c *Cluster) Restart(i int) error {

@@ -67,7 +67,8 @@ func (s *suite) rollingRestart(ctx context.Context) {
 		led := s.led(i)
 		at := time.Now()
 		s.logf("rolling: stop server n%d (led %v)", i, led)
-		s.cluster.Kill(i)
+		s.cluster.Stop(i)
+		s.logf("rolling: server n%d stopped in lame duck mode in %v", i, time.Since(at).Round(time.Millisecond))
 		s.servers = append(s.servers, ServerFault{Server: i, Start: at, Led: led})
 		s.faults["rolling-server"]++
 		time.Sleep(time.Second)
