@@ -2,6 +2,7 @@ package layout
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -95,4 +96,29 @@ func envQuote(v string) string {
 		return v
 	}
 	return "'" + v + "'"
+}
+
+// ReadEnvFile reads an environment file this package wrote as systemd's
+// EnvironmentFile= does: VAR=value lines, single quotes around a value
+// removed, nothing expanded, comments and blank lines skipped.
+func ReadEnvFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: not VAR=value", path, i+1)
+		}
+		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = v[1 : len(v)-1]
+		}
+		m[k] = v
+	}
+	return m, nil
 }

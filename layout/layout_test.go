@@ -186,27 +186,11 @@ func checkEnv(t *testing.T, dir string) {
 	}
 }
 
-// readEnv reads an environment file as systemd's EnvironmentFile= does
-// (single quotes removed, nothing expanded).
 func readEnv(t *testing.T, path string) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	m, err := ReadEnvFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s: line %q", path, line)
-		}
-		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
-			v = v[1 : len(v)-1]
-		}
-		m[k] = v
 	}
 	return m
 }

@@ -31,8 +31,8 @@
 #
 # Environment: DEMO_DIR, LEASE_TTL (default 6s), LEADER_TTL (default 1s), HTTP_BASE,
 # POOL_CAPACITIES (default gpu=1,cpu=4), CLUSTER_POOLS (default api=2; empty
-# for none), NATS_CLIENT_PORT (default 4222), NATS_CLUSTER_PORT (default
-# 6222), NATS_MONITOR_PORT (default 8222): the first server's; the others
+# for none), DEMO_CLIENT_PORT (default 4222), DEMO_CLUSTER_PORT (default
+# 6222), DEMO_MONITOR_PORT (default 8222): the first server's; the others
 # take the next ones.
 #
 # Fault trials while it runs (pids are in $DEMO_DIR/*.pid):
@@ -67,9 +67,9 @@ HTTP_BASE=${HTTP_BASE:-8100}
 LEADER_TTL=${LEADER_TTL:-1s}
 POOLS=${POOL_CAPACITIES:-gpu=1,cpu=4}
 CLUSTER_POOLS=${CLUSTER_POOLS-api=2}
-NATS_CLIENT_PORT=${NATS_CLIENT_PORT:-4222}
-NATS_CLUSTER_PORT=${NATS_CLUSTER_PORT:-6222}
-NATS_MONITOR_PORT=${NATS_MONITOR_PORT:-8222}
+DEMO_CLIENT_PORT=${DEMO_CLIENT_PORT:-4222}
+DEMO_CLUSTER_PORT=${DEMO_CLUSTER_PORT:-6222}
+DEMO_MONITOR_PORT=${DEMO_MONITOR_PORT:-8222}
 
 command -v curl >/dev/null || {
 	echo "cluster-demo.sh: needs curl (it asks each NATS server's /healthz)" >&2
@@ -85,8 +85,8 @@ go build -o bin/ ./cmd/leasemgr ./cmd/executor github.com/nats-io/nats-server/v2
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR"
 LAYOUT=$DEMO_DIR/layout
-"$ROOT/bin/leasemgr" layout --out "$LAYOUT" --client-port "$NATS_CLIENT_PORT" \
-	--cluster-port "$NATS_CLUSTER_PORT" --monitor-port "$NATS_MONITOR_PORT" >"$DEMO_DIR/layout.txt"
+"$ROOT/bin/leasemgr" layout --out "$LAYOUT" --client-port "$DEMO_CLIENT_PORT" \
+	--cluster-port "$DEMO_CLUSTER_PORT" --monitor-port "$DEMO_MONITOR_PORT" >"$DEMO_DIR/layout.txt"
 
 # The layout's environment files are plain VAR=value lines (systemd's
 # EnvironmentFile= reads them); these are the same as exports, for a shell.
@@ -138,7 +138,7 @@ i=\${1:?usage: restart-nats.sh I (0, 1 or 2)}
 conf="$LAYOUT/nats/nats-\$i.conf"
 [ -e "\$conf" ] || { echo "no server \$i: \$conf is missing" >&2; exit 2; }
 pidf="$DEMO_DIR/nats-\$i.pid"
-health="http://127.0.0.1:\$(($NATS_MONITOR_PORT + i))/healthz"
+health="http://127.0.0.1:\$(($DEMO_MONITOR_PORT + i))/healthz"
 if [ -e "\$pidf" ] && kill -0 "\$(cat "\$pidf")" 2>/dev/null; then
 	pid=\$(cat "\$pidf")
 	echo "nats-\$i (pid \$pid): lame duck mode ..."
@@ -177,7 +177,7 @@ done
 echo "waiting for the JetStream cluster ..."
 for i in 0 1 2; do
 	for attempt in $(seq 1 600); do
-		curl -fs "http://127.0.0.1:$((NATS_MONITOR_PORT + i))/healthz" >/dev/null 2>&1 && break
+		curl -fs "http://127.0.0.1:$((DEMO_MONITOR_PORT + i))/healthz" >/dev/null 2>&1 && break
 		[ "$attempt" -lt 600 ] || {
 			echo "nats-$i is not healthy after 60 s: see $DEMO_DIR/nats-$i.log" >&2
 			exit 1

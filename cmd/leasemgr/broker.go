@@ -19,12 +19,26 @@ import (
 // managers' account. Outcomes stored before the key existed are signed
 // once, when it is made. refused counts the records a verify refused.
 func startJobBroker(ctx context.Context, nc, jobsNC *nats.Conn, cfg *config.Manager, log *slog.Logger, refused func(int)) (*jobs.Broker, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	key, created, err := jetstream.JobsKey(ctx, nc, cfg.SubjectPrefix, cfg.Replicas)
+	// The key's bucket is made as the set-up's are, and tried again as
+	// they are while JetStream does not answer: right after a cluster
+	// forms, two managers starting at once saw their creates go
+	// unanswered for tens of seconds, and leasemgr exited.
+	var (
+		key     []byte
+		created bool
+	)
+	_, err := retrying(ctx, log, "the job broker's key", func() error {
+		kctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
+		defer cancel()
+		var err error
+		key, created, err = jetstream.JobsKey(kctx, nc, cfg.SubjectPrefix, cfg.Replicas)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	b, err := jobs.StartBroker(ctx, jobs.BrokerConfig{Conn: jobsNC, Prefix: cfg.SubjectPrefix, Key: key, Logger: log, Refused: refused})
 	if err != nil {
 		return nil, fmt.Errorf("the job queue's broker: %w", err)

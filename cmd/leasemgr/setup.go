@@ -65,41 +65,52 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth *jobsA
 			}
 		}
 	}
+	var s *natsSetup
+	attempts, err := retrying(ctx, log, "NATS set-up", func() (err error) {
+		s, err = trySetUp(ctx, cfg, url, &nc, jobsAuth, &jobsNC)
+		return err
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if attempts > 1 {
+		log.Info("NATS set-up succeeded", "attempt", attempts)
+	}
+	if s.jobsCapErr != nil {
+		log.Warn("the job queue keeps caps other than NATS_EXECUTORS_MAX_STORE's", "err", s.jobsCapErr)
+	}
+	if s.jobsRefused != nil {
+		log.Warn("serving leases without the job queue for now: the executors' account is at its connection cap (NATS_EXECUTORS_MAX_CONNECTIONS); trying again every few seconds",
+			"err", s.jobsRefused)
+	}
+	return s, nil
+}
+
+// retrying calls try until it succeeds, fails in a way waiting cannot
+// cure (transient), or ctx ends (then with ctx's error), logging each
+// failure as what's and waiting 250ms, doubling to 5s, between tries. It
+// returns the number of tries.
+func retrying(ctx context.Context, log *slog.Logger, what string, try func() error) (int, error) {
 	backoff := setupMinBackoff
 	for attempt := 1; ; attempt++ {
-		s, err := trySetUp(ctx, cfg, url, &nc, jobsAuth, &jobsNC)
-		if err == nil {
-			if attempt > 1 {
-				log.Info("NATS set-up succeeded", "attempt", attempt)
-			}
-			if s.jobsCapErr != nil {
-				log.Warn("the job queue keeps caps other than NATS_EXECUTORS_MAX_STORE's", "err", s.jobsCapErr)
-			}
-			if s.jobsRefused != nil {
-				log.Warn("serving leases without the job queue for now: the executors' account is at its connection cap (NATS_EXECUTORS_MAX_CONNECTIONS); trying again every few seconds",
-					"err", s.jobsRefused)
-			}
-			return s, nil
+		err := try()
+		switch {
+		case err == nil:
+			return attempt, nil
+		case ctx.Err() != nil:
+			return attempt, ctx.Err()
+		case !transient(err):
+			return attempt, err
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		if !transient(err) {
-			closeAll()
-			return nil, err
-		}
-		log.Warn("NATS set-up failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
+		log.Warn(what+" failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
+			return attempt, ctx.Err()
 		case <-time.After(backoff):
-		}
-		if ctx.Err() != nil {
-			break
 		}
 		backoff = min(2*backoff, setupMaxBackoff)
 	}
-	closeAll()
-	return nil, ctx.Err()
 }
 
 // jobsAdmin is how leasemgr connects as the job queue's administrator:

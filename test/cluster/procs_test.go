@@ -94,9 +94,12 @@ func (p *process) exited() (int, bool) {
 }
 
 // readyz returns the status of a leasemgr's /readyz, 0 if it does not answer.
-func readyz(addr string) int {
+func readyz(addr string) int { return httpStatus("http://" + addr + "/readyz") }
+
+// httpStatus returns the status of a GET of url, 0 if it does not answer.
+func httpStatus(url string) int {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + addr + "/readyz")
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0
 	}

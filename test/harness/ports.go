@@ -25,24 +25,33 @@ type Ports struct {
 
 // Free returns a port in the range that nobody listens on right now and
 // that p never handed out before.
-func (p *Ports) Free() (int, error) {
+func (p *Ports) Free() (int, error) { return p.FreeRun(1) }
+
+// FreeRun returns the first of n consecutive ports in the range that
+// nobody listens on right now and that p never handed out before: for a
+// program that puts its servers on a base port and the ones after it
+// (leasemgr layout).
+func (p *Ports) FreeRun(n int) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.given == nil {
 		p.given = make(map[int]bool)
 	}
 	for range 1000 {
-		port := p.Lo + rand.IntN(p.Hi-p.Lo)
-		if p.given[port] {
-			continue
+		base := p.Lo + rand.IntN(p.Hi-p.Lo-n+1)
+		free := true
+		for port := base; port < base+n && free; port++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+			if free = err == nil && !p.given[port]; ln != nil {
+				ln.Close()
+			}
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
+		if free {
+			for port := base; port < base+n; port++ {
+				p.given[port] = true
+			}
+			return base, nil
 		}
-		ln.Close()
-		p.given[port] = true
-		return port, nil
 	}
-	return 0, fmt.Errorf("no free loopback port in [%d, %d)", p.Lo, p.Hi)
+	return 0, fmt.Errorf("no %d free consecutive loopback port(s) in [%d, %d)", n, p.Lo, p.Hi)
 }
