@@ -64,6 +64,9 @@ func TestKubernetesManifestsAndNomadJob(t *testing.T) {
 	image := checkLeasemgr(t, &f, out, nats)
 	checkEnvConfigMaps(t, &f, out)
 	checkNomad(t, f.Nomad, out, image)
+	t.Run("the DaemonSet's seed mount", func(t *testing.T) {
+		checkSeedMount(t, f.workload(t, "DaemonSet", "leasemgr"), filepath.Join(bin, "leasemgr"), out)
+	})
 }
 
 // natsFacts is what the leasemgr checks need from the NATS servers.
