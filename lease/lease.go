@@ -177,6 +177,9 @@ func (l *Lease) heartbeat() {
 	l.mu.Unlock()
 	next := time.NewTimer(max(0, time.Until(base.Add(interval))))
 	defer next.Stop()
+	if l.grace > 0 && l.c.live.isLameDuck(l.boundConn()) {
+		next.Reset(0) // granted on a lame duck's connection: unbind it now (lameduck.go)
+	}
 	lost := time.NewTimer(time.Until(l.Deadline()))
 	defer lost.Stop()
 	var moved <-chan time.Time

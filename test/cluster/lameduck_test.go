@@ -32,7 +32,7 @@ func TestLameDuckStopCostsAHolderNothing(t *testing.T) {
 	st := Settings{LeaseTTL: 15 * time.Second, LeaderTTL: 5 * time.Second, DisconnectGrace: lease.DefaultDisconnectGrace, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)
 	c, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "m", Upstream: 0,
-		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: &Terms{}})
+		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}, {Name: "cpu", Capacity: 1}}, Terms: &Terms{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +136,25 @@ func TestLameDuckStopCostsAHolderNothing(t *testing.T) {
 		return r.ID == l.ID() && r.ConnServer == "" && hnc.ConnectedServerId() == server1
 	})
 	t.Logf("unbound %v after the lame duck stop began", time.Since(at).Round(time.Millisecond))
+	// A lease granted after the notice, on the same connection, is
+	// unbound at once too.
+	l2, err := holder.Acquire(ctx, "cpu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, "a lease granted after the notice is stored unbound before the close", func() bool {
+		e, err := kv.Get(ctx, lease.RecordKey("node1", "cpu", l2.ID()))
+		var r lease.Record
+		return err == nil && json.Unmarshal(e.Value(), &r) == nil && r.ConnServer == "" && hnc.ConnectedServerId() == server1
+	})
 	harness.Eventually(t, time.Minute, "server 1 closes the holder's connection", func() bool { return hnc.Status() != nats.CONNECTED })
 	dropped := time.Now()
 	t.Logf("connection closed %v after the stop began", dropped.Sub(at).Round(time.Millisecond))
 	select {
 	case <-l.Done():
 		t.Fatalf("lease lost while its holder could not reconnect: %v", l.Err())
+	case <-l2.Done():
+		t.Fatalf("the lease granted after the notice was lost while its holder could not reconnect: %v", l2.Err())
 	case w := <-got:
 		t.Fatalf("the waiter was granted a live holder's slot: %+v", w.Record())
 	case <-time.After(4 * l.FastRelease()):
@@ -161,6 +174,9 @@ func TestLameDuckStopCostsAHolderNothing(t *testing.T) {
 	default:
 	}
 	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
