@@ -80,6 +80,16 @@ func sweepStaleCgroups(parent, nsID string) {
 	}
 }
 
+// cgroupName is a new per-run cgroup's name:
+// slotlease-sandbox-<pidns>-<pid>-<n>, which sweepStaleCgroups knows.
+func cgroupName() string {
+	nsID := pidNamespaceID()
+	if nsID == "" {
+		nsID = "0"
+	}
+	return fmt.Sprintf("%s%s-%d-%d", cgroupPrefix, nsID, os.Getpid(), cgroupSeq.Add(1))
+}
+
 // cgroup2Self returns this process's cgroup directory in the cgroup v2
 // hierarchy.
 func cgroup2Self() (dir string, err error) {
@@ -98,6 +108,13 @@ func cgroup2Self() (dir string, err error) {
 	if !found {
 		return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
 	}
+	return mountedCgroupDir(rel, func(fstype, _ string) bool { return fstype == "cgroup2" }, "cgroup2")
+}
+
+// mountedCgroupDir is where the cgroup rel (as /proc/self/cgroup names
+// it) is, in the first mount whose filesystem type and super options
+// match (what names the hierarchy in errors).
+func mountedCgroupDir(rel string, match func(fstype, opts string) bool, what string) (string, error) {
 	mi, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
@@ -107,12 +124,13 @@ func cgroup2Self() (dir string, err error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		// 40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+		// 34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		if !ok {
 			continue
 		}
 		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 1 || qf[0] != "cgroup2" {
+		if len(pf) < 5 || len(qf) < 3 || !match(qf[0], qf[2]) {
 			continue
 		}
 		root, mnt := unescapeMount(pf[3]), unescapeMount(pf[4])
@@ -129,7 +147,7 @@ func cgroup2Self() (dir string, err error) {
 		}
 		return dir, nil
 	}
-	return "", errors.New("no cgroup2 filesystem mounted")
+	return "", fmt.Errorf("no %s filesystem mounted where this process's cgroup is visible", what)
 }
 
 func unescapeMount(s string) string {
@@ -201,13 +219,8 @@ func newCgroup(memoryBytes int64, maxProcs int) (*cgroup, []string) {
 			}
 		}
 	}
-	nsID := pidNamespaceID()
-	sweepStaleCgroups(parent, nsID)
-	if nsID == "" {
-		nsID = "0"
-	}
-	name := fmt.Sprintf("%s%s-%d-%d", cgroupPrefix, nsID, os.Getpid(), cgroupSeq.Add(1))
-	path := filepath.Join(parent, name)
+	sweepStaleCgroups(parent, pidNamespaceID())
+	path := filepath.Join(parent, cgroupName())
 	if err := os.Mkdir(path, 0o755); err != nil {
 		return nil, append(notes, fmt.Sprintf("cannot create a cgroup under %s (%v): the worker's tree is tracked by process group and by its supervisor; a descendant that calls setsid() escapes only if the worker kills its supervisor (possible outside a PID namespace)", parent, err))
 	}

@@ -103,17 +103,22 @@
 //     memory.oom.group=1); an OOM kill is reported as StoppedBy "memory".
 //     When the memory controller cannot be used (cgroup v1 / hybrid
 //     hierarchy, controller not delegated, the executor's cgroup holding
-//     processes itself — the cgroup v2 no-internal-process rule), it is
-//     RLIMIT_DATA on each process (an allocation past it fails inside that
-//     process) and a watch of the whole tree's resident memory every
-//     memWatchEvery, which kills the tree past the limit (StoppedBy
-//     "memory"; memwatch_linux.go). Neither counts address space a runtime
-//     only reserves, so Go, Node.js and Java start under it, as they did
-//     not under RLIMIT_AS. Result.MemoryLimit tells which applied.
-//   - MaxProcs: cgroup v2 pids.max, else RLIMIT_NPROC, which counts all
-//     processes of the worker's user (for a confined worker with ids of
-//     its own, its own processes) and which the kernel ignores for uid 0
-//     (a Note says the limit is not enforced then).
+//     processes itself — the cgroup v2 no-internal-process rule), a cgroup
+//     v1 memory controller's memory.limit_in_bytes takes it where there is
+//     one the executor may use (root; cgroupv1_linux.go): the kernel kills
+//     a process at the limit, and the watch below then stops the tree
+//     (StoppedBy "memory"). Else it is RLIMIT_DATA on each process (an
+//     allocation past it fails inside that process) and a watch of the
+//     whole tree's resident memory every memWatchEvery, which kills the
+//     tree past the limit (StoppedBy "memory"; memwatch_linux.go). None
+//     counts address space a runtime only reserves, so Go, Node.js and
+//     Java start under it, as they did not under RLIMIT_AS.
+//     Result.MemoryLimit tells which applied ("cgroup" for v2 and v1).
+//   - MaxProcs: cgroup v2 pids.max, else cgroup v1 pids.max, else
+//     RLIMIT_NPROC, which counts all processes of the worker's user (for a
+//     confined worker with ids of its own, its own processes) and which
+//     the kernel ignores for uid 0 (a Note says the limit is not enforced
+//     then).
 //   - CPUTime: RLIMIT_CPU, per process: SIGXCPU at the rounded-up limit,
 //     SIGKILL one second later; reported as StoppedBy "cpu" (best effort for
 //     the SIGKILL case). A child of the worker has its own budget.

@@ -38,7 +38,20 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 		cg, notes := newCgroup(r.spec.MemoryBytes, r.spec.MaxProcs)
 		r.cg = cg
 		r.note(notes...)
+		var mem int64
+		var procs int
+		if cg == nil || !cg.memory {
+			mem = r.spec.MemoryBytes
+		}
+		if cg == nil || !cg.pids {
+			procs = r.spec.MaxProcs
+		}
+		if mem > 0 || procs > 0 {
+			r.v1, notes = newV1Limits(mem, procs, cgroupName())
+			r.note(notes...)
+		}
 	}
+	defer r.dropV1(nil)
 	defer func() {
 		if r.cg != nil {
 			if rmErr := r.cg.remove(); rmErr != nil {
@@ -107,7 +120,7 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 	var mw *memWatch
 	stopMem, memDone := make(chan struct{}), make(chan struct{})
 	if r.spec.MemoryBytes > 0 && !(r.cgUsed && r.cg.memory) {
-		mw, memOver = &memWatch{root: r.cmd.Process.Pid, limit: r.spec.MemoryBytes}, make(chan struct{})
+		mw, memOver = &memWatch{root: r.cmd.Process.Pid, limit: r.spec.MemoryBytes, v1: r.v1.memoryOnly()}, make(chan struct{})
 		wg.Add(1)
 		go func() { defer wg.Done(); defer close(memDone); mw.run(stopMem, memOver) }()
 	} else {
@@ -159,7 +172,7 @@ loop:
 		r.terminate(waitDone, 0, nil)
 	case reason == StoppedMemory:
 		// Memory runs out for the whole host if it goes on: no grace.
-		r.stopNote(fmt.Sprintf("the tree's resident memory passed the %s limit", formatBytes(r.spec.MemoryBytes)), r.terminate(waitDone, 0, nil), 0)
+		r.stopNote(mw.cause(), r.terminate(waitDone, 0, nil), 0)
 	case reason == StoppedLeaseLost:
 		lostGrace := min(r.grace, max(r.spec.LostGrace, 0))
 		r.stopNote("the lease was lost", r.terminateWithin(waitDone, lostGrace, r.lostWait(), nil), lostGrace)
@@ -275,12 +288,15 @@ func (r *runner) reportSetup(res *Result) {
 	if s.MemoryBytes > 0 {
 		if r.cgUsed && r.cg.memory {
 			res.MemoryLimit = LimitCgroup
+		} else if r.v1.memoryOnly() != nil {
+			res.MemoryLimit = LimitCgroup
+			r.note("memory limit applied by the cgroup v1 memory controller (memory.limit_in_bytes): the kernel kills a process of the tree at the limit, and then the whole tree is stopped")
 		} else {
 			res.MemoryLimit = LimitRlimit
 			r.note(fmt.Sprintf("no cgroup memory controller: the memory limit is RLIMIT_DATA for each process (an allocation past it fails in that process) and the whole tree's resident memory, read every %v (past the limit the tree is killed)", memWatchEvery))
 		}
 	}
-	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) {
+	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) && (r.v1 == nil || r.v1.pids == "") {
 		msg := "MaxProcs applied as RLIMIT_NPROC, which counts all processes of the worker's user"
 		if r.id.UID != r.plan.uid {
 			msg += " (an id of this run's own)"
@@ -339,6 +355,9 @@ func (r *runner) collect(res *Result, reason string, status []string) {
 	if r.cgUsed && r.cg.memory {
 		res.PeakMemoryBytes = r.cg.peak()
 		ooms = r.cg.oomKills()
+	} else if r.v1.memoryOnly() != nil {
+		res.PeakMemoryBytes = r.v1.peak()
+		ooms = r.v1.oomKills()
 	}
 	if res.PeakMemoryBytes == 0 && ru != nil {
 		res.PeakMemoryBytes = ru.Maxrss * 1024

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -31,10 +32,15 @@ const memWatchEvery = 100 * time.Millisecond
 // memWatch reads the resident memory of the descendants of root (the
 // supervisor, a child subreaper: everything the worker starts stays below
 // it; the supervisor's own memory is not the worker's).
+//
+// Where a cgroup v1 memory controller limits the tree (v1 set), the kernel
+// kills one process of it at the limit: the watch then only notices that
+// kill, and the tree is stopped as a cgroup v2 memory.oom.group would.
 type memWatch struct {
 	root  int
 	limit int64
-	peak  int64 // the most seen; read after the watch ended
+	v1    *v1Limits // the memory cgroup, if one limits the tree
+	peak  int64     // the most seen; read after the watch ended
 }
 
 // run reads the tree every memWatchEvery until stop closes, and closes
@@ -43,9 +49,7 @@ func (w *memWatch) run(stop <-chan struct{}, over chan<- struct{}) {
 	t := time.NewTicker(memWatchEvery)
 	defer t.Stop()
 	for {
-		n := treeResident(w.root)
-		w.peak = max(w.peak, n)
-		if n > w.limit {
+		if w.overLimit() {
 			close(over)
 			return
 		}
@@ -55,6 +59,24 @@ func (w *memWatch) run(stop <-chan struct{}, over chan<- struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// overLimit reads the tree (or its memory cgroup) once.
+func (w *memWatch) overLimit() bool {
+	if w.v1 != nil {
+		return w.v1.oomKills() > 0
+	}
+	n := treeResident(w.root)
+	w.peak = max(w.peak, n)
+	return n > w.limit
+}
+
+// cause says why the watch stopped the tree, for the run's notes.
+func (w *memWatch) cause() string {
+	if w.v1 != nil {
+		return fmt.Sprintf("the kernel killed a process of the tree at its %s memory limit (cgroup v1)", formatBytes(w.limit))
+	}
+	return fmt.Sprintf("the tree's resident memory passed the %s limit", formatBytes(w.limit))
 }
 
 // treeResident sums the resident anonymous and shared memory of root's

@@ -160,6 +160,7 @@ type runner struct {
 	binds    []Bind
 
 	cg                     *cgroup
+	v1                     *v1Limits // the limits cg's controllers could not take, if any
 	outR, outW, errR, errW *os.File
 	outTail, errTail       *tailBuffer
 	writeMu                sync.Mutex // serialises writes to Spec.Stdout/Stderr

@@ -156,15 +156,31 @@ func namespacesAvailable(extra uintptr) bool {
 // cgroupCaps probes what the per-run cgroup can do on this machine.
 func cgroupCaps(t *testing.T) (tracking, memory, pids bool) {
 	cg, _ := newCgroup(64<<20, 10)
-	if cg == nil {
-		return false, false, false
-	}
-	defer func() {
+	if cg != nil {
+		tracking, memory, pids = true, cg.memory, cg.pids
 		if err := cg.remove(); err != nil {
 			t.Errorf("remove probe cgroup: %v", err)
 		}
-	}()
-	return true, cg.memory, cg.pids
+	}
+	var mem int64
+	var procs int
+	if !memory {
+		mem = 64 << 20
+	}
+	if !pids {
+		procs = 10
+	}
+	if mem == 0 && procs == 0 {
+		return tracking, memory, pids
+	}
+	// A cgroup v1 controller takes what v2 could not (cgroupv1_linux.go).
+	if l, _ := newV1Limits(mem, procs, cgroupName()); l != nil {
+		memory, pids = memory || l.memory != "", pids || l.pids != ""
+		if err := l.remove(); err != nil {
+			t.Errorf("remove probe cgroup: %v", err)
+		}
+	}
+	return tracking, memory, pids
 }
 
 func TestTailBuffer(t *testing.T) {

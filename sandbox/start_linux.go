@@ -164,11 +164,11 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		n := uint64(s.MaxOpenFiles)
 		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Cur: n, Max: n})
 	}
-	if s.MaxProcs > 0 && !(useCg && r.cg.pids) {
+	if s.MaxProcs > 0 && !(useCg && r.cg.pids) && (r.v1 == nil || r.v1.pids == "") {
 		n := uint64(s.MaxProcs)
 		cfg.Limits = append(cfg.Limits, rlimitSetting{Name: "RLIMIT_NPROC", Resource: unix.RLIMIT_NPROC, Cur: n, Max: n})
 	}
-	if s.MemoryBytes > 0 && !(useCg && r.cg.memory) {
+	if s.MemoryBytes > 0 && !(useCg && r.cg.memory) && r.v1.memoryOnly() == nil {
 		n := uint64(s.MemoryBytes)
 		// RLIMIT_DATA, not RLIMIT_AS: runtimes reserve far more address
 		// space than they use (memwatch_linux.go). Must stay last: see
@@ -262,6 +262,16 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	toClose = []*os.File{statusR, deadlineW}
 	if deadlineW == nil {
 		toClose = toClose[:1]
+	}
+	if r.v1 != nil {
+		// Before the handover: the supervisor starts the worker only
+		// after it, so the worker is in these cgroups from its start.
+		if err := r.v1.enter(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			r.dropV1(err) // the next try starts with the rlimits instead
+			return err
+		}
 	}
 	id, err := r.handOver(v, cmd.Process.Pid, hoW, nil)
 	if err != nil {

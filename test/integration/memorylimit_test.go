@@ -1,19 +1,26 @@
 package integration
 
 import (
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/slotlease/slotlease/test/asuser"
 	"github.com/slotlease/slotlease/test/debpkg"
 )
 
 // Issue 41: `executor run --memory 512M` starts the runtimes agents use on
-// this host, whatever its cgroups: before, where the memory controller was
-// not delegated (a cgroup v1 host, as here), the limit was RLIMIT_AS and
-// `-- node -e 1` died reserving its heap, `-- go version` reserving page
-// summaries. A run that holds more than its limit in all is stopped, and
-// the executor says so (exit 137 with the memory reason).
+// this host, whatever its cgroups, as root and as an ordinary user: before,
+// where the cgroup v2 memory controller was not delegated (a cgroup v1 or
+// hybrid host, as here), the limit was RLIMIT_AS and `-- node -e 1` died
+// reserving its heap, `-- go version` reserving page summaries. Root gets
+// the cgroup v1 controller where there is one; a user, RLIMIT_DATA and the
+// executor's watch of the tree's resident memory. A run whose processes
+// hold more than the limit in all is stopped, and the executor says so
+// (exit 137, naming the memory limit).
 func TestRuntimesRunUnderMemoryLimit(t *testing.T) {
 	t.Parallel()
 	node := debpkg.Tool{Path: "/usr/bin/node", Pkg: "nodejs", SkipEnv: "SLOTLEASE_SKIP_TYPESCRIPT", Test: "the Node.js worker under a memory limit"}.Ensure(t)
@@ -21,21 +28,41 @@ func TestRuntimesRunUnderMemoryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go on PATH: %v", err)
 	}
-	env, httpAddr := managerEnv(t, "mem", "p=2", "15s")
-	startManager(t, env, httpAddr)
-	for name, argv := range map[string][]string{
-		"node": {node, "-e", "const b = Buffer.alloc(64 << 20, 1); console.log('node ran', b.length)"},
-		"go":   {goBin, "version"},
-	} {
-		code, out := runExecutor(t, env, append([]string{"run", "--pool", "p", "--memory", "512M", "--"}, argv...)...)
-		if code != 0 {
-			t.Errorf("executor run --memory 512M -- %s: exit %d:\n%s", name, code, out)
-		}
+	users := map[string]func(t *testing.T) *asuser.User{"as the test's user": func(*testing.T) *asuser.User { return nil }}
+	if os.Geteuid() == 0 {
+		users["as an ordinary user"] = func(t *testing.T) *asuser.User { return asuser.New(t, asuser.Plain, 42221, 0) }
 	}
-	code, out := runExecutor(t, env, "run", "--pool", "p", "--memory", "100M", "--", "sh", "-c",
-		"for i in 1 2 3 4; do dd if=/dev/zero bs=41943040 count=1 2>/dev/null | sleep 60 & done; wait")
-	if code == 0 || !strings.Contains(out, "memory") {
-		t.Fatalf("four 40 MiB processes under --memory 100M: exit %d, want a stop naming memory:\n%s", code, out)
+	for who, user := range users {
+		t.Run(who, func(t *testing.T) {
+			t.Parallel()
+			u := user(t)
+			env, httpAddr := managerEnv(t, "mem", "p=2", "15s")
+			if u != nil {
+				// The store and home below the user's own HOME (asuser's),
+				// not in this test's private temporary directories.
+				env = slices.DeleteFunc(env, func(kv string) bool {
+					return strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "NATS_STORE_DIR=")
+				})
+			}
+			startManagerAs(t, u, env, httpAddr)
+			run := func(args ...string) (int, string) {
+				p := startAs(t, u, env, "executor", append([]string{"run", "--pool", "p"}, args...)...)
+				return p.Wait(t, 2*time.Minute), p.Output()
+			}
+			for name, argv := range map[string][]string{
+				"node": {node, "-e", "const b = Buffer.alloc(64 << 20, 1); console.log('node ran', b.length)"},
+				"go":   {goBin, "version"},
+			} {
+				if code, out := run(append([]string{"--memory", "512M", "--"}, argv...)...); code != 0 {
+					t.Errorf("executor run --memory 512M -- %s: exit %d:\n%s", name, code, out)
+				}
+			}
+			code, out := run("--memory", "100M", "--", "sh", "-c",
+				"for i in 1 2 3 4; do dd if=/dev/zero bs=41943040 count=1 2>/dev/null | sleep 60 & done; wait")
+			if code != 137 || !strings.Contains(out, "the command was stopped by its memory limit") {
+				t.Fatalf("four 40 MiB processes under --memory 100M: exit %d, want 137 and the memory limit named:\n%s", code, out)
+			}
+			t.Logf("over the limit: exit %d:\n%s", code, out)
+		})
 	}
-	t.Logf("over the limit: exit %d:\n%s", code, out)
 }
