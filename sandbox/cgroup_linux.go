@@ -297,12 +297,21 @@ func (c *cgroup) kill() {
 
 // oomKills returns the oom_kill counter of memory.events.
 func (c *cgroup) oomKills() int64 {
-	data, err := os.ReadFile(filepath.Join(c.path, "memory.events"))
+	return keyedCount(filepath.Join(c.path, "memory.events"), "oom_kill")
+}
+
+// peak returns memory.peak, or 0.
+func (c *cgroup) peak() int64 { return fileCount(filepath.Join(c.path, "memory.peak")) }
+
+// keyedCount reads the value of key in a cgroup file of "key value"
+// lines (memory.events, memory.oom_control), or 0.
+func keyedCount(path, key string) int64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n
 		}
@@ -310,9 +319,9 @@ func (c *cgroup) oomKills() int64 {
 	return 0
 }
 
-// peak returns memory.peak, or 0.
-func (c *cgroup) peak() int64 {
-	data, err := os.ReadFile(filepath.Join(c.path, "memory.peak"))
+// fileCount reads a cgroup file holding one number, or 0.
+func fileCount(path string) int64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

@@ -112,33 +112,18 @@ func (l *v1Limits) enter(pid int) error {
 // oomKills is the memory cgroup's oom_kill count (memory.oom_control;
 // Linux 4.13+, 0 before).
 func (l *v1Limits) oomKills() int64 {
-	if l == nil || l.memory == "" {
+	if l.memoryOnly() == nil {
 		return 0
 	}
-	data, err := os.ReadFile(filepath.Join(l.memory, "memory.oom_control"))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
+	return keyedCount(filepath.Join(l.memory, "memory.oom_control"), "oom_kill")
 }
 
 // peak is memory.max_usage_in_bytes, or 0.
 func (l *v1Limits) peak() int64 {
-	if l == nil || l.memory == "" {
+	if l.memoryOnly() == nil {
 		return 0
 	}
-	data, err := os.ReadFile(filepath.Join(l.memory, "memory.max_usage_in_bytes"))
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-	return n
+	return fileCount(filepath.Join(l.memory, "memory.max_usage_in_bytes"))
 }
 
 // remove deletes the cgroups, killing anything still in them.
