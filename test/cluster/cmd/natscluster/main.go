@@ -9,7 +9,9 @@
 //	                            JetStream requests, then exit
 //
 // It prints NATS_URL for the lease managers and runs until SIGINT or
-// SIGTERM. scripts/cluster-demo.sh starts it.
+// SIGTERM. Its servers admit anonymous clients: for trials only.
+// scripts/cluster-demo.sh runs the secure layout instead (leasemgr layout
+// and nats-server processes).
 package main
 
 import (
