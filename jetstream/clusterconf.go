@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -116,7 +117,7 @@ func (f ConfFile) Encode() (string, error) {
 		top["http"] = f.Monitor
 	}
 	// Lame-duck mode (SIGUSR2) for rolling restarts: lameduck.go.
-	top["lame_duck_duration"] = LameDuckDuration.String()
+	top["lame_duck_duration"] = confLameDuck(LameDuckDuration).String()
 	top["lame_duck_grace_period"] = LameDuckGracePeriod.String()
 	body, err := encodeConfig(top, "  ")
 	if err != nil {
@@ -131,3 +132,14 @@ func (f ConfFile) Encode() (string, error) {
 	b.WriteString(body)
 	return b.String(), nil
 }
+
+// minConfLameDuck is the shortest lame_duck_duration nats-server's
+// configuration parser takes (v2.15.2 refuses less; options set in Go, as
+// the embedded servers' are, are not checked).
+const minConfLameDuck = 30 * time.Second
+
+// confLameDuck is d as a configuration file may say it: at least
+// minConfLameDuck. The server closes its clients at most a second apart
+// and exits after the last, so the longer duration lengthens the stop only
+// of a server with more clients than seconds to spread them over.
+func confLameDuck(d time.Duration) time.Duration { return max(d, minConfLameDuck) }

@@ -101,7 +101,7 @@ func Generate(o Options) (*Result, error) {
 			Limits: jetstream.AccountLimits{ExecutorStore: o.ExecutorsMaxStore * int64(replicas(o.Servers))},
 		}
 		if s.monitorPort != -1 {
-			f.Monitor = net.JoinHostPort(localhost, strconv.Itoa(s.monitorPort))
+			f.Monitor = net.JoinHostPort(o.MonitorBind, strconv.Itoa(s.monitorPort))
 		}
 		text, err := f.Encode()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -70,7 +71,8 @@ func TestGenerateDefault(t *testing.T) {
 		if !opts.JetStream || opts.StoreDir != filepath.Join(dir, "store", opts.ServerName) || opts.JetStreamMaxStore != 10<<30 || opts.MaxConn != 16384 {
 			t.Errorf("%s: jetstream %v in %q, store %d, connections %d", path, opts.JetStream, opts.StoreDir, opts.JetStreamMaxStore, opts.MaxConn)
 		}
-		if opts.LameDuckDuration != jetstream.LameDuckDuration || opts.LameDuckGracePeriod != jetstream.LameDuckGracePeriod {
+		// nats-server takes no lame_duck_duration under 30 s from a file.
+		if opts.LameDuckDuration != max(jetstream.LameDuckDuration, 30*time.Second) || opts.LameDuckGracePeriod != jetstream.LameDuckGracePeriod {
 			t.Errorf("%s: lame duck %v, grace %v", path, opts.LameDuckDuration, opts.LameDuckGracePeriod)
 		}
 		if opts.SystemAccount != jetstream.EmbeddedSystemAccount || opts.NoAuthUser != "" {
@@ -199,7 +201,7 @@ func readEnv(t *testing.T, path string) map[string]string {
 // host get the next ones. A relative --creds-dir stays relative.
 func TestGenerateHosts(t *testing.T) {
 	dir := t.TempDir()
-	res, err := Generate(Options{Out: dir, Hosts: []string{"a.example", "b.example", "a.example"}, Bind: "0.0.0.0", CredsDir: ".", MonitorPort: -1})
+	res, err := Generate(Options{Out: dir, Hosts: []string{"a.example", "b.example", "a.example"}, Bind: "0.0.0.0", CredsDir: ".", MonitorBind: "0.0.0.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +212,11 @@ func TestGenerateHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Host != "0.0.0.0" || opts.Port != 4223 || opts.Cluster.Port != 6223 || opts.HTTPPort != 0 || len(opts.Routes) != 3 || opts.Routes[1].Host != "b.example:6222" {
-		t.Errorf("nats-2: %s:%d, cluster %d, monitor %d, routes %v", opts.Host, opts.Port, opts.Cluster.Port, opts.HTTPPort, opts.Routes)
+	if opts.Host != "0.0.0.0" || opts.Port != 4223 || opts.Cluster.Port != 6223 || opts.HTTPHost != "0.0.0.0" || opts.HTTPPort != 8223 || len(opts.Routes) != 3 || opts.Routes[1].Host != "b.example:6222" {
+		t.Errorf("nats-2: %s:%d, cluster %d, monitor %s:%d, routes %v", opts.Host, opts.Port, opts.Cluster.Port, opts.HTTPHost, opts.HTTPPort, opts.Routes)
+	}
+	if _, err := Generate(Options{Out: filepath.Join(t.TempDir(), "x"), MonitorPort: -1}); err != nil {
+		t.Fatal(err)
 	}
 	m := readEnv(t, filepath.Join(dir, LeasemgrEnv))
 	if m[config.EnvNATSNKey] != "manager.nk" || m[config.EnvJobsNATSNKey] != "jobs-admin.nk" {
@@ -270,6 +275,7 @@ func TestGenerateRefusesBadOptions(t *testing.T) {
 		"host with port":     {Options{Hosts: []string{"a:4222"}}, "without a port"},
 		"host with space":    {Options{Hosts: []string{"a b"}}, "must be a host name"},
 		"bad bind":           {Options{Bind: "0.0.0.0:1"}, "--bind"},
+		"bad monitor bind":   {Options{MonitorBind: "a b"}, "--monitor-bind"},
 		"port too high":      {Options{ClientPort: 65535}, "--client-port 65535: must be from 1 to 65533 for 3 servers"},
 		"negative port":      {Options{ClusterPort: -5}, "--cluster-port -5"},
 		"ports collide":      {Options{ClientPort: 6223}, "nats-1's cluster port 127.0.0.1:6223 is also nats-0's client port"},

@@ -32,9 +32,12 @@ type Options struct {
 	// (e.g. 0.0.0.0); each server's host if empty.
 	Bind string
 	// ClientPort, ClusterPort and MonitorPort are the base ports: 4222,
-	// 6222, 8222. The monitoring port listens on 127.0.0.1 only; -1 for
-	// none.
+	// 6222, 8222; -1 for no monitoring port.
 	ClientPort, ClusterPort, MonitorPort int
+	// MonitorBind is the address the monitoring port listens on:
+	// 127.0.0.1 if empty. Its /connz and /subsz show every client, so keep
+	// it from untrusted networks (0.0.0.0 for a Kubernetes probe).
+	MonitorBind string
 	// Executors name the executors, each with a user, seed and
 	// environment of its own; "default" if empty.
 	Executors []string
@@ -102,9 +105,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Servers < 1 || o.Servers > 32 {
 		return o, fmt.Errorf("--servers %d: must be from 1 to 32 (3 or 5 for a cluster that survives a server's loss)", o.Servers)
 	}
-	if o.Bind != "" {
-		if err := checkHost(o.Bind); err != nil {
-			return o, fmt.Errorf("--bind %q: %w", o.Bind, err)
+	if o.MonitorBind == "" {
+		o.MonitorBind = localhost
+	}
+	for _, b := range []struct{ flag, v string }{{"--bind", o.Bind}, {"--monitor-bind", o.MonitorBind}} {
+		if b.v != "" {
+			if err := checkHost(b.v); err != nil {
+				return o, fmt.Errorf("%s %q: %w", b.flag, b.v, err)
+			}
 		}
 	}
 	for _, p := range []struct {

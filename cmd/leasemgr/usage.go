@@ -32,7 +32,7 @@ clients do: one per role of the embedded server (slotlease-manager,
 slotlease-executor, slotlease-reader), each with the role's credential and
 inbox prefix; with NATS_CREDS, NATS_NKEY or NATS_USER set, one context
 (slotlease) with those. Then: nats --context slotlease-reader micro ls leasemgr`, config.ReadByClients},
-	{"layout", "Write a secure NATS cluster's configuration, credentials and environment", "layout --out DIR [--servers 3] [--hosts h0,h1,h2] [--executors a,b] [--creds-dir D] [--store-dir D] [--bind ADDR] [--client-port 4222] [--cluster-port 6222] [--monitor-port 8222] [--cluster-name slotlease] [--executors-max-store BYTES] [--force]",
+	{"layout", "Write a secure NATS cluster's configuration, credentials and environment", "layout --out DIR [--servers 3] [--hosts h0,h1,h2] [--executors a,b] [--creds-dir D] [--store-dir D] [--bind ADDR] [--client-port 4222] [--cluster-port 6222] [--monitor-port 8222] [--monitor-bind 127.0.0.1] [--cluster-name slotlease] [--executors-max-store BYTES] [--force]",
 		`Writes the files of a NATS cluster for slotlease with the accounts, users,
 imports and limits of docs/security.md: DIR/nats/nats-I.conf per server
 (nats-server -c), an nkey seed per user in DIR/creds (manager, jobs-admin,
