@@ -4,7 +4,8 @@
 # podman, pulling nothing: static leasemgr and executor for this machine's
 # architecture (GOARCH to choose) with VERSION stamped in, a user 65532
 # and its state directory, FROM scratch; in Docker's format, which keeps
-# the HEALTHCHECK (OCI's has none). VERSION defaults to v0.0.0-dev.
+# the HEALTHCHECK (OCI's has none). VERSION defaults to v0.0.0-dev; the
+# tag is VERSION as given, the binaries say it with a v.
 # PODMAN names the podman command, flags included, e.g.
 # PODMAN="podman --storage-driver vfs" where overlay does not work.
 set -eu
@@ -14,6 +15,7 @@ if [ $# -gt 1 ]; then
 fi
 version=${1:-v0.0.0-dev}
 root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/version.sh" "$version" >/dev/null
 goarch=${GOARCH:-$(go env GOARCH)}
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT

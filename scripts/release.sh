@@ -9,11 +9,11 @@
 # owned by 0:0, dated at the last commit.
 set -eu
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-	echo "usage: scripts/release.sh VERSION [OUT]   (e.g. scripts/release.sh v1.2.0)" >&2
+	echo "usage: scripts/release.sh VERSION [OUT]   (e.g. scripts/release.sh v1.2.0; 1.2.0 is v1.2.0)" >&2
 	exit 2
 fi
-version=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
+version=$("$root/scripts/version.sh" "$1")
 out=${2:-$root/dist}
 targets=${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/arm64}
 mkdir -p "$out"

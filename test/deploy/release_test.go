@@ -77,7 +77,7 @@ func TestReleaseArchives(t *testing.T) {
 	}
 
 	// A version that is not one is refused before anything is built.
-	for _, args := range [][]string{{"1.2.3"}, {}} {
+	for _, args := range [][]string{{"1.2"}, {"latest"}, {}} {
 		out, code := run(t, nil, filepath.Join(repoRoot, "scripts", "release.sh"), args...)
 		if code != 2 || !strings.Contains(out, "v1.2.0") {
 			t.Errorf("scripts/release.sh %q: exit %d, want 2 and an example version:\n%s", args, code, out)
