@@ -15,7 +15,7 @@ import (
 // test package that runs beside others a range of its own: a port is never
 // handed out twice by one Ports, and packages are separate processes. In
 // use: test/integration 20000-25999, test/cluster 26000-31999, the
-// TypeScript client's suite 14000-19999.
+// TypeScript client's suite 14000-19999, test/deploy 11000-11999.
 type Ports struct {
 	Lo, Hi int
 
