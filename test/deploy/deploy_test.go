@@ -33,15 +33,6 @@ var repoRoot = func() string {
 // ports are this package's: 11000-11999 (harness.Ports).
 var ports = &harness.Ports{Lo: 11000, Hi: 12000}
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := ports.Free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // The release, built once for every test of the package: scripts/release.sh
 // for this machine's linux architecture, or for every target with
 // RELEASE_ALL_TARGETS=1 (cross builds cost minutes on a cold cache).

@@ -201,9 +201,9 @@ func checkDescriptorsAndStop(t *testing.T, bin, nofile string, timeout time.Dura
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports.Take(t))
 	env := []string{"HOME=" + t.TempDir(), "STATE_DIRECTORY=" + state, "NODE_ID=unit", "HTTP_ADDR=" + httpAddr,
-		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", freePort(t))}
+		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", ports.Take(t))}
 	cmd := exec.Command(filepath.Join(bin, "leasemgr"), "run")
 	cmd.Env = env
 	var out lockedBuffer

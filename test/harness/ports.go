@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"testing"
 )
 
 // Ports hands out loopback ports for servers and programs a test starts
@@ -26,6 +27,16 @@ type Ports struct {
 // Free returns a port in the range that nobody listens on right now and
 // that p never handed out before.
 func (p *Ports) Free() (int, error) { return p.FreeRun(1) }
+
+// Take is Free for a test, which fails if there is none.
+func (p *Ports) Take(tb testing.TB) int {
+	tb.Helper()
+	port, err := p.Free()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return port
+}
 
 // FreeRun returns the first of n consecutive ports in the range that
 // nobody listens on right now and that p never handed out before: for a
