@@ -26,16 +26,15 @@ const (
 	// server spaces its client closes evenly over LameDuckDuration -
 	// LameDuckGracePeriod, at most a second apart, so its clients
 	// reconnect and renew on the other servers one after another rather
-	// than in one burst: 5 s spreads a thousand clients 5 ms apart. It is
-	// short because from its second second on the server runs no
-	// JetStream: the cluster has no replica to spare until the server is
-	// back and caught up, and the longer it was out the longer the catch
-	// up. With 30 s (a 16 s stop in the rolling test) one run in 8 had the
-	// store stall for 13 s while the restarted server caught up (that the
-	// catch-up caused it is our guess). The holders need no spreading since they leave fast release before the
-	// first close (LameDuckGracePeriod). nats-server's own default is 2
-	// minutes.
-	LameDuckDuration = 10 * time.Second
+	// than in one burst (the holders need no spreading: they leave fast
+	// release before the first close). 30 s is the least nats-server's
+	// configuration parser takes; nats-server's default is 2 minutes.
+	// Shorter would be better: from its second second on the server runs
+	// no JetStream, so the cluster has no replica to spare until it is
+	// back and caught up. A server with a few dozen clients (the rolling
+	// test's) closes them one a second, in about 16 s; one with hundreds
+	// takes the full 30 s.
+	LameDuckDuration = 30 * time.Second
 	// LameDuckGracePeriod is the pause between the lame-duck notice and
 	// the first client close. In it every holder of the server renews
 	// its leases saying so, and its manager takes them off fast release
