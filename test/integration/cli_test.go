@@ -99,7 +99,7 @@ func TestCLIUsageLinesListEveryFlag(t *testing.T) {
 	t.Parallel()
 	commands := map[string][]string{
 		"executor": {"run", "submit", "serve", "status", "jobs", "wait", "cancel", "purge", "version"},
-		"leasemgr": {"run", "pools", "watch", "resize", "nats-context", "layout", "version"},
+		"leasemgr": {"run", "pools", "watch", "resize", "nats-context", "layout", "health", "version"},
 	}
 	flagName := regexp.MustCompile(`^\s+(?:-[a-z], )?--([a-z][a-z-]*)`)
 	for bin, cmds := range commands {
