@@ -114,6 +114,11 @@ func TestSystemdUnits(t *testing.T) {
 		t.Errorf("executor-serve.service: Delegate=%q, RestrictNamespaces=%q, SystemCallFilter=%q: the sandbox needs a delegated cgroup and namespaces",
 			ex.one("Delegate"), ex["RestrictNamespaces"], ex["SystemCallFilter"])
 	}
+	for _, k := range []string{"PrivateDevices", "DeviceAllow", "DevicePolicy", "ProtectClock"} {
+		if ex[k] != nil {
+			t.Errorf("executor-serve.service: %s=%q: a device policy would close the devices jobs hold slots of (GPUs)", k, ex[k])
+		}
+	}
 	if lm.one("User") == ex.one("User") {
 		t.Errorf("both units run as %q: the executor's workers could then be leasemgr's user", lm.one("User"))
 	}
