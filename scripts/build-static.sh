@@ -11,8 +11,9 @@ if [ $# -ne 4 ]; then
 fi
 goos=$2 goarch=$3 dir=$4
 version=$("$(dirname "$0")/version.sh" "$1")
-cd "$(dirname "$0")/.."
 mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+cd "$(dirname "$0")/.."
 CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch go build -trimpath \
 	-ldflags "-s -w -X github.com/slotlease/slotlease/buildinfo.version=$version" \
 	-o "$dir/" ./cmd/leasemgr ./cmd/executor
