@@ -24,7 +24,10 @@ type ConfFile struct {
 	// Listen is the client address, ClusterListen the routes' (host:port).
 	Listen, ClusterListen string
 	// Routes are the route addresses (host:port) of every server; its
-	// own among them is ignored by the server.
+	// own among them is ignored by the server. With one (a layout of one
+	// server) the server is written standalone: no cluster block, whose
+	// JetStream would wait for peers that never come and elect no meta
+	// leader.
 	Routes []string
 	// RouteUser and RoutePassword are what a server must present to join
 	// the cluster: without them anyone who reaches a route port could
@@ -111,8 +114,10 @@ func (f ConfFile) Encode() (string, error) {
 	top["listen"] = f.Listen
 	top["jetstream"] = jsBlock{StoreDir: f.StoreDir, MaxMemory: f.MaxMemory, MaxFile: f.MaxStore}
 	top["max_connections"] = f.MaxConnections
-	top["cluster"] = clusterBlock{Name: f.Cluster, Listen: f.ClusterListen, Routes: routes,
-		Authorization: routeAuth{User: f.RouteUser, Password: f.RoutePassword}, NoAdvertise: true}
+	if len(routes) > 1 {
+		top["cluster"] = clusterBlock{Name: f.Cluster, Listen: f.ClusterListen, Routes: routes,
+			Authorization: routeAuth{User: f.RouteUser, Password: f.RoutePassword}, NoAdvertise: true}
+	}
 	if f.Monitor != "" {
 		top["http"] = f.Monitor
 	}

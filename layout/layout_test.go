@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/natsconn"
 )
 
 // Every conf the layout writes is one nats-server accepts, with the
@@ -195,6 +198,57 @@ func readEnv(t *testing.T, path string) map[string]string {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// A layout of one server writes it standalone: with a cluster block of
+// its own route, its JetStream waited for peers and never served.
+func TestGenerateOneServerServes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "layout")
+	if _, err := Generate(Options{Out: dir, Servers: 1, MonitorPort: -1}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats", "nats-0.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Cluster.Port != 0 || len(opts.Routes) != 0 {
+		t.Fatalf("one server: cluster port %d, routes %v: want none", opts.Cluster.Port, opts.Routes)
+	}
+	opts.Port = -1 // any free port
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("the server did not start")
+	}
+	m := readEnv(t, filepath.Join(dir, LeasemgrEnv))
+	m[config.EnvNodeID], m[config.EnvPoolCapacities] = "node1", "gpu=1"
+	cfg, err := config.LoadManagerFrom(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsconn.Connect(srv.ClientURL(), natsconn.Auth{NKeySeed: cfg.NATSNKey}, "layout-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The managers' account has JetStream at once: a bucket with one
+	// replica, as leasemgr.env's NATS_REPLICAS says.
+	if cfg.Replicas != 1 {
+		t.Errorf("NATS_REPLICAS %d, want 1", cfg.Replicas)
+	}
+	if _, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: "probe", Replicas: cfg.Replicas}); err != nil {
+		t.Fatalf("a bucket on the lone server: %v", err)
+	}
 }
 
 // Servers on hosts of their own get the base ports; servers sharing a
