@@ -28,7 +28,7 @@ func startJobBroker(ctx context.Context, nc, jobsNC *nats.Conn, cfg *config.Mana
 		created bool
 	)
 	_, err := retrying(ctx, log, "the job broker's key", func() error {
-		kctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
+		kctx, cancel := context.WithTimeout(ctx, setupStepTimeout)
 		defer cancel()
 		var err error
 		key, created, err = jetstream.JobsKey(kctx, nc, cfg.SubjectPrefix, cfg.Replicas)

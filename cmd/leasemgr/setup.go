@@ -18,11 +18,19 @@ import (
 )
 
 // Set-up retries: the first after setupMinBackoff, each next one twice as
-// late, at most setupMaxBackoff apart. One try may take setupTryTimeout.
+// late, at most setupMaxBackoff apart. One try may take setupTryTimeout,
+// and each stream or bucket it makes setupStepTimeout: on a cluster just
+// formed, nats-server leaves one of two creates of the same stream at once
+// (managers starting together, a Kubernetes DaemonSet's) unanswered, and
+// waiting the whole try for it made every such start 10 s longer (68 s
+// seen with two managers on a loaded machine). A create made again is
+// answered at once (the stream exists by then, or the race is over), and
+// a slow one is just made again: creates here are idempotent.
 const (
-	setupMinBackoff = 250 * time.Millisecond
-	setupMaxBackoff = 5 * time.Second
-	setupTryTimeout = 10 * time.Second
+	setupMinBackoff  = 250 * time.Millisecond
+	setupMaxBackoff  = 5 * time.Second
+	setupTryTimeout  = 10 * time.Second
+	setupStepTimeout = 3 * time.Second
 )
 
 // errAfterConnect marks a set-up failure on a working connection.
@@ -163,7 +171,9 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	ctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
 	defer cancel()
 	open := func(bucket string) (*jetstream.LeaseStore, error) {
-		s, err := jetstream.OpenLeaseStore(ctx, *nc, jetstream.BucketConfig{Name: bucket, Replicas: cfg.Replicas})
+		sctx, cancel := context.WithTimeout(ctx, setupStepTimeout)
+		defer cancel()
+		s, err := jetstream.OpenLeaseStore(sctx, *nc, jetstream.BucketConfig{Name: bucket, Replicas: cfg.Replicas})
 		if err != nil {
 			return nil, fmt.Errorf("%w: bucket %s: %w", errAfterConnect, bucket, err)
 		}
