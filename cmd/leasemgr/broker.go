@@ -27,8 +27,8 @@ func startJobBroker(ctx context.Context, nc, jobsNC *nats.Conn, cfg *config.Mana
 		key     []byte
 		created bool
 	)
-	_, err := retrying(ctx, log, "the job broker's key", func() error {
-		kctx, cancel := context.WithTimeout(ctx, setupStepTimeout)
+	_, err := retrying(ctx, log, "the job broker's key", func(attempt int) error {
+		kctx, cancel := context.WithTimeout(ctx, stepTimeout(attempt))
 		defer cancel()
 		var err error
 		key, created, err = jetstream.JobsKey(kctx, nc, cfg.SubjectPrefix, cfg.Replicas)

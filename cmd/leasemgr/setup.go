@@ -25,7 +25,11 @@ import (
 // waiting the whole try for it made every such start 10 s longer (68 s
 // seen with two managers on a loaded machine). A create made again is
 // answered at once (the stream exists by then, or the race is over), and
-// a slow one is just made again: creates here are idempotent.
+// a slow one is just made again: creates here are idempotent. Each time
+// the same create is made again it gets twice as long (createBudget), up
+// to the whole try: a cluster whose creates are all slow (a loaded
+// machine) still gets there, and the race, which each bucket's first
+// creates run once, costs 3 s each time.
 const (
 	setupMinBackoff  = 250 * time.Millisecond
 	setupMaxBackoff  = 5 * time.Second
@@ -74,8 +78,9 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth *jobsA
 		}
 	}
 	var s *natsSetup
-	attempts, err := retrying(ctx, log, "NATS set-up", func() (err error) {
-		s, err = trySetUp(ctx, cfg, url, &nc, jobsAuth, &jobsNC)
+	budget := &createBudget{}
+	attempts, err := retrying(ctx, log, "NATS set-up", func(int) (err error) {
+		s, err = trySetUp(ctx, cfg, url, &nc, jobsAuth, &jobsNC, budget)
 		return err
 	})
 	if err != nil {
@@ -99,10 +104,10 @@ func setUp(ctx context.Context, cfg *config.Manager, url string, jobsAuth *jobsA
 // cure (transient), or ctx ends (then with ctx's error), logging each
 // failure as what's and waiting 250ms, doubling to 5s, between tries. It
 // returns the number of tries.
-func retrying(ctx context.Context, log *slog.Logger, what string, try func() error) (int, error) {
+func retrying(ctx context.Context, log *slog.Logger, what string, try func(attempt int) error) (int, error) {
 	backoff := setupMinBackoff
 	for attempt := 1; ; attempt++ {
-		err := try()
+		err := try(attempt)
 		switch {
 		case err == nil:
 			return attempt, nil
@@ -119,6 +124,29 @@ func retrying(ctx context.Context, log *slog.Logger, what string, try func() err
 		}
 		backoff = min(2*backoff, setupMaxBackoff)
 	}
+}
+
+// createBudget is how long each create of the set-up may take: its n-th
+// make (n = 1, 2, ...) gets setupStepTimeout doubled n-1 times, at most
+// setupTryTimeout. Not safe for concurrent use.
+type createBudget struct{ tries map[string]int }
+
+// context is ctx bounded by the budget of the next make of name.
+func (b *createBudget) context(ctx context.Context, name string) (context.Context, context.CancelFunc) {
+	if b.tries == nil {
+		b.tries = map[string]int{}
+	}
+	b.tries[name]++
+	return context.WithTimeout(ctx, stepTimeout(b.tries[name]))
+}
+
+// stepTimeout is the budget of the n-th make of one create.
+func stepTimeout(n int) time.Duration {
+	d := setupStepTimeout
+	for i := 1; i < n && d < setupTryTimeout; i++ {
+		d *= 2
+	}
+	return min(d, setupTryTimeout)
 }
 
 // jobsAdmin is how leasemgr connects as the job queue's administrator:
@@ -142,7 +170,7 @@ func configJobsAdmin(cfg *config.Manager) *jobsAdmin {
 
 // trySetUp makes one try. A connection made by an earlier try is kept in
 // *nc (and *jobsNC): it reconnects by itself.
-func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth *jobsAdmin, jobsNC **nats.Conn) (*natsSetup, error) {
+func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Conn, jobsAuth *jobsAdmin, jobsNC **nats.Conn, budget *createBudget) (*natsSetup, error) {
 	s := &natsSetup{}
 	if jobsAuth != nil && *jobsNC == nil {
 		// First, as the server comes up: this connection counts against
@@ -171,7 +199,7 @@ func trySetUp(ctx context.Context, cfg *config.Manager, url string, nc **nats.Co
 	ctx, cancel := context.WithTimeout(ctx, setupTryTimeout)
 	defer cancel()
 	open := func(bucket string) (*jetstream.LeaseStore, error) {
-		sctx, cancel := context.WithTimeout(ctx, setupStepTimeout)
+		sctx, cancel := budget.context(ctx, bucket)
 		defer cancel()
 		s, err := jetstream.OpenLeaseStore(sctx, *nc, jetstream.BucketConfig{Name: bucket, Replicas: cfg.Replicas})
 		if err != nil {
