@@ -367,6 +367,7 @@ func TestLoadManagerFromErrors(t *testing.T) {
 		{"disconnect grace not a duration", map[string]string{EnvDisconnectGrace: "soon"}, EnvDisconnectGrace, ""},
 		{"disconnect events wildcard", map[string]string{EnvDisconnectEvents: "$SYS.ACCOUNT.*.DISCONNECT"}, EnvDisconnectEvents, "without wildcards"},
 		{"disconnect events empty token", map[string]string{EnvDisconnectEvents: "a..b"}, EnvDisconnectEvents, "without wildcards"},
+		{"disconnect events quoted", map[string]string{EnvDisconnectEvents: "'$SYS.ACCOUNT.SLOTLEASE_EXECUTORS.DISCONNECT'"}, EnvDisconnectEvents, "has quote characters"},
 		{"node id space", map[string]string{EnvNodeID: "a b"}, EnvNodeID, "must contain only"},
 		{"node id wildcard", map[string]string{EnvNodeID: "node>"}, EnvNodeID, "must contain only"},
 		{"node id too long", map[string]string{EnvNodeID: strings.Repeat("n", 65)}, EnvNodeID, "at most 64"},

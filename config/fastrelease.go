@@ -55,8 +55,15 @@ func (c *Manager) resolveFastRelease(m map[string]string, bad map[string]bool) [
 }
 
 // checkAdvisorySubject refuses a subject a subscription cannot name
-// exactly: wildcards, empty tokens, spaces.
+// exactly: wildcards, empty tokens, spaces; and quotes, which no advisory
+// subject has: leasemgr layout writes the value quoted for shells
+// ('$SYS...'), and a reader of env files that keeps quotes (podman's and
+// docker's --env-file, kubectl's --from-env-file) would otherwise leave
+// fast release listening where nothing is ever published.
 func checkAdvisorySubject(s string) error {
+	if strings.ContainsAny(s, `'"`) {
+		return reason(`has quote characters, which an environment file read without shell quoting keeps (podman or docker --env-file, kubectl --from-env-file): give the subject without them, e.g. $SYS.ACCOUNT.SLOTLEASE_EXECUTORS.DISCONNECT`)
+	}
 	for _, tok := range strings.Split(s, ".") {
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
 			return reason(`must be a subject without wildcards or empty tokens, e.g. $SYS.ACCOUNT.<account>.DISCONNECT imported from the system account, or "off"`)
