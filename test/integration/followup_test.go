@@ -140,16 +140,20 @@ func TestFollowUpsFromInsideJobs(t *testing.T) {
 }
 
 // limitsProbe reports what a job runs with: its network interfaces, its
-// process and address-space rlimits and, where it has a cgroup, its
-// memory.max and pids.max; then it sleeps past any short timeout.
+// process, data and address-space rlimits and, where it has cgroups, its
+// memory.max and pids.max (v2) or memory.limit_in_bytes and pids.max (v1);
+// then it sleeps past any short timeout.
 const limitsProbe = `{
 tail -n +3 /proc/net/dev | cut -d: -f1 | sed 's/^ */iface /'
-grep -E '^Max (processes|address space)' /proc/self/limits
+grep -E '^Max (processes|address space|data size)' /proc/self/limits
 cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
 for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
 	[ -f "$root$cg/memory.max" ] && echo "memory.max $(cat "$root$cg/memory.max")"
 	[ -f "$root$cg/pids.max" ] && echo "pids.max $(cat "$root$cg/pids.max")"
 done
+v1() { awk -F: -v c="$1" '{ n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print $3 }' /proc/self/cgroup; }
+m=$(v1 memory); [ -n "$m" ] && [ -f "/sys/fs/cgroup/memory$m/memory.limit_in_bytes" ] && echo "memory.limit_in_bytes $(cat "/sys/fs/cgroup/memory$m/memory.limit_in_bytes")"
+p=$(v1 pids); [ -n "$p" ] && [ -f "/sys/fs/cgroup/pids$p/pids.max" ] && echo "pids.max $(cat "/sys/fs/cgroup/pids$p/pids.max")"
 } > "$OUT/child-limits"
 sleep 30`
 
@@ -208,7 +212,7 @@ func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
 	if ifaces := regexp.MustCompile(`(?m)^iface (\S+)`).FindAllStringSubmatch(limits, -1); len(ifaces) != 1 || ifaces[0][1] != "lo" {
 		t.Errorf("the follow-up has network interfaces %v, want only lo", ifaces)
 	}
-	if !regexp.MustCompile(`(?m)^(memory\.max 1073741824|Max address space\s+1073741824\s)`).MatchString(limits) {
+	if !regexp.MustCompile(`(?m)^(memory\.max 1073741824|memory\.limit_in_bytes 1073741824|Max data size\s+1073741824\s)`).MatchString(limits) {
 		t.Errorf("the follow-up runs without the parent's memory limit:\n%s", limits)
 	}
 	if !regexp.MustCompile(`(?m)^(pids\.max 65|Max processes\s+64\s)`).MatchString(limits) {
