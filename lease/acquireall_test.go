@@ -233,3 +233,61 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 	}
 	t.Logf("grants per client %v; %d waits reported", grants, len(waits))
 }
+
+// A stats request nobody answers (the cluster pools' manager took it and
+// stood down, a takeover under way) costs AcquireAll one request timeout,
+// not the caller's whole wait: it asks again, and the set is granted. With
+// ctx's deadline as the only bound, such a set waited until that deadline
+// (TestClusterPoolsAcrossNodes: executors granted nothing for a minute).
+func TestAcquireAllOutlivesALostStatsRequest(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 3 * time.Second, Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}})
+	// Until the cluster pools' manager starts, a subscriber takes the
+	// cluster's stats requests and answers none.
+	nc := harness.Connect(t, srv.URL)
+	swallowed := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(lease.StatsSubject("lease", lease.ClusterNode), func(*nats.Msg) {
+		select {
+		case swallowed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lease.NewClient(harness.Connect(t, srv.URL), "n1", lease.WithRequestTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		set, err := c.AcquireAll(ctx, []lease.Want{{Pool: "gpu", Slots: 1}, {Pool: "api", Slots: 1}})
+		if err == nil {
+			err = set.Release(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case <-swallowed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("AcquireAll asked no stats of the cluster")
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	harness.StartManager(t, srv.URL, manager.Config{Node: lease.ClusterNode, TTL: 3 * time.Second, Pools: []manager.PoolConfig{{Name: "api", Capacity: 1}}})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("AcquireAll: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("AcquireAll still waiting 2 minutes after the cluster pools' manager started: a lost stats request holds it")
+	}
+	t.Logf("granted %v after the cluster pools' manager started", time.Since(start).Round(time.Millisecond))
+}

@@ -507,7 +507,7 @@ func margin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // Stats returns the node's pools.
 func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
-	r, err := c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
+	r, err := c.statsRequest(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -517,11 +517,23 @@ func (c *Client) Stats(ctx context.Context) ([]PoolStats, error) {
 // NodePools returns the node's pools with what its stats reply says beside
 // them (ServedBy, Warnings, ClusterPools); Cluster is left nil.
 func (c *Client) NodePools(ctx context.Context) (NodePools, error) {
-	r, err := c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
+	r, err := c.statsRequest(ctx)
 	if err != nil {
 		return NodePools{}, err
 	}
 	return NodePools{Node: c.node, Pools: r.Pools, ServedBy: r.ServedBy, Warnings: r.Warnings, ClusterPools: r.ClusterPools}, nil
+}
+
+// statsRequest asks the node's stats, waiting at most the request timeout
+// (WithRequestTimeout) even when ctx allows longer: a question answered by
+// nobody (a manager that took it and then stood down in a takeover) is
+// lost, and asking again is safe. AcquireAll's callers wait as long as a
+// set takes; with ctx's deadline alone, one lost stats request held their
+// AcquireAll until that deadline.
+func (c *Client) statsRequest(ctx context.Context) (*Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	return c.request(ctx, StatsSubject(c.prefix, c.node), struct{}{})
 }
 
 // Resize changes the node's pools at runtime and returns them afterwards.
