@@ -293,7 +293,7 @@ func (r *runner) reportSetup(res *Result) {
 			r.note("memory limit applied by the cgroup v1 memory controller (memory.limit_in_bytes): the kernel kills a process of the tree at the limit, and then the whole tree is stopped")
 		} else {
 			res.MemoryLimit = LimitRlimit
-			r.note(fmt.Sprintf("no cgroup memory controller: the memory limit is RLIMIT_DATA for each process (an allocation past it fails in that process) and the whole tree's resident memory, read every %v (past the limit the tree is killed)", memWatchEvery))
+			r.note(fmt.Sprintf("no cgroup memory controller: the memory limit is RLIMIT_DATA for each process (an allocation past it fails in that process) and the whole tree's resident memory, read every %v or so (past the limit the tree is killed)", memWatchEvery))
 		}
 	}
 	if s.MaxProcs > 0 && !(r.cgUsed && r.cg.pids) && (r.v1 == nil || r.v1.pids == "") {

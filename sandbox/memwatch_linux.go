@@ -22,7 +22,8 @@ import (
 //     past it fails inside that process.
 //   - the memory watch below: the resident memory of the whole tree
 //     (anonymous and shared memory, not the page cache of files it reads),
-//     read every memWatchEvery; past the limit, the tree is stopped and
+//     read every memWatchEvery (less often on a host whose /proc is large:
+//     run); past the limit, the tree is stopped and
 //     Result.StoppedBy says "memory". A tree can pass the limit by at most
 //     what it allocates in one interval before it is stopped.
 
@@ -45,14 +46,20 @@ type memWatch struct {
 
 // run reads the tree every memWatchEvery until stop closes, and closes
 // over (once) when the tree's resident memory exceeds the limit.
+//
+// A read scans /proc: on a host with many processes it costs more, and the
+// watch then reads less often, so that it never takes more than about 2 %
+// of a core (watchInterval).
 func (w *memWatch) run(stop <-chan struct{}, over chan<- struct{}) {
-	t := time.NewTicker(memWatchEvery)
+	t := time.NewTimer(memWatchEvery)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		if w.overLimit() {
 			close(over)
 			return
 		}
+		t.Reset(watchInterval(time.Since(start)))
 		select {
 		case <-stop:
 			return
@@ -60,6 +67,10 @@ func (w *memWatch) run(stop <-chan struct{}, over chan<- struct{}) {
 		}
 	}
 }
+
+// watchInterval is the wait after a read that took took: memWatchEvery, or
+// 50 times the read where that is longer.
+func watchInterval(took time.Duration) time.Duration { return max(memWatchEvery, 50*took) }
 
 // overLimit reads the tree (or its memory cgroup) once.
 func (w *memWatch) overLimit() bool {

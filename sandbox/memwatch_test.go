@@ -91,3 +91,16 @@ func TestFormatBytes(t *testing.T) {
 		t.Errorf("formatBytes(1<<50) = %q", formatBytes(1<<50))
 	}
 }
+
+// The watch reads every 100 ms, and less often where a read of /proc is
+// slow (a host of many processes), so that it stays near 2 % of a core.
+func TestWatchIntervalBoundsItsCost(t *testing.T) {
+	for took, want := range map[time.Duration]time.Duration{0: memWatchEvery, time.Millisecond: memWatchEvery, 2 * time.Millisecond: memWatchEvery, 10 * time.Millisecond: 500 * time.Millisecond} {
+		if got := watchInterval(took); got != want {
+			t.Errorf("watchInterval(%v) = %v, want %v", took, got, want)
+		}
+	}
+	start := time.Now()
+	treeResident(1)
+	t.Logf("one read of this host's /proc: %v", time.Since(start))
+}
