@@ -136,20 +136,13 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
 	}
 	r.trace.StartQueued(ctx, natstrace.Position(position))
-	// A request covered by releases in flight is granted one store write
-	// later: telling it that it waits would only cost messages. It is told
-	// if it is still waiting once they no longer cover the queue.
-	m.queuedLocked(r, position, !coveredLocked(p))
+	// Most requests are granted before they are told they wait (queue.go).
+	m.waitLocked(r)
 	m.journal.persistQueuedLocked(r)
 }
 
-// queuedLocked tells the watchers (and the holder if tell) that r waits,
-// and arms its wait deadline.
-func (m *Manager) queuedLocked(r *request, position int, tell bool) {
-	if tell {
-		m.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
-	}
-	m.out.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+// waitLocked arms r's wait deadline, and its pool's rate timer.
+func (m *Manager) waitLocked(r *request) {
 	if r.waitUntil != 0 {
 		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	Logger *slog.Logger // slog.Default() if nil
 	// StoreTimeout bounds one store call; 5s if zero.
 	StoreTimeout time.Duration
+	// QueueEntryDelay is how long a queued request waits before it is told
+	// so and its queue entry is written (queue.go); QueueEntryDelay if zero.
+	QueueEntryDelay time.Duration
 	// Instance identifies this manager process in the records it writes; a
 	// fresh unique id if empty.
 	Instance string
@@ -196,7 +199,7 @@ func New(cfg Config) (*Manager, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
-	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, instance: cfg.Instance, log: m.log}
 	return m, nil
 }

@@ -148,10 +148,9 @@ func (m *Manager) restoreQueue() {
 		}
 		var w *pools.Waiter
 		var granted bool
-		var position int
 		if e == nil {
 			var err error
-			if w, granted, position, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
+			if w, granted, _, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
 				// A tenant cap or a queue limit lowered since it queued: its
 				// client hears why, and the entry goes.
 				e = enqueueError(p, v.Slots, err, m.cfg.TTL)
@@ -168,7 +167,8 @@ func (m *Manager) restoreQueue() {
 		if granted {
 			m.startGrantLocked(r)
 		} else {
-			m.queuedLocked(r, position, true)
+			m.journal.tellLocked(r)
+			m.waitLocked(r)
 		}
 	}
 	if len(entries) > 0 {

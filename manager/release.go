@@ -41,9 +41,6 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 // stored.
 func (m *Manager) startReleaseLocked(h *held, kind lease.EventKind) {
 	h.releasing = true
-	if h.pool != nil {
-		h.pool.releasing += h.rec.Slots
-	}
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
@@ -116,13 +113,9 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if h.pool == nil {
 		return
 	}
-	if h.releasing {
-		h.pool.releasing -= h.rec.Slots
-	}
 	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
-		m.journal.persistUncoveredLocked(h.pool)
 	}
 }

@@ -18,11 +18,11 @@ type pool struct {
 	// waiting holds every acquire that has no stored lease yet: queued, or
 	// granted in memory with its record being written. Keyed by request id.
 	waiting map[string]*request
-	// releasing counts the slots of leases whose delete is in flight.
-	releasing int64
-	// unpersisted are queued requests whose entry was not written because
-	// releases in flight covered the whole queue (see persistQueuedLocked).
+	// unpersisted are queued requests not yet told they wait, nor given an
+	// entry, in arrival order (see persistQueuedLocked); entryTimer tells
+	// them once they have waited QueueEntryDelay.
 	unpersisted []*request
+	entryTimer  *time.Timer
 }
 
 // newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
