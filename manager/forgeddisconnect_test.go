@@ -240,13 +240,9 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	// would have it expire. The wait is only a budget.
 	holderNC.Close()
 	d := awaitGrant(t, got, errc, time.Minute, "a real close after a flood of forged advisories")
-	m, err := released.NextMsg(time.Minute)
+	ev, _, err := harness.ReadEvents(released).Next(time.Minute)
 	if err != nil {
 		t.Fatalf("no released event for the closed holder's lease: %v", err)
-	}
-	var ev lease.Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		t.Fatal(err)
 	}
 	if ev.LeaseID != l.ID() || ev.Code != lease.CodeHolderDisconnected {
 		t.Fatalf("released event %+v, want lease %s released with %s", ev, l.ID(), lease.CodeHolderDisconnected)

@@ -305,6 +305,10 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	for _, p := range m.pools {
 		m.rates.stopLocked(p)
+		if p.entryTimer != nil {
+			p.entryTimer.Stop() // what it would tell, a successor restores
+			p.entryTimer = nil
+		}
 		for _, r := range p.waiting {
 			r.stopTimer()
 		}
@@ -318,6 +322,7 @@ func (m *Manager) Close() error {
 	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
 	err := m.watch.stop()
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
+	m.out.flushEvents()                      // after the last event
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err
 }

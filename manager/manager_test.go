@@ -593,14 +593,11 @@ func TestCancelAfterGrantReleasesIt(t *testing.T) {
 func eventKinds(t *testing.T, sub *nats.Subscription, max int) []lease.EventKind {
 	t.Helper()
 	var kinds []lease.EventKind
+	events := harness.ReadEvents(sub)
 	for len(kinds) < max {
-		msg, err := sub.NextMsg(time.Second)
+		ev, _, err := events.Next(time.Second)
 		if err != nil {
 			break
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		kinds = append(kinds, ev.Kind)
 	}

@@ -444,20 +444,17 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 	if granted.Status != lease.StatusGranted || granted.Lease.ID != "polling" {
 		t.Fatalf("polling: %+v, want its grant", granted)
 	}
+	rejected := harness.ReadEvents(events)
 	for {
-		msg, err := events.NextMsg(5 * time.Second)
+		ev, _, err := rejected.Next(5 * time.Second)
 		if err != nil {
 			t.Fatalf("no rejected event for silent: %v", err)
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		if ev.RequestID == "poll-bad" {
 			continue
 		}
 		if ev.RequestID != "silent" || ev.Code != lease.CodeUnavailable || !strings.Contains(ev.Message, "abandoned") {
-			t.Fatalf("rejected event: %s, want one for silent", msg.Data)
+			t.Fatalf("rejected event: %+v, want one for silent", ev)
 		}
 		break
 	}
@@ -552,16 +549,12 @@ func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
 	if r := harness.Request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "holder", Token: holder.Lease.Token}); r.Status != lease.StatusReleased {
 		t.Fatalf("release: %+v", r)
 	}
-	msg, err := events.NextMsg(5 * time.Second)
+	ev, _, err := harness.ReadEvents(events).Next(5 * time.Second)
 	if err != nil {
 		t.Fatalf("no rejected event for silent: %v", err)
 	}
-	var ev lease.Event
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
 	if ev.RequestID != "silent" || !strings.Contains(ev.Message, "abandoned") {
-		t.Fatalf("rejected event %s, want silent's", msg.Data)
+		t.Fatalf("rejected event %+v, want silent's", ev)
 	}
 	if ev.Stats.InUse != 0 || ev.Stats.QueuedRequests != 0 {
 		t.Errorf("rejected event stats %+v, want the pool empty after the drop", ev.Stats)

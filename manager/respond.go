@@ -113,6 +113,13 @@ func (o *outbox) emit(p *pool, ev lease.Event) {
 	o.events.Publish(ev)
 }
 
+// flushEvents sends the events the sink holds back, if it does (Flusher).
+func (o *outbox) flushEvents() {
+	if f, ok := o.events.(Flusher); ok {
+		f.Flush()
+	}
+}
+
 func (o *outbox) respond(reply string, r lease.Reply) {
 	if reply == "" {
 		return // no one to answer

@@ -72,6 +72,12 @@ type EventSink interface {
 	Publish(ev lease.Event)
 }
 
+// Flusher is an EventSink that holds events back to send several in one
+// message: the manager flushes it as it closes, after its last event.
+type Flusher interface {
+	Flush()
+}
+
 // NopEvents discards events.
 type NopEvents struct{}
 

@@ -390,3 +390,12 @@ func (s *Sink) Publish(ev lease.Event) {
 	s.m.Record(ev)
 	s.next.Publish(ev)
 }
+
+var _ manager.Flusher = (*Sink)(nil)
+
+// Flush flushes the sink it forwards to, if that holds events back.
+func (s *Sink) Flush() {
+	if f, ok := s.next.(manager.Flusher); ok {
+		f.Flush()
+	}
+}
