@@ -75,13 +75,7 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
-		started := time.Now()
-		rev, err = m.grants.write(key, data, r.entry.await())
-		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
-			// Ambiguous: the write may be stored though its acknowledgement
-			// was lost. The slots stay taken until the store says.
-			rev, err = m.grants.resolve(key, r.id, started, err)
-		}
+		rev, err = m.grants.put(key, r.id, data, r.entry.await())
 	}
 
 	m.mu.Lock()
@@ -156,6 +150,48 @@ type grantStore struct {
 	timeout  time.Duration
 	instance string
 	log      *slog.Logger
+	echoes   echoes // the writes sent without an acknowledgement
+}
+
+// put stores a grant and returns its revision. It sends the write
+// without waiting for the acknowledgement, and waits for the watch to show
+// it stored (echoes), when the Store can; with no echo within echoWait (the
+// write was refused, or lost, or the watch is being set up again) it finds
+// out from the stream leader whether the write is stored, and writes with
+// an acknowledgement if it is not. An acknowledged write that failed
+// ambiguously is resolved the same way: the slots stay taken until the
+// store says.
+func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64, error) {
+	started := time.Now()
+	if ew, ok := gs.store.(EchoWriter); ok {
+		w := gs.echoes.expect(key, data)
+		var err error
+		if entryRev == 0 {
+			err = ew.SendCreate(key, data, gs.ttl)
+		} else {
+			err = ew.SendRenew(key, data, gs.ttl, entryRev)
+		}
+		if fencedOut(err) {
+			gs.echoes.wait(key, w, 0)
+			return 0, err
+		}
+		if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
+			return rev, nil
+		}
+		// Not seen: stored unseen, refused, or still on its way. A later
+		// arrival is refused once anything else is stored at key, as both
+		// writes expect the same revision.
+		if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
+			return rev, nil
+		}
+	}
+	rev, err := gs.write(key, data, entryRev)
+	if err != nil && !fencedOut(err) {
+		// Ambiguous, or a write that lost to one of its own (the one sent
+		// without an acknowledgement came in the end).
+		rev, err = gs.resolve(key, id, started, err)
+	}
+	return rev, err
 }
 
 // resolve finds out whether a grant write that failed ambiguously was

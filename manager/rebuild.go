@@ -13,15 +13,20 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-// observeGone frees the lease whose record expired, or was deleted by
-// someone else: its slots are free in the store, so they are here.
+// observeGone frees the lease whose record expired, or was deleted: its
+// slots are free in the store, so they are here. A lease this manager is
+// releasing is freed as its release says (its delete's echo, or an expiry
+// that came first).
 func (m *Manager) observeGone(ch Change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.restored, ch.Key)
 	h := m.leases[ch.Key]
-	// Our own release owns the slots while its delete is in flight.
-	if h == nil || h.releasing || ch.Rev <= h.rev {
+	if h == nil || ch.Rev <= h.rev {
+		return
+	}
+	if h.releasing {
+		m.freeLocked(h, h.releaseKind, h.releaseCode)
 		return
 	}
 	kind := lease.EventExpired
@@ -40,6 +45,7 @@ func (m *Manager) observeGone(ch Change) {
 // let go (ignored), or a grant a previous instance stored after this one
 // took over (counted, so it cannot be granted twice).
 func (m *Manager) observePut(ch Change, rebuilt bool) {
+	m.grants.echoes.seen(ch) // a grant waiting for this write, if any
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	stored, ok := m.records.accept(ch, rebuilt, m.knownKeyLocked)

@@ -41,15 +41,36 @@ func (m *Manager) handleRelease(msg *nats.Msg) {
 // stored.
 func (m *Manager) startReleaseLocked(h *held, kind lease.EventKind) {
 	h.releasing = true
+	h.releaseKind = kind
+	h.gone = make(chan struct{})
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
 
+// echoWait is how long a delete sent without an acknowledgement waits for
+// the watch to show it stored, before it is sent again with one.
+const echoWait = time.Second
+
 // release deletes the record, conditional on its revision, and frees the
-// slots once the Store confirms the record is gone. It retries until then:
-// freeing earlier could let the next grant overlap a record still stored.
+// slots once the Store confirms the record is gone: through the watch, which
+// shows the delete stored (observeGone), when the Store can send it without
+// an acknowledgement; otherwise, or with no echo within echoWait (the
+// delete was refused or lost, or the watch is being set up again), once the
+// Store acknowledges it. It retries until then: freeing earlier could let
+// the next grant overlap a record still stored.
 func (m *Manager) release(h *held, kind lease.EventKind) {
 	defer m.ops.Done()
+	m.mu.Lock()
+	rev := h.rev
+	m.mu.Unlock()
+	if ew, ok := m.cfg.Store.(EchoWriter); ok && ew.SendDelete(h.key, rev) == nil {
+		select {
+		case <-h.gone:
+			return
+		case <-time.After(echoWait):
+		case <-m.ctx.Done():
+		}
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		m.mu.Lock()
@@ -109,6 +130,9 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		return
 	}
 	delete(m.leases, h.key)
+	if h.gone != nil {
+		close(h.gone)
+	}
 	m.stop.renewedLocked(h)
 	if h.pool == nil {
 		return

@@ -102,9 +102,13 @@ type held struct {
 	rev       uint64 // latest stored revision, for conditional renew and delete
 	pool      *pool  // nil if the record names a pool this node no longer has
 	releasing bool   // a delete is in flight; that path frees the slots
-	// releaseCode is the event code of that release: why the manager let
-	// the lease go ("" for the holder's own release).
+	// releaseKind and releaseCode are the event kind and code of that
+	// release: why the manager let the lease go (code "" for the holder's
+	// own release); gone is closed once the record is gone and the slots
+	// are free (freeLocked).
+	releaseKind lease.EventKind
 	releaseCode lease.Code
+	gone        chan struct{}
 	renewal     renewSeq
 	// restored: counted from the store while rebuilding, not granted in
 	// this term (see the retry in acquire.go).

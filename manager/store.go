@@ -31,6 +31,20 @@ type Store interface {
 	Watch(ctx context.Context, filter string) (Watcher, error)
 }
 
+// EchoWriter is a Store that can send a write without waiting for the
+// server's acknowledgement: a write that is stored shows on the Store's
+// watch (its echo), one that is refused or lost shows nowhere. The manager
+// watches its node's records anyway, so waiting for the echo instead of
+// the acknowledgement costs one message fewer per write.
+type EchoWriter interface {
+	// SendCreate sends Create(key, value, ttl), SendRenew Renew(key,
+	// value, ttl, rev) and SendDelete Delete(key, rev); each returns once
+	// its write is sent.
+	SendCreate(key string, value []byte, ttl time.Duration) error
+	SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error
+	SendDelete(key string, rev uint64) error
+}
+
 // Watcher is a running watch. Changes is closed when the watch ends.
 type Watcher interface {
 	Changes() <-chan Change
