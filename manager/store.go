@@ -11,7 +11,9 @@ import (
 // Store keeps lease records with a per-key TTL. The jetstream package
 // implements it over a JetStream KV bucket; every write is acknowledged by
 // the server before the call returns, which is what makes a grant durable
-// before the holder hears of it.
+// before the holder hears of it. A Store that is also an EchoWriter can
+// send writes without the acknowledgement; the manager then waits for its
+// watch to show them stored instead.
 type Store interface {
 	// Create stores a new key with a TTL. ErrStoreExists if the key is live.
 	Create(ctx context.Context, key string, value []byte, ttl time.Duration) (rev uint64, err error)
