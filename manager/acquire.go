@@ -114,7 +114,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 		w, err = p.p.TryAcquireRequest(r.poolRequest())
 		granted = err == nil
 	} else {
-		w, granted, position, err = p.p.EnqueueRequest(r.poolRequest())
+		w, granted, position, err = m.admitLocked(r) // drop.go: a full drop_oldest queue drops its oldest
 	}
 	if err != nil {
 		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
@@ -168,7 +168,7 @@ func enqueueError(p *pool, slots int64, err error, ttl time.Duration) *lease.Err
 	s := p.p.Stats()
 	switch {
 	case errors.Is(err, pools.ErrWouldWait):
-		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)", slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s))
+		e := errorf(lease.CodeWouldWait, "%d slots not free at once in pool %q (%d in use of %d, %d queued%s)%s", slots, p.name, s.InUse, s.Capacity, s.QueuedRequests, rateNote(s), failFastNote(s))
 		if s.Rate != "" && s.Available >= slots && s.QueuedRequests == 0 {
 			// The slots are free: the rate alone holds it back.
 			e = errorf(lease.CodeWouldWait, "%d slots not started at once in pool %q: its rate %s has %d of %d tokens in the bucket (%d in use of %d)", slots, p.name, s.Rate, s.Tokens, s.Burst, s.InUse, s.Capacity)

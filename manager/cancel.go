@@ -45,17 +45,23 @@ func (m *Manager) waitExpired(r *request) {
 // may be granted.
 func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventKind) {
 	r.stopTimer()
-	p := r.pool
-	removed, granted := p.p.Cancel(r.w)
+	removed, granted := r.pool.p.Cancel(r.w)
 	if !removed {
 		return
 	}
+	m.leftQueueLocked(r, e, kind)
+	m.startGrantsLocked(r.pool, granted)
+}
+
+// leftQueueLocked ends r, which its pool no longer queues: its holder
+// hears e, watchers an event of kind, and its queue entry goes.
+func (m *Manager) leftQueueLocked(r *request, e *lease.Error, kind lease.EventKind) {
+	r.stopTimer()
 	m.waiters.drop(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued(string(e.Code))
 	m.out.respond(r.reply, errReply(e))
-	m.out.emit(p, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-	m.startGrantsLocked(p, granted)
+	m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 }
 
 func (m *Manager) handleCancel(msg *nats.Msg) {

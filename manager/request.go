@@ -25,10 +25,10 @@ type pool struct {
 	entryTimer  *time.Timer
 }
 
-// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
-// pool's queue is unbounded.
+// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue, unless
+// the pool has no queue (FailFast): no pool's queue is unbounded.
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
-	if o.MaxQueue == 0 {
+	if o.MaxQueue == 0 && !o.FailFast {
 		o.MaxQueue = rules.DefaultMaxQueue
 	}
 	pp, err := pools.NewWithOptions(capacity, o)

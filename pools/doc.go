@@ -13,6 +13,11 @@
 // [PolicyFIFO], the default and what [New] makes, serves strictly in
 // arrival order. A newcomer is granted at once only when nobody waits.
 //
+// [PolicyLIFO] serves the newest request first. A newcomer is granted at
+// once whenever its slots are free, and otherwise becomes the request that
+// blocks the queue; the oldest requests wait while newer ones keep coming
+// (with [OnFullDropOldest], until they are dropped).
+//
 // [PolicyPriority] serves in order of virtual time, smallest first, ties in
 // arrival order:
 //
@@ -45,9 +50,13 @@
 // Every policy counts slots held and queued per tenant ([Pool.Tenants]).
 // [Options.MaxQueue] bounds the queue under every policy: a request that
 // would have to wait when MaxQueue requests already do is refused with
-// [ErrQueueFull]. [Pool.TryAcquireRequest] grants exactly what
-// [Pool.EnqueueRequest] would grant at once and otherwise returns
-// [ErrWouldWait], queueing nothing.
+// [ErrQueueFull]; or, with [Options.OnFull] set to [OnFullDropOldest] and
+// the request admitted by [Pool.Admit], it takes the place of the request
+// that arrived first, which is dropped: the queue is then a ring buffer of
+// the newest MaxQueue requests. [Pool.TryAcquireRequest] grants exactly
+// what [Pool.EnqueueRequest] would grant at once and otherwise returns
+// [ErrWouldWait], queueing nothing; a pool made with [Options.FailFast]
+// has no queue and treats every request so.
 //
 // # Start rates
 //
@@ -64,8 +73,8 @@
 //
 // # Costs
 //
-// With n requests queued and T tenants in the fair round: fifo is O(1) per
-// operation ([Pool.Position] walks the queue, O(n)). priority is O(log n)
+// With n requests queued and T tenants in the fair round: fifo and lifo
+// are O(1) per operation ([Pool.Position] walks the queue, O(n)). priority is O(log n)
 // expected per operation, positions included, on a treap. fair is O(1)
 // amortised per grant, release and cancel while requests are no larger
 // than the weights, and O(T) when they are larger (a whole round may pass

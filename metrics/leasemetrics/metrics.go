@@ -77,7 +77,7 @@ var Buckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 // from the moment the pool appears. (unknown_pool has no pool to count under.)
 var AcquireCodes = []lease.Code{
 	lease.CodeBadRequest, lease.CodeInvalidSlots, lease.CodeExceedsCapacity, lease.CodeWaitExpired,
-	lease.CodeQueueFull, lease.CodeWouldWait, lease.CodeCancelled, lease.CodeConflict,
+	lease.CodeQueueFull, lease.CodeWouldWait, lease.CodeDropped, lease.CodeCancelled, lease.CodeConflict,
 	lease.CodePoolBusy, lease.CodeUnavailable, lease.CodeInternal,
 }
 
