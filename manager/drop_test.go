@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -54,16 +53,12 @@ func TestDropOldestTellsTheDroppedWaiter(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the oldest waiter heard nothing")
 	}
-	msg, err := events.NextMsg(10 * time.Second)
+	ev, _, err := harness.ReadEvents(events).Next(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev lease.Event
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
 	if ev.RequestID != "old" || ev.Code != lease.CodeDropped || ev.Stats.OnFull != pools.OnFullDropOldest {
-		t.Fatalf("rejected event %s, want old's, code dropped, on_full in its stats", msg.Data)
+		t.Fatalf("rejected event %+v, want old's, code dropped, on_full in its stats", ev)
 	}
 	if s := harness.PoolStats(t, n.Manager, "p"); s.QueuedRequests != 2 || s.MaxQueue != 2 || s.OnFull != pools.OnFullDropOldest {
 		t.Fatalf("stats %+v, want mid and new queued", s.Stats)
