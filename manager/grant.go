@@ -164,25 +164,20 @@ type grantStore struct {
 func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64, error) {
 	started := time.Now()
 	if ew, ok := gs.store.(EchoWriter); ok {
-		w := gs.echoes.expect(key, data)
-		var err error
-		if entryRev == 0 {
-			err = ew.SendCreate(key, data, gs.ttl)
-		} else {
-			err = ew.SendRenew(key, data, gs.ttl, entryRev)
-		}
+		w, err := gs.send(ew, key, data, entryRev)
 		if fencedOut(err) {
-			gs.echoes.wait(key, w, 0)
 			return 0, err
 		}
-		if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
-			return rev, nil
-		}
-		// Not seen: stored unseen, refused, or still on its way. A later
-		// arrival is refused once anything else is stored at key, as both
-		// writes expect the same revision.
-		if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
-			return rev, nil
+		if w != nil {
+			if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
+				return rev, nil
+			}
+			// Not seen: stored unseen, refused, or still on its way. A
+			// later arrival is refused once anything else is stored at
+			// key, as both writes expect the same revision.
+			if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
+				return rev, nil
+			}
 		}
 	}
 	rev, err := gs.write(key, data, entryRev)
@@ -192,6 +187,23 @@ func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64,
 		rev, err = gs.resolve(key, id, started, err)
 	}
 	return rev, err
+}
+
+// send sends the grant's write without an acknowledgement and returns
+// its expected echo; nil if it was not sent (errNoEcho, or fenced: err).
+func (gs *grantStore) send(ew EchoWriter, key string, data []byte, entryRev uint64) (*awaited, error) {
+	w := gs.echoes.expect(key, data)
+	var err error
+	if entryRev == 0 {
+		err = ew.SendCreate(key, data, gs.ttl)
+	} else {
+		err = ew.SendRenew(key, data, gs.ttl, entryRev)
+	}
+	if err != nil {
+		gs.echoes.forget(key, w)
+		return nil, err
+	}
+	return w, nil
 }
 
 // resolve finds out whether a grant write that failed ambiguously was
