@@ -64,72 +64,55 @@ func (m *Manager) leftQueueLocked(r *request, e *lease.Error, kind lease.EventKi
 	m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 }
 
-func (m *Manager) handleCancel(msg *nats.Msg) {
+// handleCancel withdraws a queued request, or gives back the lease it was
+// granted, and answers at once. A cancel of what has already ended is
+// answered "cancelled": it is idempotent.
+func (m *Manager) handleCancel(msg *nats.Msg) lease.Reply {
 	var req lease.CancelRequest
-	if e := decode(msg.Data, &req); e != nil {
-		m.out.respond(msg.Reply, errReply(e))
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		e = validateCancel(req)
 	}
-	if err := rules.ValidRequestID(req.RequestID); err != nil {
-		m.out.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "%v", err)))
-		return
+	if e != nil {
+		return errReply(e)
 	}
-	if req.Holder == "" {
-		m.out.respond(msg.Reply, errReply(errorf(lease.CodeBadRequest, "holder is required")))
-		return
-	}
-	poolName := poolToken(msg.Subject)
 	who := requesterOf(msg, "", 0)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, e := m.poolLocked(poolName)
+	p, e := m.poolLocked(poolToken(msg.Subject))
 	if e != nil {
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
 	}
 	if r := p.waiting[req.RequestID]; r != nil {
-		if e := m.cancellerLocked(who, req, r.holder, r.secret); e != nil {
-			m.out.respond(msg.Reply, errReply(e))
-			return
+		if e := m.guesses.cancellerLocked(who, req, r.holder, r.secret); e != nil {
+			return errReply(e)
 		}
 		if r.state != queued {
-			r.state = grantCancelled
-			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
-			return
+			r.state = grantCancelled // given back once stored
+		} else {
+			m.leaveQueueLocked(r, errorf(lease.CodeCancelled, "cancelled by the holder"), lease.EventCancelled)
 		}
-		m.leaveQueueLocked(r, errorf(lease.CodeCancelled, "cancelled by the holder"), lease.EventCancelled)
-		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
-		return
+		return lease.Reply{Status: lease.StatusCancelled}
 	}
 	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if e := m.cancellerLocked(who, req, h.rec.Holder, h.rec.Secret); e != nil {
-			m.out.respond(msg.Reply, errReply(e))
-			return
+		if e := m.guesses.cancellerLocked(who, req, h.rec.Holder, h.rec.Secret); e != nil {
+			return errReply(e)
 		}
 		if !h.releasing {
 			m.startReleaseLocked(h, lease.EventCancelled)
 		}
-		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
-		return
+		return lease.Reply{Status: lease.StatusReleased}
 	}
-	// Nothing to cancel: already ended. Cancel is idempotent.
-	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusCancelled})
+	return lease.Reply{Status: lease.StatusCancelled} // already ended
 }
 
-// cancellerLocked checks that a cancel of who names the holder and secret
-// of the request or lease it cancels (the secret only once who may try
-// one: guesses.go).
-func (m *Manager) cancellerLocked(who requester, req lease.CancelRequest, holder, secret string) *lease.Error {
-	now := time.Now()
-	if e := m.guesses.admitLocked(who, now); e != nil {
-		return e
+// validateCancel checks what a cancel request says of itself.
+func validateCancel(req lease.CancelRequest) *lease.Error {
+	if err := rules.ValidRequestID(req.RequestID); err != nil {
+		return errorf(lease.CodeBadRequest, "%v", err)
 	}
-	conflict := errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
-	if holder != req.Holder {
-		return conflict
-	}
-	if !secretMatches(secret, req.Secret) {
-		return m.guesses.wrongLocked(who, conflict, now)
+	if req.Holder == "" {
+		return errorf(lease.CodeBadRequest, "holder is required")
 	}
 	return nil
 }

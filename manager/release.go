@@ -12,29 +12,34 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-func (m *Manager) handleRelease(msg *nats.Msg) {
+// handleRelease answers a release at once: the holder need not wait for
+// the delete, since until it is stored the slots stay busy, which costs a
+// little capacity and never over-grants.
+func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRelease, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	defer span.End()
 	var req lease.ReleaseRequest
-	if e := decode(msg.Data, &req); e != nil {
-		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+		e = m.releaseLocked(requesterOf(msg, "", 0), msg.Subject, req)
 	}
-	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-	who := requesterOf(msg, "", 0)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
 	}
-	// The holder need not wait for the delete: until it is stored the slots
-	// stay busy, which costs a little capacity and never over-grants.
-	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
-	m.startReleaseLocked(h, lease.EventReleased)
+	return lease.Reply{Status: lease.StatusReleased}
+}
+
+// releaseLocked starts the release req names, or says why not.
+func (m *Manager) releaseLocked(who requester, subject string, req lease.ReleaseRequest) *lease.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, e := m.lookupLocked(who, subject, req.LeaseID, req.Token, req.Secret)
+	if e == nil {
+		m.startReleaseLocked(h, lease.EventReleased)
+	}
+	return e
 }
 
 // startReleaseLocked deletes h's record; its slots stay busy until that is

@@ -81,32 +81,42 @@ func secretMatches(want, got string) bool {
 	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
-func (m *Manager) handleRenew(msg *nats.Msg) {
+// handleRenew starts a renewal, whose answer comes once it is stored
+// (renew); it answers at once only an error, or "bound" for a lease that
+// moved to the connection the renewal came on (rebindLocked).
+func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	var req lease.RenewRequest
-	if e := decode(msg.Data, &req); e != nil {
-		natstrace.Fail(span, string(e.Code), e.Message)
-		span.End()
-		m.out.respond(msg.Reply, errReply(e))
-		return
-	}
-	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-	who := requesterOf(msg, req.ConnServer, req.ConnID)
-	m.mu.Lock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
+	e := decode(msg.Data, &req)
+	var bound lease.Reply
 	if e == nil {
-		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID, req.LameDuck)
+		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+		bound, e = m.startRenewLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg, req, span)
 	}
 	if e != nil {
-		m.mu.Unlock()
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
+	}
+	return bound
+}
+
+// startRenewLocked starts the renewal req names, or says why not; span
+// ends with the renewal.
+func (m *Manager) startRenewLocked(who requester, msg *nats.Msg, req lease.RenewRequest, span trace.Span) (lease.Reply, *lease.Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
+	if e != nil {
+		return lease.Reply{}, e
+	}
+	bound, e := m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
+	if e != nil {
+		return lease.Reply{}, e
 	}
 	m.ops.Add(1)
-	m.mu.Unlock()
 	go m.renew(msg.Reply, h, time.Now(), span)
+	return bound, nil
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we

@@ -64,6 +64,20 @@ func (o *outbox) unsubscribe() {
 	}
 }
 
+// answerer is a request handler that returns its answer, which serve
+// sends: the one place a handler's answer leaves. A zero Reply (no
+// Status) means the answer comes later, from the store write or the queue.
+type answerer func(msg *nats.Msg) lease.Reply
+
+// serve is h behind guard, its answer sent to the request's reply subject.
+func (o *outbox) serve(h answerer) nats.MsgHandler {
+	return o.guard(func(msg *nats.Msg) {
+		if r := h(msg); r.Status != "" {
+			o.respond(msg.Reply, r)
+		}
+	})
+}
+
 // guard keeps the reply rule (replyto.go) for a request handler: a request
 // without a reply subject, or whose reply subject is not an inbox, is
 // dropped before the handler sees it. The handler runs under protect.
@@ -164,18 +178,18 @@ func (o *outbox) publish(reply string, hdr nats.Header, data []byte) {
 	}
 }
 
-// reject answers an acquire with an error and, for a pool this node has
-// (p not nil), publishes a rejected event. Unknown pools get no event:
+// reject returns the error answer of an acquire and, for a pool this node
+// has (p not nil), publishes a rejected event. Unknown pools get no event:
 // their name comes from the network and must not mint event subjects.
-func (o *outbox) reject(span trace.Span, reply string, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) {
+func (o *outbox) reject(span trace.Span, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) lease.Reply {
 	natstrace.Fail(span, string(e.Code), e.Message)
-	o.respond(reply, errReply(e))
 	if p != nil {
 		// The request failed validation, maybe for its size: echo a bounded part.
 		o.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
 		o.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
 	}
+	return errReply(e)
 }
 
 func errReply(e *lease.Error) lease.Reply { return lease.Reply{Status: lease.StatusError, Error: e} }
