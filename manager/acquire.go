@@ -48,8 +48,8 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
-	if answer, retry := m.retryLocked(span, who, p, req, msg.Reply); retry {
-		return answer
+	if h, r := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)], p.waiting[req.RequestID]; h != nil || r != nil {
+		return retried(span, m.guesses, who, p, req, msg.Reply, h, r)
 	}
 	r, e := m.newRequestLocked(ctx, p, req, who, msg.Reply)
 	if e == nil {
@@ -61,18 +61,20 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	return lease.Reply{} // granted or queued: answered later
 }
 
-// retryLocked answers an acquire whose request id p knows, from what is
-// known: it never grants twice. retry is false for a new request.
-func (m *Manager) retryLocked(span trace.Span, who requester, p *pool, req lease.AcquireRequest, reply string) (answer lease.Reply, retry bool) {
-	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		answer, retry = retriedLease(p, h, m.guesses.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots)), true
-	} else if r := p.waiting[req.RequestID]; r != nil {
-		answer, retry = r.retried(req, who, reply, m.guesses.sameRequestLocked(who, req, r.holder, r.secret, r.slots)), true
+// retried answers a retried acquire from what is known: the lease h it
+// was granted, or the request r not yet stored as one. It never grants
+// twice. The caller holds m.mu (for g and r).
+func retried(span trace.Span, g *guesses, who requester, p *pool, req lease.AcquireRequest, reply string, h *held, r *request) lease.Reply {
+	var answer lease.Reply
+	if h != nil {
+		answer = retriedLease(p, h, g.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots))
+	} else {
+		answer = r.retried(req, who, reply, g.sameRequestLocked(who, req, r.holder, r.secret, r.slots))
 	}
 	if answer.Error != nil {
 		natstrace.Fail(span, string(answer.Error.Code), answer.Error.Message)
 	}
-	return answer, retry
+	return answer
 }
 
 // retriedLease answers a retry of the request whose lease h is; e is what
@@ -185,10 +187,17 @@ func (m *Manager) enqueueLocked(ctx context.Context, r *request, req lease.Acqui
 	return nil
 }
 
-// waitLocked arms r's wait deadline, and its pool's rate timer.
+// waitLocked arms r's wait deadline, which ends it if it still waits
+// then, and its pool's rate timer.
 func (m *Manager) waitLocked(r *request) {
 	if r.waitUntil != 0 {
-		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
+		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if !m.closed && r.waiting() {
+				m.leaveQueueLocked(r, errorf(lease.CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond)), lease.EventRejected)
+			}
+		})
 	}
 	m.rates.armLocked(r.pool, m.closed)
 }

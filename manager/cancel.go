@@ -5,39 +5,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/lease"
-	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/rules"
 )
 
-// dropAbandonedLocked ends r, whose turn came after its client stopped
-// re-sending it, instead of granting it slots nobody would use until the
-// TTL lapsed. A client that is alive after all hears "unavailable" (or, on
-// its next re-send, nothing of r) and queues again at the tail. It returns
-// the waiters granted the slots r had been given.
-func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
-	p := r.pool
-	m.waiters.drop(r)
-	r.stopTimer()
-	m.journal.dropLocked(r)
-	r.trace.EndQueued("abandoned")
-	e := errorf(lease.CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
+// abandonedError is what r, whose turn came after its client stopped
+// re-sending it, is told instead of being granted slots nobody would use
+// until the TTL lapsed. A client that is alive after all hears
+// "unavailable" (or, on its next re-send, nothing of r) and queues again
+// at the tail.
+func abandonedError(r *request, now int64) *lease.Error {
+	return errorf(lease.CodeUnavailable, "abandoned: not re-sent for %v while queued (poll_ms %d); acquire again to queue at the tail",
 		time.Duration(now-r.lastSeen).Round(time.Millisecond), r.pollMs)
-	m.out.respond(r.reply, errReply(e))
-	// The slots back first, so the event carries the figures after the
-	// drop: no other event may follow it.
-	granted := p.p.ReleaseFor(r.tenant, r.slots)
-	m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-	return granted
-}
-
-// waitExpired ends a request whose wait deadline passed while it was queued.
-func (m *Manager) waitExpired(r *request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed || !r.waiting() {
-		return
-	}
-	m.leaveQueueLocked(r, errorf(lease.CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond)), lease.EventRejected)
 }
 
 // leaveQueueLocked takes queued r out of its pool's queue without a grant:
@@ -49,19 +27,8 @@ func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventK
 	if !removed {
 		return
 	}
-	m.leftQueueLocked(r, e, kind)
+	m.endLocked(r, e, kind)
 	m.startGrantsLocked(r.pool, granted)
-}
-
-// leftQueueLocked ends r, which its pool no longer queues: its holder
-// hears e, watchers an event of kind, and its queue entry goes.
-func (m *Manager) leftQueueLocked(r *request, e *lease.Error, kind lease.EventKind) {
-	r.stopTimer()
-	m.waiters.drop(r)
-	m.journal.dropLocked(r)
-	r.trace.EndQueued(string(e.Code))
-	m.out.respond(r.reply, errReply(e))
-	m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 }
 
 // handleCancel withdraws a queued request, or gives back the lease it was

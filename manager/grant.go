@@ -34,7 +34,10 @@ func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
 		for _, w := range rs {
 			r := w.Value.(*request)
 			if abandoned(r, now) {
-				next = append(next, m.dropAbandonedLocked(r, now)...)
+				// The slots back first, so the event carries the
+				// figures after the drop.
+				next = append(next, p.p.ReleaseFor(r.tenant, r.slots)...)
+				m.endLocked(r, abandonedError(r, now), lease.EventRejected)
 				continue
 			}
 			m.startGrantLocked(r)
@@ -95,17 +98,16 @@ func (m *Manager) grant(r *request) {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
-		if !m.closed {
-			m.journal.dropLocked(r)
-		}
 		granted := p.p.ReleaseFor(r.tenant, r.slots)
-		if !m.closed {
-			m.startGrantsLocked(p, granted)
-		}
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
-		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		if m.closed {
+			// Its queue entry, if any, stays for the successor to restore.
+			m.out.answerLater(r.reply, errReply(e))
+			return
+		}
+		m.startGrantsLocked(p, granted)
+		m.endLocked(r, e, lease.EventRejected)
 		return
 	}
 	if m.ctx.Err() != nil {
@@ -115,7 +117,7 @@ func (m *Manager) grant(r *request) {
 		// of this same manager the retry finds the record.
 		e := closingError(m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
+		m.out.answerLater(r.reply, errReply(e))
 		return
 	}
 	rec.Token = rev
@@ -133,9 +135,7 @@ func (m *Manager) grant(r *request) {
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.out.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
-		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
 }
 
 // grantStore stores grants in the lease bucket: over the request's queue

@@ -104,11 +104,7 @@ func (j *journal) persistLocked(r *request) {
 }
 
 // tellLocked tells r's holder it waits, and emits its queued event.
-func (j *journal) tellLocked(r *request) {
-	position := positionLocked(r)
-	j.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
-	j.out.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
-}
+func (j *journal) tellLocked(r *request) { j.out.tellQueued(r, positionLocked(r)) }
 
 // waitingUnpersisted reports whether r is still queued without an entry.
 func waitingUnpersisted(r *request) bool {

@@ -22,24 +22,18 @@ func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 	e := decode(msg.Data, &req)
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-		e = m.releaseLocked(requesterOf(msg, "", 0), msg.Subject, req)
+		m.mu.Lock()
+		var h *held
+		if h, e = m.lookupLocked(requesterOf(msg, "", 0), msg.Subject, req.LeaseID, req.Token, req.Secret); e == nil {
+			m.startReleaseLocked(h, lease.EventReleased)
+		}
+		m.mu.Unlock()
 	}
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
 		return errReply(e)
 	}
 	return lease.Reply{Status: lease.StatusReleased}
-}
-
-// releaseLocked starts the release req names, or says why not.
-func (m *Manager) releaseLocked(who requester, subject string, req lease.ReleaseRequest) *lease.Error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, e := m.lookupLocked(who, subject, req.LeaseID, req.Token, req.Secret)
-	if e == nil {
-		m.startReleaseLocked(h, lease.EventReleased)
-	}
-	return e
 }
 
 // startReleaseLocked deletes h's record; its slots stay busy until that is

@@ -91,7 +91,17 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	var bound lease.Reply
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-		bound, e = m.startRenewLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg, req, span)
+		m.mu.Lock()
+		var h *held
+		h, e = m.lookupLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg.Subject, req.LeaseID, req.Token, req.Secret)
+		if e == nil {
+			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
+		}
+		if e == nil {
+			m.ops.Add(1)
+			go m.renew(msg.Reply, h, time.Now(), span) // answers once stored
+		}
+		m.mu.Unlock()
 	}
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
@@ -99,24 +109,6 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 		return errReply(e)
 	}
 	return bound
-}
-
-// startRenewLocked starts the renewal req names, or says why not; span
-// ends with the renewal.
-func (m *Manager) startRenewLocked(who requester, msg *nats.Msg, req lease.RenewRequest, span trace.Span) (lease.Reply, *lease.Error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
-	if e != nil {
-		return lease.Reply{}, e
-	}
-	bound, e := m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
-	if e != nil {
-		return lease.Reply{}, e
-	}
-	m.ops.Add(1)
-	go m.renew(msg.Reply, h, time.Now(), span)
-	return bound, nil
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we
@@ -128,7 +120,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	defer span.End()
 	fail := func(e *lease.Error) {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(reply, errReply(e))
+		m.out.answerLater(reply, errReply(e))
 	}
 	h.renewal.lock()
 	defer h.renewal.unlock()
@@ -136,7 +128,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 		m.mu.Lock()
 		m.stop.renewedLocked(h)
 		m.mu.Unlock()
-		m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 		return
 	}
 	started := time.Now()
@@ -163,7 +155,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 			m.stop.renewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
-			m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose

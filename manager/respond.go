@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
@@ -149,6 +150,25 @@ func (o *outbox) respond(reply string, r lease.Reply) {
 	}
 	o.publish(reply, nil, data)
 	o.buffers.Put(b, data)
+}
+
+// endpointAnswer answers a request to an admin endpoint (discovery.go). An
+// error also goes in the headers micro uses (Nats-Service-Error,
+// Nats-Service-Error-Code), so micro-aware tools see it, and counts in the
+// endpoint's figures.
+func (o *outbox) endpointAnswer(e *endpoint, reply string, r lease.Reply) {
+	if r.Error == nil || reply == "" {
+		o.respond(reply, r)
+		return
+	}
+	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
+	e.failed(code, desc)
+	data, err := appendReply(nil, &r)
+	if err != nil {
+		o.log.Error("encoding a reply", "err", err)
+		return
+	}
+	o.publish(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
 }
 
 // answer sends data to msg's reply subject; guard has checked it.

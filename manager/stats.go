@@ -15,12 +15,12 @@ import (
 func (m *Manager) Stats() []lease.PoolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.statsLocked()
+	return poolStats(m.pools)
 }
 
-func (m *Manager) statsLocked() []lease.PoolStats {
-	out := make([]lease.PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
+func poolStats(ps map[string]*pool) []lease.PoolStats {
+	out := make([]lease.PoolStats, 0, len(ps))
+	for _, p := range ps {
 		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -33,7 +33,7 @@ func (m *Manager) statsLocked() []lease.PoolStats {
 		if out[i].Policy != pools.PolicyFair {
 			continue
 		}
-		o := m.pools[out[i].Name].p.Options()
+		o := ps[out[i].Name].p.Options()
 		out[i].DefaultWeight = o.DefaultWeight
 		if len(o.Weights) <= budget {
 			out[i].Weights = o.Weights
