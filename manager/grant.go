@@ -18,6 +18,9 @@ import (
 func (m *Manager) startGrantLocked(r *request) {
 	r.state = granting
 	r.grantedAt = time.Now()
+	if s := r.w.Started; !s.IsZero() {
+		r.grantedAt = s // when the pool's rate counted it (pools.Waiter)
+	}
 	r.stopTimer()
 	m.ops.Add(1)
 	go m.grant(r)

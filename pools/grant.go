@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 )
 
 // Admission and grants: the checks a request passes, the tenants' and the
@@ -62,6 +63,15 @@ func (p *Pool) start(name string, n int64) {
 	if p.bucket != nil {
 		p.bucket.take(n)
 	}
+}
+
+// startedAt is when the start rate last counted its tokens: the time of
+// the grant that just took them. Zero without a rate. p.mu must be held.
+func (p *Pool) startedAt() time.Time {
+	if p.bucket == nil {
+		return time.Time{}
+	}
+	return p.bucket.at
 }
 
 // vtime is the virtual time of a new request under the priority policy:
@@ -255,6 +265,7 @@ func (p *Pool) grant(out []*Waiter) []*Waiter {
 		}
 		if p.bucket != nil {
 			p.bucket.take(w.Slots)
+			w.Started = p.startedAt()
 		}
 		p.inUse += w.Slots
 		w.t.inUse += w.Slots

@@ -40,6 +40,11 @@ type Waiter struct {
 	Value    any
 	Tenant   string
 	Priority int
+	// Started is when a pool with a start rate took the waiter's tokens,
+	// on the pool's clock (Options.Now): the time the rate was counted
+	// at, however late the caller reads a clock of its own. Zero without
+	// a rate.
+	Started time.Time
 
 	pool *Pool
 	// elem is w's element in Pool.waiters (fifo) or in its tenant's queue
@@ -243,7 +248,7 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 	vt := p.vtime(r.Priority)
 	if p.grantable(r.Tenant, r.Slots, vt) {
 		p.start(r.Tenant, r.Slots)
-		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, true, 0, nil
+		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, true, 0, nil
 	}
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
@@ -280,7 +285,7 @@ func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
 	p.start(r.Tenant, r.Slots)
-	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, nil
+	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, nil
 }
 
 // Acquire blocks until n slots are granted or ctx is done. On success it
