@@ -40,6 +40,7 @@ func (o *outbox) tellQueued(r *request, position int) {
 	o.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
 }
 
-// answerLater sends an answer that comes after its handler returned: a
-// renewal's, once stored or refused, or a grant's that cannot be given.
+// answerLater sends an answer that does not come back from its handler: a
+// renewal's, once stored or refused (and the "bound" before it), or a
+// grant's that cannot be given.
 func (o *outbox) answerLater(reply string, r lease.Reply) { o.respond(reply, r) }

@@ -82,22 +82,26 @@ func secretMatches(want, got string) bool {
 }
 
 // handleRenew starts a renewal, whose answer comes once it is stored
-// (renew); it answers at once only an error, or "bound" for a lease that
-// moved to the connection the renewal came on (rebindLocked).
+// (renew); it answers at once only an error. A lease that moved to the
+// connection the renewal came on is told "bound" first (rebindLocked),
+// before the renewal can answer.
 func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	var req lease.RenewRequest
 	e := decode(msg.Data, &req)
-	var bound lease.Reply
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
 		m.mu.Lock()
 		var h *held
+		var bound lease.Reply
 		h, e = m.lookupLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg.Subject, req.LeaseID, req.Token, req.Secret)
 		if e == nil {
 			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
 		}
 		if e == nil {
+			if bound.Status != "" {
+				m.out.answerLater(msg.Reply, bound)
+			}
 			m.ops.Add(1)
 			go m.renew(msg.Reply, h, time.Now(), span) // answers once stored
 		}
@@ -108,7 +112,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 		span.End()
 		return errReply(e)
 	}
-	return bound
+	return lease.Reply{} // the renewal answers
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we
