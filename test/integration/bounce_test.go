@@ -63,7 +63,13 @@ func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
 		granted <- err
 	}()
 	eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, pool) == 1 })
-	before := managerState(t, mgr, node)
+	// Its queue entry is written once it has waited 50 ms: the state to
+	// keep is the one with the entry stored beside the lease.
+	var before string
+	eventually(t, 10*time.Second, "the waiter's queue entry stored", func() bool {
+		before = managerState(t, mgr, node)
+		return storedKeys(before, jetstream.NamesFor(lease.DefaultPrefix).Leases) == 2
+	})
 
 	nonce := nuid.Next()
 	spy := harness.SpyOnManagers(t, mgr, nonce)
@@ -146,4 +152,14 @@ func managerState(t *testing.T, mgr *nats.Conn, node string) string {
 		fmt.Fprintf(&b, "leader: %v\n", err)
 	}
 	return b.String()
+}
+
+// storedKeys counts the keys managerState lists for bucket.
+func storedKeys(state, bucket string) int {
+	_, rest, ok := strings.Cut(state, bucket+" keys [")
+	if !ok {
+		return 0
+	}
+	list, _, _ := strings.Cut(rest, "]")
+	return len(strings.Fields(list))
 }
