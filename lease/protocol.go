@@ -77,6 +77,8 @@ const (
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
 	MaxTenantLen    = 128
+	// MaxKeyLen bounds AcquireRequest.Key, as MaxTenantLen the tenant.
+	MaxKeyLen = 128
 	// MaxConnServerLen bounds ConnServer: a server id is a 56-character
 	// public nkey.
 	MaxConnServerLen = 64
@@ -115,6 +117,11 @@ type AcquireRequest struct {
 	// Tenant is the share key of a pool with the fair policy; every pool
 	// counts slots per tenant. Empty is a tenant too.
 	Tenant string `json:"tenant,omitempty"`
+	// Key is the request's fairness key: a pool with the fair policy
+	// shares its slots across the keys of a tenant (a tenant's requests
+	// without a key are its own share), and POOL_KEY_LIMITS caps the slots
+	// in flight per key. Ignored by other policies. Empty is no key.
+	Key string `json:"key,omitempty"`
 	// NoWait refuses with would_wait instead of queueing (try-acquire).
 	NoWait bool `json:"no_wait,omitempty"`
 	// ConnServer and ConnID name the NATS connection the request was sent
@@ -265,6 +272,7 @@ type Record struct {
 	// Secret is the acquire's secret: shown only to the holder.
 	Secret   string `json:"secret,omitempty"`
 	Tenant   string `json:"tenant,omitempty"`
+	Key      string `json:"key,omitempty"`
 	Priority int    `json:"priority,omitempty"`
 	// ConnServer and ConnID name the holder's connection the lease is
 	// bound to, and DisconnectGraceMs (> 0 only then) is how long after

@@ -25,7 +25,7 @@ func (m *Manager) dropAbandonedLocked(r *request, now int64) []*pools.Waiter {
 	m.out.respond(r.reply, errReply(e))
 	// The slots back first, so the event carries the figures after the
 	// drop: no other event may follow it.
-	granted := p.p.ReleaseFor(r.tenant, r.slots)
+	granted := p.p.ReleaseKey(r.tenant, r.key, r.slots)
 	m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
 	return granted
 }

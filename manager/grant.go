@@ -55,7 +55,7 @@ func (m *Manager) grant(r *request) {
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority,
 	}
 	m.mu.Lock()
 	c := r.conn
@@ -104,7 +104,7 @@ func (m *Manager) grant(r *request) {
 		if !m.closed {
 			m.journal.dropLocked(r)
 		}
-		granted := p.p.ReleaseFor(r.tenant, r.slots)
+		granted := p.p.ReleaseKey(r.tenant, r.key, r.slots)
 		if !m.closed {
 			m.startGrantsLocked(p, granted)
 		}

@@ -121,6 +121,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if s.TenantCap > 0 {
 				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
 			}
+			if s.KeyCap > 0 {
+				policy += fmt.Sprintf(" key_cap=%d", s.KeyCap)
+			}
 			if s.Rate != "" {
 				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
 			}
