@@ -35,6 +35,8 @@ export interface LeaseRecord {
   manager?: string;
   secret?: string;
   tenant?: string;
+  /** The acquire's fairness key, if it gave one. */
+  key?: string;
   priority?: number;
   conn_server?: string;
   conn_id?: number;
@@ -61,6 +63,8 @@ export interface PoolStats {
   policy?: string;
   max_queue?: number;
   tenant_cap?: number;
+  /** A fair pool's POOL_KEY_LIMITS: most slots in flight per fairness key. */
+  key_cap?: number;
   tenants?: TenantStats[];
   rate?: string;
   burst?: number;
