@@ -44,31 +44,24 @@ func (c *Manager) resolveFairness(m map[string]string) []error {
 		}
 		return p, nil
 	}
+	// number reads a variable of fair pool=integer entries.
+	number := func(variable, what, noun string, hi int64, set func(*Pool, int64)) []error {
+		return parseEntries(variable, m[variable], "=", func(name, v string) error {
+			p, err := fair(variable, name, what)
+			if err != nil {
+				return err
+			}
+			n, err := parseBounded(v, noun, 1, hi)
+			if err != nil {
+				return err
+			}
+			set(p, n)
+			return nil
+		})
+	}
 	var errs []error
-	errs = append(errs, parseEntries(EnvPoolKeyLimits, m[EnvPoolKeyLimits], "=", func(name, v string) error {
-		p, err := fair(EnvPoolKeyLimits, name, "a per-key limit")
-		if err != nil {
-			return err
-		}
-		n, err := parseBounded(v, "key limit", 1, MaxCapacity)
-		if err != nil {
-			return err
-		}
-		p.KeyLimit = n
-		return nil
-	})...)
-	errs = append(errs, parseEntries(EnvPoolFairQuantum, m[EnvPoolFairQuantum], "=", func(name, v string) error {
-		p, err := fair(EnvPoolFairQuantum, name, "a quantum")
-		if err != nil {
-			return err
-		}
-		n, err := parseBounded(v, "quantum", 1, pools.MaxQuantum)
-		if err != nil {
-			return err
-		}
-		p.Quantum = n
-		return nil
-	})...)
+	errs = append(errs, number(EnvPoolKeyLimits, "a per-key limit", "key limit", MaxCapacity, func(p *Pool, n int64) { p.KeyLimit = n })...)
+	errs = append(errs, number(EnvPoolFairQuantum, "a quantum", "quantum", pools.MaxQuantum, func(p *Pool, n int64) { p.Quantum = n })...)
 	errs = append(errs, parseEntries(EnvPoolStarvationAge, m[EnvPoolStarvationAge], "=", func(name, v string) error {
 		p, err := fair(EnvPoolStarvationAge, name, "a starvation age")
 		if err != nil {

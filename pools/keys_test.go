@@ -7,13 +7,7 @@ import (
 	"time"
 )
 
-func keysOf(ws []*Waiter) string {
-	var b strings.Builder
-	for _, w := range ws {
-		b.WriteString(w.Key)
-	}
-	return b.String()
-}
+func keysOf(ws []*Waiter) string { return joinWaiters(ws, func(w *Waiter) string { return w.Key }) }
 
 func TestKeyOptions(t *testing.T) {
 	bad := []struct {
