@@ -179,7 +179,6 @@ func (f *fairQueue) changed(s *share) {
 
 func (f *fairQueue) push(w *Waiter) {
 	s := f.share(w.t, w.Key)
-	w.s = s
 	s.queued++
 	s.queuedSlots += w.Slots
 	w.elem = s.waiters.PushBack(w)
@@ -190,7 +189,7 @@ func (f *fairQueue) push(w *Waiter) {
 }
 
 func (f *fairQueue) remove(w *Waiter, granted bool) {
-	s := w.s
+	s := shareOf(w.t, w.Key)
 	if granted {
 		s.deficit -= w.Slots // next() returned w: covered, or aged past StarvationAge
 		s.inUse += w.Slots
@@ -199,7 +198,7 @@ func (f *fairQueue) remove(w *Waiter, granted bool) {
 	s.waiters.Remove(w.elem)
 	s.queued--
 	s.queuedSlots -= w.Slots
-	w.elem, w.s = nil, nil
+	w.elem = nil
 	if granted || wasHead {
 		f.update(s) // first: the age heap must not keep s with an empty queue
 	}
@@ -226,7 +225,7 @@ func (f *fairQueue) next() *Waiter {
 	if w == nil || f.p.opts.StarvationAge <= 0 {
 		return w
 	}
-	if h := head(f.aged[0]); h != w && f.p.since(h.at) >= int64(f.p.opts.StarvationAge) {
+	if h := head(f.aged[0]); h != w && f.p.since(h.vt) >= int64(f.p.opts.StarvationAge) {
 		return h
 	}
 	return w
@@ -288,7 +287,7 @@ func (f *fairQueue) skipRounds() {
 // from u's average request size, which is exact when u's requests are of
 // one size. Starvation promotions are not foreseen.
 func (f *fairQueue) rank(w *Waiter) int {
-	t := w.s
+	t := shareOf(w.t, w.Key)
 	// t's own requests up to and including w.
 	k, slots := t.queued, t.queuedSlots
 	if t.waiters.Back() != w.elem {

@@ -182,7 +182,7 @@ func (p *Pool) pushWaiter(w *Waiter, r Request, vt int64) {
 		pool: p, state: stateQueued, ready: w.ready, seq: p.seq, vt: vt, t: t,
 	}
 	if p.opts.StarvationAge > 0 {
-		w.at = p.stamp()
+		w.vt = p.stamp()
 	}
 	t.queued++
 	t.queuedSlots += r.Slots

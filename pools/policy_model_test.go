@@ -189,7 +189,7 @@ func checkFair(t testing.TB, p *Pool, q *fairQueue, all []*tenant, settled bool)
 			var slots int64
 			for e := s.waiters.Front(); e != nil; e = e.Next() {
 				w := e.Value.(*Waiter)
-				if w.elem != e || w.s != s || w.t != tn || w.Key != s.key || w.seq <= lastSeq {
+				if w.elem != e || shareOf(w.t, w.Key) != s || w.t != tn || w.Key != s.key || w.seq <= lastSeq {
 					t.Errorf("share %q/%q queue broken at seq %d", tn.name, s.key, w.seq)
 				}
 				lastSeq = w.seq

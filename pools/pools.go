@@ -52,11 +52,11 @@ type Waiter struct {
 	// waiters are private to Acquire, never returned to callers, and
 	// recycled with their channel (see acquirers).
 	ready chan struct{}
-	seq   uint64  // enqueue order, strictly increasing along the queue
-	vt    int64   // priority: virtual time, see Pool.vtime
-	t     *tenant // w's tenant while queued, else nil
-	s     *share  // fair: w's share while queued, else nil
-	at    int64   // fair with StarvationAge: when w was queued (Pool.stamp)
+	seq   uint64 // enqueue order, strictly increasing along the queue
+	// vt is, under priority, w's virtual time (Pool.vtime); under fair
+	// with StarvationAge, when w was queued (Pool.stamp).
+	vt int64
+	t  *tenant // w's tenant while queued, else nil
 
 	// priority: w's node in priorityQueue's treap.
 	left, right *Waiter
