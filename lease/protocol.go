@@ -238,6 +238,11 @@ type PoolStats struct {
 	// taking jobs for the pool share them the same way.
 	Weights       map[string]int `json:"weights,omitempty"`
 	DefaultWeight int            `json:"default_weight,omitempty"`
+	// Scheduler is a fair pool's scheduler: its quantum and starvation
+	// age, and per share (a tenant's requests with one fairness key) its
+	// weight, credit, slots in flight and queue; omitted for other pools.
+	// One reply lists at most MaxStatsKeys shares over all its pools.
+	Scheduler *pools.SchedulerStats `json:"scheduler,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.
@@ -357,6 +362,10 @@ const (
 // MaxStatsWeights bounds the configured tenant weights one stats reply
 // carries, over all its fair pools.
 const MaxStatsWeights = 4096
+
+// MaxStatsKeys bounds the shares (Scheduler.Keys) one stats reply lists
+// over all its pools; a pool's further shares are counted in MoreKeys.
+const MaxStatsKeys = 1024
 
 // MaxEcho bounds how much of one client-chosen value (a request id, a
 // holder, a pool name, a lease id, a JSON literal inside a decode error...)

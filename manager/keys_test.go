@@ -46,6 +46,16 @@ func TestKeyCapDoesNotBlockOtherKeys(t *testing.T) {
 	if s := harness.PoolStats(t, first.Manager, "k"); s.InUse != 3 || s.QueuedRequests != 1 || s.KeyCap != 2 {
 		t.Fatalf("stats %+v, want 3 in use, 1 queued, key cap 2", s)
 	}
+	// The scheduler's view: a at its cap, held back with its waiter; b
+	// running.
+	sc := harness.PoolStats(t, first.Manager, "k").Scheduler
+	if sc == nil || sc.Strategy != "deficit_round_robin" || sc.Quantum != 1 || len(sc.Keys) != 2 {
+		t.Fatalf("scheduler %+v", sc)
+	}
+	if a, b := sc.Keys[0], sc.Keys[1]; a.Key != "a" || a.InUse != 2 || a.Queued != 1 || a.Ready != 0 || !a.Capped ||
+		b.Key != "b" || b.InUse != 1 || b.Queued != 0 || b.Capped {
+		t.Fatalf("scheduler keys %+v, want a (2 in use, 1 queued, capped) and b (1 in use)", sc.Keys)
+	}
 	if _, err := c.Acquire(ctx, "k", 3, lease.WithKey("c")); !errors.Is(err, lease.ErrExceedsCapacity) {
 		t.Fatalf("a request over the key cap: %v, want exceeds_capacity", err)
 	}

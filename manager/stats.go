@@ -28,12 +28,15 @@ func (m *Manager) statsLocked() []lease.PoolStats {
 	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
 	// limit: pools past it go without (executors then weigh only the
 	// tenants holding or waiting, whose weights Tenants carries).
-	budget := lease.MaxStatsWeights
+	budget, keys := lease.MaxStatsWeights, lease.MaxStatsKeys
 	for i := range out {
 		if out[i].Policy != pools.PolicyFair {
 			continue
 		}
-		o := m.pools[out[i].Name].p.Options()
+		pp := m.pools[out[i].Name].p
+		out[i].Scheduler = pp.Scheduler(keys)
+		keys -= len(out[i].Scheduler.Keys)
+		o := pp.Options()
 		out[i].DefaultWeight = o.DefaultWeight
 		if len(o.Weights) <= budget {
 			out[i].Weights = o.Weights

@@ -378,15 +378,9 @@ func ceilDiv(a, b int64) int64 {
 }
 
 func (f *fairQueue) each(fn func(*Waiter)) {
-	visit := func(t *tenant) {
-		for e := t.shares.Front(); e != nil; e = e.Next() {
-			for w := e.Value.(*share).waiters.Front(); w != nil; w = w.Next() {
-				fn(w.Value.(*Waiter))
-			}
+	f.eachShare(func(s *share) {
+		for w := s.waiters.Front(); w != nil; w = w.Next() {
+			fn(w.Value.(*Waiter))
 		}
-	}
-	visit(&f.p.anon)
-	for _, t := range f.p.tenants {
-		visit(t)
-	}
+	})
 }

@@ -181,8 +181,8 @@ func (p *Pool) pushWaiter(w *Waiter, r Request, vt int64) {
 		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority,
 		pool: p, state: stateQueued, ready: w.ready, seq: p.seq, vt: vt, t: t,
 	}
-	if p.opts.StarvationAge > 0 {
-		w.vt = p.stamp()
+	if p.opts.Policy == PolicyFair {
+		w.vt = p.stamp() // for StarvationAge and Scheduler's ages
 	}
 	t.queued++
 	t.queuedSlots += r.Slots

@@ -2,6 +2,7 @@ package pools
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,36 @@ func TestStarvationAge(t *testing.T) {
 	// With 10 s nobody has waited long enough: as without.
 	if got, want := run(10*time.Second), "aaaaba"; got != want {
 		t.Errorf("starvation age 10s: grant order %q, want %q", got, want)
+	}
+}
+
+// TestScheduler: a fair pool's scheduler view shows its settings and each
+// share's weight, credit, slots and queue, ready or held back by a cap.
+func TestScheduler(t *testing.T) {
+	if New(1).Scheduler(10) != nil {
+		t.Error("a fifo pool has a scheduler view")
+	}
+	clock := newClock()
+	p := mustNew(t, 3, Options{Policy: PolicyFair, KeyCap: 1, Quantum: 2, StarvationAge: time.Minute,
+		Weights: map[string]int{"b": 3}, Now: clock.Now})
+	mustGrant(t, p, Request{Slots: 1, Tenant: "t", Key: "a"})
+	mustQueue(t, p, Request{Slots: 1, Tenant: "t", Key: "a"}) // capped: a holds its 1
+	mustGrant(t, p, Request{Slots: 1, Tenant: "t", Key: "b"})
+	mustGrant(t, p, Request{Slots: 1, Tenant: "u"})
+	clock.Advance(time.Second)
+	mustQueue(t, p, Request{Slots: 1, Tenant: "v", Key: "c"}) // ready: no slot free
+	clock.Advance(1500 * time.Millisecond)
+	got := p.Scheduler(10)
+	want := SchedulerStats{Strategy: "deficit_round_robin", Quantum: 2, StarvationAgeMs: 60000, Keys: []KeyStats{
+		{Tenant: "t", Key: "a", Weight: 1, InUse: 1, Queued: 1, QueuedSlots: 1, Capped: true},
+		{Tenant: "t", Key: "b", Weight: 3, InUse: 1},
+		{Tenant: "u", Key: "", Weight: 1, InUse: 1},
+		{Tenant: "v", Key: "c", Weight: 1, Deficit: 2, Queued: 1, QueuedSlots: 1, Ready: 1, OldestReadyAgeMs: 1500},
+	}}
+	if got == nil || fmt.Sprintf("%+v", *got) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("Scheduler =\n%+v\nwant\n%+v", got, want)
+	}
+	if s := p.Scheduler(1); len(s.Keys) != 1 || s.MoreKeys != 3 || s.Keys[0].Key != "a" {
+		t.Errorf("Scheduler(1) = %+v, want a's share and 3 more", s)
 	}
 }

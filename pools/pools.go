@@ -53,8 +53,8 @@ type Waiter struct {
 	// recycled with their channel (see acquirers).
 	ready chan struct{}
 	seq   uint64 // enqueue order, strictly increasing along the queue
-	// vt is, under priority, w's virtual time (Pool.vtime); under fair
-	// with StarvationAge, when w was queued (Pool.stamp).
+	// vt is, under priority, w's virtual time (Pool.vtime); under fair,
+	// when w was queued (Pool.stamp).
 	vt int64
 	t  *tenant // w's tenant while queued, else nil
 
@@ -195,9 +195,7 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 		p.q = &priorityQueue{}
 		p.epoch = o.Now()
 	case PolicyFair:
-		if o.StarvationAge > 0 {
-			p.epoch = o.Now()
-		}
+		p.epoch = o.Now()
 		p.q = &fairQueue{p: p}
 	}
 	return p, nil

@@ -26,8 +26,12 @@ func TestKeyLimitAsAUserRunsIt(t *testing.T) {
 	eventually(t, 20*time.Second, "a's third run to wait", func() bool { return httpPools(t, httpAddr)["gpu"].QueuedRequests == 1 })
 
 	code, out := runLeasemgr(t, env, "pools")
-	if code != 0 || !regexp.MustCompile(`keys\s+gpu\s+4\s+2\s+2\s+1\s+1\s+fair key_cap=2`).MatchString(out) {
-		t.Fatalf("leasemgr pools: exit %d, want gpu with 2 in use, 1 waiting, fair key_cap=2:\n%s", code, out)
+	if code != 0 || !regexp.MustCompile(`keys\s+gpu\s+4\s+2\s+2\s+1\s+1\s+fair key_cap=2`).MatchString(out) ||
+		!regexp.MustCompile(`key cust-a\s+2\s+1\s+1\s+weight=1 deficit=0 ready=0 capped`).MatchString(out) {
+		t.Fatalf("leasemgr pools: exit %d, want gpu with 2 in use, 1 waiting, fair key_cap=2, and cust-a capped:\n%s", code, out)
+	}
+	if sc := httpPools(t, httpAddr)["gpu"].Scheduler; sc == nil || sc.Quantum != 2 || sc.StarvationAgeMs != 60000 || len(sc.Keys) != 1 || !sc.Keys[0].Capped {
+		t.Fatalf("/v1/pools gpu scheduler: %+v, want quantum 2, age 60000 ms, cust-a capped", sc)
 	}
 	// b is not held up by a's waiting run, twice over.
 	for i := range 2 {

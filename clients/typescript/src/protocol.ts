@@ -71,6 +71,31 @@ export interface PoolStats {
   tokens?: number;
   weights?: Record<string, number>;
   default_weight?: number;
+  /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
+  scheduler?: SchedulerStats;
+}
+
+/** What a fair pool's deficit round robin holds now. */
+export interface SchedulerStats {
+  strategy: string;
+  quantum: number;
+  starvation_age_ms?: number;
+  keys: KeyStats[];
+  more_keys?: number;
+}
+
+/** One share of a fair pool: a tenant's requests with one fairness key ("" without one). */
+export interface KeyStats {
+  tenant: string;
+  key: string;
+  weight: number;
+  deficit: number;
+  in_use: number;
+  queued: number;
+  queued_slots: number;
+  ready: number;
+  capped?: boolean;
+  oldest_ready_age_ms?: number;
 }
 
 /** The one reply shape (docs/protocol.md, section 2.7). */

@@ -143,6 +143,10 @@ test("fairness keys: a key at its limit waits without holding up another key", a
   assert.equal(st.policy, "fair");
   assert.equal(st.in_use, 2);
   assert.equal(st.queued, 1);
+  assert.deepEqual(
+    st.scheduler.keys.map((k) => [k.key, k.in_use, k.queued, k.capped ?? false]),
+    [["cust-a", 1, 1, true], ["cust-b", 1, 0, false]],
+  );
   await a1.release();
   const a2l = await a2; // cust-a's own release lets its next go
   assert.equal(a2l.record.key, "cust-a");
