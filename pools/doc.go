@@ -78,13 +78,16 @@
 //
 // # Costs
 //
-// With n requests queued and T tenants in the fair round: fifo is O(1) per
-// operation ([Pool.Position] walks the queue, O(n)). priority is O(log n)
-// expected per operation, positions included, on a treap. fair is O(1)
-// amortised per grant, release and cancel while requests are no larger
-// than the weights, and O(T) when they are larger (a whole round may pass
-// without a grant; the rounds are then skipped arithmetically rather than
-// played); a position is O(T), and [Pool.EnqueueRequest] returns one.
+// With n requests queued and T shares (tenants, or tenants' keys) in the
+// fair round: fifo is O(1) per operation ([Pool.Position] walks the queue,
+// O(n)). priority is O(log n) expected per operation, positions included,
+// on a treap. fair is O(1) amortised per grant, release and cancel while
+// requests are no larger than the quanta, and O(T) when they are larger (a
+// whole round may pass without a grant; the rounds are then skipped
+// arithmetically rather than played); a position is O(T), and
+// [Pool.EnqueueRequest] returns one. A starvation age adds O(log T) (a heap
+// of the shares' oldest requests); a tenant cap makes a grant or release
+// of a tenant with k keys O(k) (each key's room under the cap changed).
 //
 // # Use
 //

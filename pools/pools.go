@@ -87,7 +87,7 @@ type Pool struct {
 	//   - waiters are granted only as q.next() names them, and q.next(),
 	//     when not nil, does not fit (capacity-inUse < Slots): every
 	//     operation that frees slots or changes the queue grants before
-	//     returning. Exception: a RestoreFor that caps a fair tenant may
+	//     returning. Exception: a RestoreKey that caps a fair share may
 	//     leave a grantable waiter for the next Release, Cancel or
 	//     SetCapacity (RestoreFor cannot return grants).
 	//   - every queued waiter has 0 < Slots <= capacity (and <= TenantCap,
