@@ -190,6 +190,10 @@ type Manager struct {
 	// connection closed its leases are freed.
 	DisconnectGrace time.Duration `env:"DISCONNECT_GRACE" envDefault:"800ms"`
 
+	// Notes are what leasemgr run logs at start about how it read its
+	// configuration: each alias (Aliases) honoured.
+	Notes []string
+
 	// ReplyPrefixes is NATS_REPLY_PREFIXES parsed (replyprefixes.go): the
 	// inbox prefixes, besides "_INBOX", the manager answers.
 	ReplyPrefixes []string
@@ -255,13 +259,17 @@ func LoadManager() (*Manager, error) {
 // LoadManagerFrom reads Manager from m only, never from the process
 // environment. A nil m is an empty environment.
 func LoadManagerFrom(m map[string]string) (*Manager, error) {
-	m, errs := strictVars(nonNil(m), varOrder)
+	m, notes, aliased, aerrs := applyAliases(nonNil(m))
+	m, errs := strictVars(m, varOrder)
 	var c Manager
+	c.Notes = notes
 	perrs, bad := parseEnv(&c, m)
 	errs = append(errs, perrs...)
 	errs = append(errs, c.Common.resolve()...)
 	errs = append(errs, c.resolve(m, bad)...)
-	if err := joinErrs(sortByVar(errs)); err != nil {
+	errs = sortByVar(errs)
+	blameAliases(errs, aliased)
+	if err := joinErrs(append(aerrs, errs...)); err != nil {
 		return nil, err
 	}
 	return &c, nil

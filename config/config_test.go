@@ -695,14 +695,13 @@ func TestQueuePolicyErrors(t *testing.T) {
 	cases := []struct {
 		name, variable, value, want string
 	}{
-		{"unknown policy", EnvPoolPolicies, "gpu=lifo", `POOL_POLICIES: entry "gpu=lifo": unknown policy "lifo"`},
+		{"unknown policy", EnvPoolPolicies, "gpu=lilo", `POOL_POLICIES: entry "gpu=lilo": unknown policy "lilo" (want fifo, lifo, priority or fair)`},
 		{"unknown pool", EnvPoolPolicies, "tpu=fair", `POOL_POLICIES: entry "tpu=fair": no pool "tpu"`},
 		{"missing =", EnvPoolPolicies, "gpu", `POOL_POLICIES: entry "gpu": missing "="`},
 		{"duplicate", EnvPoolPolicies, "gpu=fair,gpu=fifo", `duplicate name "gpu"`},
 		{"negative max queue", EnvPoolMaxQueue, "gpu=-1", `POOL_MAX_QUEUE: entry "gpu=-1": max queue must not be negative`},
 		{"max queue over the limit", EnvPoolMaxQueue, "gpu=4194305", `POOL_MAX_QUEUE: entry "gpu=4194305": max queue must be at most 4194304`},
 		{"max queue with a sign", EnvPoolMaxQueue, "gpu=+1", `POOL_MAX_QUEUE: entry "gpu=+1": max queue must not have a '+' sign`},
-		{"max queue 0", EnvPoolMaxQueue, "gpu=0", `POOL_MAX_QUEUE: entry "gpu=0": max queue 0 would refuse every request that has to wait: give 1 to 4194304 (default 10000)`},
 		{"zero per connection", EnvMaxQueuedPerConnection, "0", `MAX_QUEUED_PER_CONNECTION: "0": max queued per connection must be a positive integer`},
 		{"per connection over the limit", EnvMaxQueuedPerConnection, "4194305", `MAX_QUEUED_PER_CONNECTION: "4194305": max queued per connection must be at most 4194304`},
 		{"per connection not a number", EnvMaxQueuedPerConnection, "many", `MAX_QUEUED_PER_CONNECTION`},

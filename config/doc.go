@@ -94,8 +94,10 @@
 //	NATS_REPLY_PREFIXES       inbox prefixes answered besides _INBOX and _R_
 //	                          (replyprefixes.go)
 //	EVENT_RETENTION           how long events are kept; default 24h, 0 none
-//	POOL_POLICIES             per pool fifo, priority or fair (policies.go)
-//	POOL_MAX_QUEUE            per pool, most queued requests; default 10000
+//	POOL_POLICIES             per pool fifo, lifo, priority or fair (policies.go)
+//	POOL_MAX_QUEUE            per pool, most queued requests; default 10000;
+//	                          0: no queue, fail fast
+//	POOL_ON_FULL              per pool, refuse (default) or drop_oldest
 //	MAX_QUEUED_PER_CONNECTION most requests one connection may have waiting;
 //	                          default 1000
 //	MAX_QUEUED_PER_CREDENTIAL most requests one credential may have waiting

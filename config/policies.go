@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // POOL_CAPACITIES; every name must be a pool of POOL_CAPACITIES (or
 // "default").
 const (
-	EnvPoolPolicies        = "POOL_POLICIES"         // gpu=fair,io=priority (fifo|priority|fair; default fifo)
-	EnvPoolMaxQueue        = "POOL_MAX_QUEUE"        // gpu=100 (absent: DefaultMaxQueue)
+	EnvPoolPolicies        = "POOL_POLICIES"         // gpu=fair,io=priority (fifo|lifo|priority|fair; default fifo)
+	EnvPoolMaxQueue        = "POOL_MAX_QUEUE"        // gpu=100 (absent: DefaultMaxQueue; 0: no queue, fail fast)
+	EnvPoolOnFull          = "POOL_ON_FULL"          // gpu=drop_oldest (refuse|drop_oldest; default refuse)
 	EnvTenantCaps          = "TENANT_CAPS"           // gpu=2: most slots one tenant may hold (fair pools only)
 	EnvTenantWeights       = "TENANT_WEIGHTS"        // tenant-a:3,tenant-b:1 (fair pools)
 	EnvTenantDefaultWeight = "TENANT_DEFAULT_WEIGHT" // weight of tenants not in TENANT_WEIGHTS (default 1)
@@ -44,7 +46,10 @@ const (
 )
 
 // Policies, as POOL_POLICIES accepts them.
-var policies = []string{"fifo", "priority", "fair"}
+var policies = []string{"fifo", "lifo", "priority", "fair"}
+
+// On-full behaviours, as POOL_ON_FULL accepts them.
+var onFulls = []string{"refuse", "drop_oldest"}
 
 // parseEntries parses a comma-separated list of name<sep>value entries,
 // reporting every bad entry as a *VarError naming the variable. Names must
@@ -109,7 +114,7 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 				return nil
 			}
 		}
-		return reason(fmt.Sprintf("unknown policy %q (want fifo, priority or fair)", v))
+		return reason(fmt.Sprintf("unknown policy %q (want fifo, lifo, priority or fair)", v))
 	})...)
 	errs = append(errs, parseEntries(EnvPoolMaxQueue, m[EnvPoolMaxQueue], "=", func(name, v string) error {
 		p, err := pool(name)
@@ -120,10 +125,26 @@ func (c *Manager) resolvePolicies(m map[string]string) []error {
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			return reason(fmt.Sprintf("max queue 0 would refuse every request that has to wait: give 1 to %d (default %d)", MaxQueueLimit, DefaultMaxQueue))
+		// 0: no queue at all, every request that cannot start at once
+		// refused (would_wait), as --no-wait does for one request.
+		p.MaxQueue, p.FailFast = int(n), n == 0
+		return nil
+	})...)
+	// On-full after max queue: a pool without a queue has nobody to drop.
+	errs = append(errs, parseEntries(EnvPoolOnFull, m[EnvPoolOnFull], "=", func(name, v string) error {
+		p, err := pool(name)
+		if err != nil {
+			return err
 		}
-		p.MaxQueue = int(n)
+		if !slices.Contains(onFulls, v) {
+			return reason(fmt.Sprintf("unknown on-full behaviour %q (want refuse or drop_oldest)", v))
+		}
+		if p.FailFast && v == "drop_oldest" {
+			return reason(fmt.Sprintf("pool %q has no queue (POOL_MAX_QUEUE=%s=0): there is no oldest waiter to drop", name, name))
+		}
+		if v != "refuse" {
+			p.OnFull = v
+		}
 		return nil
 	})...)
 	// Caps after policies: a cap needs the fair policy.

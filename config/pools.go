@@ -21,11 +21,15 @@ const DefaultPool = rules.DefaultPool
 type Pool struct {
 	Name     string
 	Capacity int64
-	// Queue policy (POOL_POLICIES, POOL_MAX_QUEUE, TENANT_CAPS): "" is fifo;
-	// MaxQueue 0 is the default, DefaultMaxQueue (the lease manager
-	// applies it); TenantCap 0 is none.
+	// Queue policy (POOL_POLICIES, POOL_MAX_QUEUE, POOL_ON_FULL,
+	// TENANT_CAPS): "" is fifo; MaxQueue 0 is the default, DefaultMaxQueue
+	// (the lease manager applies it), unless FailFast: the pool has no
+	// queue (POOL_MAX_QUEUE=<pool>=0). OnFull "" is refuse, else
+	// "drop_oldest". TenantCap 0 is none.
 	Policy    string
 	MaxQueue  int
+	FailFast  bool
+	OnFull    string
 	TenantCap int64
 	// Fair pools (fairness.go): KeyLimit caps the slots in flight per key
 	// (POOL_KEY_LIMITS, 0 none); Quantum is the credit per turn of weight 1

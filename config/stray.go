@@ -66,6 +66,7 @@ func Strays(environ []string) []Stray {
 
 func known(name string) bool {
 	return slices.ContainsFunc(Vars, func(v Var) bool { return v.Name == name }) ||
+		slices.ContainsFunc(Aliases, func(a Alias) bool { return a.Name == name }) ||
 		slices.Contains(notStrays, name) || workerLeaseVar.MatchString(name)
 }
 

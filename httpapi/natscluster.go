@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,12 +74,16 @@ func (s *NATSSource) RecentEvents(ctx context.Context, limit int) ([]lease.Event
 	if err != nil {
 		return nil, fmt.Errorf("event stream %q: %w", s.stream, err)
 	}
+	// A stored message holds one or more events, the last limit messages
+	// at least the last limit events. Messages of different subjects may
+	// overtake each other by a few ms (docs/protocol.md, section 6): the
+	// events are put in the order they happened.
 	out := make([]lease.Event, 0, len(stored))
 	for _, data := range stored {
-		var ev lease.Event
-		if json.Unmarshal(data, &ev) == nil {
-			out = append(out, ev)
+		if evs, err := lease.DecodeEvents(data); err == nil {
+			out = append(out, evs...)
 		}
 	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b lease.Event) int { return a.Time.Compare(b.Time) })
+	return out[max(0, len(out)-limit):], nil
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -166,14 +165,16 @@ func (s *NATSSource) subscribe(ctx context.Context, filter string) (<-chan lease
 			case <-ctx.Done():
 				return
 			case msg := <-msgs:
-				var ev lease.Event
-				if json.Unmarshal(msg.Data, &ev) != nil {
-					continue // not an event; nothing a watcher can use
+				evs, err := lease.DecodeEvents(msg.Data)
+				if err != nil {
+					continue // not events; nothing a watcher can use
 				}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
+				for _, ev := range evs {
+					select {
+					case out <- ev:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
 		}

@@ -96,14 +96,42 @@ func (s *LeaseStore) Renew(ctx context.Context, key string, value []byte, ttl ti
 // LastRevision and PurgeTTL does: a purge drops all of the key's history,
 // and its marker expires after MarkerTTL.
 func (s *LeaseStore) Delete(ctx context.Context, key string, rev uint64) error {
-	h := writeHeader(rev, MarkerTTL)
-	h[kvOperation] = []string{"PURGE"}
-	h[jetstream.MsgRollup] = []string{jetstream.MsgRollupSubject}
-	_, err := s.write(ctx, key, nil, h)
+	_, err := s.write(ctx, key, nil, purgeHeader(rev))
 	if wrongLastSeq(err) {
 		return fmt.Errorf("%w: %w", manager.ErrStoreRevision, err)
 	}
 	return err
+}
+
+var _ manager.EchoWriter = (*LeaseStore)(nil)
+
+// SendCreate, SendRenew and SendDelete send the write Create, Renew and
+// Delete make without a reply subject: the server stores it, or refuses it,
+// without answering, and the watch shows it stored. SendCreate expects no
+// revision at all, so unlike Create it is refused where a delete or an
+// expiry left a marker.
+func (s *LeaseStore) SendCreate(key string, value []byte, ttl time.Duration) error {
+	return s.send(key, value, writeHeader(0, ttl))
+}
+
+func (s *LeaseStore) SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error {
+	return s.send(key, value, writeHeader(rev, ttl))
+}
+
+func (s *LeaseStore) SendDelete(key string, rev uint64) error {
+	return s.send(key, nil, purgeHeader(rev))
+}
+
+func (s *LeaseStore) send(key string, data []byte, h nats.Header) error {
+	return s.nc.PublishMsg(&nats.Msg{Subject: s.subject + key, Data: data, Header: h})
+}
+
+// purgeHeader is the header of Delete's purge, conditional on rev.
+func purgeHeader(rev uint64) nats.Header {
+	h := writeHeader(rev, MarkerTTL)
+	h[kvOperation] = []string{"PURGE"}
+	h[jetstream.MsgRollup] = []string{jetstream.MsgRollupSubject}
+	return h
 }
 
 // kvOperation is the header that marks a KV delete or purge.

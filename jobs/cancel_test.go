@@ -217,12 +217,11 @@ func cancelWhileTaken(t *testing.T, granted bool) {
 		}
 		// The executor is granted both leases, finds the job cancelled,
 		// and gives its p lease back.
-		msg, err := released.NextMsg(10 * time.Second)
+		ev, _, err := harness.ReadEvents(released).Next(10 * time.Second)
 		if err != nil {
 			t.Fatalf("the executor's p lease was never released: %v", err)
 		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.LeaseID != id+"-d1-p" {
+		if ev.LeaseID != id+"-d1-p" {
 			t.Fatalf("released %+v (%v), want lease %s-d1-p", ev, err, id)
 		}
 		harness.Eventually(t, 10*time.Second, "the executor's run to end", func() bool { return sv.srv.Running() == 0 })

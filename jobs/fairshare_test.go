@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -45,11 +44,13 @@ func TestTenantSharesThroughTheQueue(t *testing.T) {
 	var order []string
 	nc := harness.Connect(t, srv.URL)
 	_, err := nc.Subscribe(lease.EventFilter(lease.DefaultPrefix, "n1", "p", ""), func(m *nats.Msg) {
-		var ev lease.Event
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Kind == lease.EventGranted {
-			mu.Lock()
-			order = append(order, ev.Tenant)
-			mu.Unlock()
+		evs, _ := lease.DecodeEvents(m.Data)
+		for _, ev := range evs {
+			if ev.Kind == lease.EventGranted {
+				mu.Lock()
+				order = append(order, ev.Tenant)
+				mu.Unlock()
+			}
 		}
 	})
 	if err != nil {

@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -180,11 +179,16 @@ func capacityWatch(t *testing.T, url, pool string) (violations *atomic.Int64, ev
 	violations, events = new(atomic.Int64), new(atomic.Int64)
 	nc := harness.Connect(t, url)
 	_, err := nc.Subscribe(lease.EventFilter(lease.DefaultPrefix, "", pool, ""), func(m *nats.Msg) {
-		var ev lease.Event
-		if json.Unmarshal(m.Data, &ev) != nil || ev.Stats.InUse > ev.Stats.Capacity {
+		evs, err := lease.DecodeEvents(m.Data)
+		if err != nil {
 			violations.Add(1)
 		}
-		events.Add(1)
+		for _, ev := range evs {
+			if ev.Stats.InUse > ev.Stats.Capacity {
+				violations.Add(1)
+			}
+			events.Add(1)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -171,9 +170,11 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 	var over atomic.Int64
 	nc := harness.Connect(t, url)
 	if _, err := nc.Subscribe(lease.EventFilter(lease.DefaultPrefix, "", "", ""), func(m *nats.Msg) {
-		var ev lease.Event
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Stats.InUse > ev.Stats.Capacity {
-			over.Add(1)
+		evs, _ := lease.DecodeEvents(m.Data)
+		for _, ev := range evs {
+			if ev.Stats.InUse > ev.Stats.Capacity {
+				over.Add(1)
+			}
 		}
 	}); err != nil {
 		t.Fatal(err)

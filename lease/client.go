@@ -268,9 +268,11 @@ func OnQueued(f func(position int)) AcquireOption {
 }
 
 // Acquire asks for slots in pool and waits, in the pool's queue order
-// (FIFO, priority or fair share), until they are granted or ctx ends. On
-// ctx's end it withdraws the request; a grant that raced the withdrawal is
-// given back by the manager.
+// (FIFO, LIFO, priority or fair share), until they are granted or ctx
+// ends. On ctx's end it withdraws the request; a grant that raced the
+// withdrawal is given back by the manager. A pool may end the wait
+// itself: ErrDropped from a full queue that drops its oldest waiter,
+// ErrWouldWait from a pool without a queue.
 //
 // Holding is not guaranteed after Acquire returns: watch Done, and stop the
 // work it guards when Done closes.

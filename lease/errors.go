@@ -21,6 +21,10 @@ const (
 	CodeQueueFull       Code = "queue_full"       // the pool's queue is at its limit; retry after retry_after_ms
 	CodeWouldWait       Code = "would_wait"       // a no_wait (try) acquire that could not be granted at once
 	CodeCancelled       Code = "cancelled"        // the queued request was cancelled by its holder
+	// CodeDropped: the request waited in a pool whose full queue drops its
+	// oldest waiter (POOL_ON_FULL=<pool>=drop_oldest), and a newer request
+	// took its place.
+	CodeDropped Code = "dropped"
 	// CodeHolderDisconnected: the holder's connection closed and the grace
 	// passed (fast release): its lease was freed, or its queued request
 	// dropped.
@@ -81,6 +85,7 @@ var (
 	ErrQueueFull       = &Error{Code: CodeQueueFull}
 	ErrWouldWait       = &Error{Code: CodeWouldWait}
 	ErrCancelled       = &Error{Code: CodeCancelled}
+	ErrDropped         = &Error{Code: CodeDropped}
 	ErrLeaseNotFound   = &Error{Code: CodeLeaseNotFound}
 	ErrTokenMismatch   = &Error{Code: CodeTokenMismatch}
 	ErrConflict        = &Error{Code: CodeConflict}

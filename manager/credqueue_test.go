@@ -79,12 +79,12 @@ func TestQueuedRequestsGoWithTheirConnection(t *testing.T) {
 	rejected := map[string]lease.Code{}
 	watch := srv.Connect(t, config.RoleExecutor)
 	if _, err := watch.Subscribe(lease.EventFilter(lease.DefaultPrefix, node, "p", lease.EventRejected), func(m *nats.Msg) {
-		var ev lease.Event
-		if json.Unmarshal(m.Data, &ev) == nil {
-			mu.Lock()
+		evs, _ := lease.DecodeEvents(m.Data)
+		mu.Lock()
+		for _, ev := range evs {
 			rejected[ev.RequestID] = ev.Code
-			mu.Unlock()
 		}
+		mu.Unlock()
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -32,10 +32,14 @@ func TestHugeFieldsGetBoundedAnswers(t *testing.T) {
 	hugeNumber := "1" + strings.Repeat("0", 1_000_000)
 
 	var mu sync.Mutex
-	var events [][]byte
+	var events []json.RawMessage
 	if _, err := nc.Subscribe(lease.EventFilter(lease.DefaultPrefix, node, "", ""), func(msg *nats.Msg) {
 		mu.Lock()
-		events = append(events, msg.Data)
+		var evs []json.RawMessage // one message holds the events of its subject since the one before
+		if err := json.Unmarshal(msg.Data, &evs); err != nil {
+			evs = []json.RawMessage{msg.Data} // reported below
+		}
+		events = append(events, evs...)
 		mu.Unlock()
 	}); err != nil {
 		t.Fatal(err)

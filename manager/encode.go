@@ -197,6 +197,12 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if s.MaxQueue != 0 {
 		b = appendIntField(b, "max_queue", int64(s.MaxQueue))
 	}
+	if s.OnFull != "" {
+		b = appendStringField(b, "on_full", string(s.OnFull))
+	}
+	if s.FailFast {
+		b = append(field(b, "fail_fast"), "true"...)
+	}
 	if s.TenantCap != 0 {
 		b = appendIntField(b, "tenant_cap", s.TenantCap)
 	}

@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -262,14 +261,11 @@ func TestFastReleaseCutOffHolderStopsFirst(t *testing.T) {
 func leaseEnd(t *testing.T, sub *nats.Subscription, id string, within time.Duration) lease.Event {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	events := harness.ReadEvents(sub)
 	for {
-		msg, err := sub.NextMsg(time.Until(deadline))
+		ev, _, err := events.Next(time.Until(deadline))
 		if err != nil {
 			t.Fatalf("no event ended lease %s within %v: %v", id, within, err)
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		if ev.LeaseID == id && (ev.Kind == lease.EventReleased || ev.Kind == lease.EventExpired) {
 			return ev

@@ -65,6 +65,48 @@ func (s fencedStore) Delete(ctx context.Context, key string, rev uint64) error {
 	return s.Store.Delete(ctx, key, rev)
 }
 
+// SendCreate, SendRenew and SendDelete send their write if the term is
+// valid and the Store can (EchoWriter); errNoEcho if it cannot.
+func (s fencedStore) SendCreate(key string, value []byte, ttl time.Duration) error {
+	ew, err := s.echoWriter("create", key)
+	if err != nil {
+		return err
+	}
+	return ew.SendCreate(key, value, ttl)
+}
+
+func (s fencedStore) SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error {
+	ew, err := s.echoWriter("renew", key)
+	if err != nil {
+		return err
+	}
+	return ew.SendRenew(key, value, ttl, rev)
+}
+
+func (s fencedStore) SendDelete(key string, rev uint64) error {
+	ew, err := s.echoWriter("delete", key)
+	if err != nil {
+		return err
+	}
+	return ew.SendDelete(key, rev)
+}
+
+// echoWriter is the Store as an EchoWriter, if it is one and the term is
+// valid.
+func (s fencedStore) echoWriter(op, key string) (EchoWriter, error) {
+	ew, ok := s.Store.(EchoWriter)
+	if !ok {
+		return nil, errNoEcho
+	}
+	if !s.ok() {
+		return nil, s.refused(op, key)
+	}
+	return ew, nil
+}
+
+// errNoEcho: the Store writes only with an acknowledgement.
+var errNoEcho = errors.New("lease: the store cannot send a write without its acknowledgement")
+
 func (s fencedStore) Put(ctx context.Context, key string, value []byte) (uint64, error) {
 	if !s.ok() {
 		return 0, s.refused("put", key)

@@ -81,13 +81,13 @@ func forgeAndSettle(t *testing.T, srv *harness.SecureServer, n *harness.Node, se
 	t.Helper()
 	const marker = 999_999_999 // no connection's id
 	burst := forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, append(bodies, advisoryFor(server, marker))...)
-	harness.Eventually(t, 2*time.Minute, "the manager to hear the last forged advisory", func() bool { return n.Manager.HeardClose(server, marker) })
+	harness.Eventually(t, 2*time.Minute, "the manager to hear the last forged advisory", func() bool { return manager.HeardClose(n.Manager, server, marker) })
 	span = time.Since(burst)
 	harness.Eventually(t, 2*time.Minute, "every close check to settle", func() bool {
-		checking, _ := n.Manager.CloseChecks()
+		checking, _ := manager.CloseChecks(n.Manager)
 		return checking == 0
 	})
-	if _, armed := n.Manager.CloseChecks(); armed != 0 {
+	if _, armed := manager.CloseChecks(n.Manager); armed != 0 {
 		t.Fatalf("%d frees armed after forged advisories", armed)
 	}
 	return span
@@ -240,13 +240,9 @@ func TestForgedDisconnectFloodIsBounded(t *testing.T) {
 	// would have it expire. The wait is only a budget.
 	holderNC.Close()
 	d := awaitGrant(t, got, errc, time.Minute, "a real close after a flood of forged advisories")
-	m, err := released.NextMsg(time.Minute)
+	ev, _, err := harness.ReadEvents(released).Next(time.Minute)
 	if err != nil {
 		t.Fatalf("no released event for the closed holder's lease: %v", err)
-	}
-	var ev lease.Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		t.Fatal(err)
 	}
 	if ev.LeaseID != l.ID() || ev.Code != lease.CodeHolderDisconnected {
 		t.Fatalf("released event %+v, want lease %s released with %s", ev, l.ID(), lease.CodeHolderDisconnected)

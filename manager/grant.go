@@ -34,7 +34,10 @@ func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
 		for _, w := range rs {
 			r := w.Value.(*request)
 			if abandoned(r, now) {
-				next = append(next, m.dropAbandonedLocked(r, now)...)
+				// The slots back first, so the event carries the
+				// figures after the drop.
+				next = append(next, p.p.ReleaseKey(r.tenant, r.key, r.slots)...)
+				m.endLocked(r, abandonedError(r, now), lease.EventRejected)
 				continue
 			}
 			m.startGrantLocked(r)
@@ -75,13 +78,7 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
-		started := time.Now()
-		rev, err = m.grants.write(key, data, r.entry.await())
-		if err != nil && !errors.Is(err, ErrStoreExists) && !errors.Is(err, ErrStoreRevision) && !fencedOut(err) {
-			// Ambiguous: the write may be stored though its acknowledgement
-			// was lost. The slots stay taken until the store says.
-			rev, err = m.grants.resolve(key, r.id, started, err)
-		}
+		rev, err = m.grants.put(key, r.id, data, r.entry.await())
 	}
 
 	m.mu.Lock()
@@ -101,17 +98,16 @@ func (m *Manager) grant(r *request) {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
-		if !m.closed {
-			m.journal.dropLocked(r)
-		}
 		granted := p.p.ReleaseKey(r.tenant, r.key, r.slots)
-		if !m.closed {
-			m.startGrantsLocked(p, granted)
-		}
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
-		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		if m.closed {
+			// Its queue entry, if any, stays for the successor to restore.
+			m.out.answerLater(r.reply, errReply(e))
+			return
+		}
+		m.startGrantsLocked(p, granted)
+		m.endLocked(r, e, lease.EventRejected)
 		return
 	}
 	if m.ctx.Err() != nil {
@@ -121,7 +117,7 @@ func (m *Manager) grant(r *request) {
 		// of this same manager the retry finds the record.
 		e := closingError(m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
+		m.out.answerLater(r.reply, errReply(e))
 		return
 	}
 	rec.Token = rev
@@ -139,9 +135,7 @@ func (m *Manager) grant(r *request) {
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.out.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
-		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
 }
 
 // grantStore stores grants in the lease bucket: over the request's queue
@@ -156,6 +150,60 @@ type grantStore struct {
 	timeout  time.Duration
 	instance string
 	log      *slog.Logger
+	echoes   echoes // the writes sent without an acknowledgement
+}
+
+// put stores a grant and returns its revision. It sends the write
+// without waiting for the acknowledgement, and waits for the watch to show
+// it stored (echoes), when the Store can; with no echo within echoWait (the
+// write was refused, or lost, or the watch is being set up again) it finds
+// out from the stream leader whether the write is stored, and writes with
+// an acknowledgement if it is not. An acknowledged write that failed
+// ambiguously is resolved the same way: the slots stay taken until the
+// store says.
+func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64, error) {
+	started := time.Now()
+	if ew, ok := gs.store.(EchoWriter); ok {
+		w, err := gs.send(ew, key, data, entryRev)
+		if fencedOut(err) {
+			return 0, err
+		}
+		if w != nil {
+			if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
+				return rev, nil
+			}
+			// Not seen: stored unseen, refused, or still on its way. A
+			// later arrival is refused once anything else is stored at
+			// key, as both writes expect the same revision.
+			if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
+				return rev, nil
+			}
+		}
+	}
+	rev, err := gs.write(key, data, entryRev)
+	if err != nil && !fencedOut(err) {
+		// Ambiguous, or a write that lost to one of its own (the one sent
+		// without an acknowledgement came in the end).
+		rev, err = gs.resolve(key, id, started, err)
+	}
+	return rev, err
+}
+
+// send sends the grant's write without an acknowledgement and returns
+// its expected echo; nil if it was not sent (errNoEcho, or fenced: err).
+func (gs *grantStore) send(ew EchoWriter, key string, data []byte, entryRev uint64) (*awaited, error) {
+	w := gs.echoes.expect(key, data)
+	var err error
+	if entryRev == 0 {
+		err = ew.SendCreate(key, data, gs.ttl)
+	} else {
+		err = ew.SendRenew(key, data, gs.ttl, entryRev)
+	}
+	if err != nil {
+		gs.echoes.forget(key, w)
+		return nil, err
+	}
+	return w, nil
 }
 
 // resolve finds out whether a grant write that failed ambiguously was

@@ -84,8 +84,9 @@ type journal struct {
 	node    string
 	ttl     time.Duration // the lease TTL
 	timeout time.Duration
-	lead    *leadership // the instance and term that mark an entry
-	out     *outbox     // tells holders they wait
+	delay   time.Duration // Config.QueueEntryDelay: see persistQueuedLocked
+	lead    *leadership   // the instance and term that mark an entry
+	out     *outbox       // tells holders they wait
 	log     *slog.Logger
 	ctx     context.Context // ends when the manager closes
 	// mu is the manager's lock; it guards queue, writers, lastOrder and

@@ -60,6 +60,7 @@ func TestKeyCapDoesNotBlockOtherKeys(t *testing.T) {
 		t.Fatalf("a request over the key cap: %v, want exceeds_capacity", err)
 	}
 
+	harness.Eventually(t, 10*time.Second, "a's waiting request stored", func() bool { return storedQueueEntries(t, first) == 1 })
 	if err := first.Manager.Close(); err != nil {
 		t.Fatal(err)
 	}

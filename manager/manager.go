@@ -33,6 +33,9 @@ type Config struct {
 	Logger *slog.Logger // slog.Default() if nil
 	// StoreTimeout bounds one store call; 5s if zero.
 	StoreTimeout time.Duration
+	// QueueEntryDelay is how long a queued request waits before it is told
+	// so and its queue entry is written (queue.go); QueueEntryDelay if zero.
+	QueueEntryDelay time.Duration
 	// Instance identifies this manager process in the records it writes; a
 	// fresh unique id if empty.
 	Instance string
@@ -196,7 +199,7 @@ func New(cfg Config) (*Manager, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
-	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, instance: cfg.Instance, log: m.log}
 	return m, nil
 }
@@ -238,14 +241,14 @@ func (m *Manager) start(ctx context.Context) error {
 		return err
 	}
 
-	handlers := map[string]nats.MsgHandler{
+	handlers := map[string]answerer{
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbAcquire): m.handleAcquire,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRenew):   m.handleRenew,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRelease): m.handleRelease,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbCancel):  m.handleCancel,
 	}
 	for subj, h := range handlers {
-		sub, err := m.out.subscribe(subj, m.out.guard(h))
+		sub, err := m.out.subscribe(subj, m.out.serve(h))
 		if err != nil {
 			return err
 		}
@@ -302,6 +305,10 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	for _, p := range m.pools {
 		m.rates.stopLocked(p)
+		if p.entryTimer != nil {
+			p.entryTimer.Stop() // what it would tell, a successor restores
+			p.entryTimer = nil
+		}
 		for _, r := range p.waiting {
 			r.stopTimer()
 		}
@@ -315,6 +322,7 @@ func (m *Manager) Close() error {
 	m.gone.wait() // the questions end with m.ctx; frees that fire now do nothing
 	err := m.watch.stop()
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
+	m.out.flushEvents()                      // after the last event
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
 	return err
 }

@@ -516,9 +516,15 @@ func (g *gatedStore) Delete(ctx context.Context, key string, rev uint64) error {
 // startGated starts a manager for one 1-slot pool "p" whose store holds op.
 func startGated(t *testing.T, op string) (*harness.Server, *harness.Node, *gatedStore) {
 	t.Helper()
+	return startGatedDelay(t, op, 0)
+}
+
+// startGatedDelay is startGated with a queue entry delay (0: the default).
+func startGatedDelay(t *testing.T, op string, delay time.Duration) (*harness.Server, *harness.Node, *gatedStore) {
+	t.Helper()
 	srv := harness.StartServer(t)
 	var gs *gatedStore
-	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, QueueEntryDelay: delay, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(s manager.Store) manager.Store {
 			gs = &gatedStore{Store: s, op: op, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 			return gs
@@ -587,14 +593,11 @@ func TestCancelAfterGrantReleasesIt(t *testing.T) {
 func eventKinds(t *testing.T, sub *nats.Subscription, max int) []lease.EventKind {
 	t.Helper()
 	var kinds []lease.EventKind
+	events := harness.ReadEvents(sub)
 	for len(kinds) < max {
-		msg, err := sub.NextMsg(time.Second)
+		ev, _, err := events.Next(time.Second)
 		if err != nil {
 			break
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		kinds = append(kinds, ev.Kind)
 	}

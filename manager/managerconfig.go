@@ -52,6 +52,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 5 * time.Second
 	}
+	if cfg.QueueEntryDelay == 0 {
+		cfg.QueueEntryDelay = QueueEntryDelay
+	}
 	if cfg.Events == nil {
 		cfg.Events = NopEvents{}
 	}

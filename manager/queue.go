@@ -27,54 +27,84 @@ func (j *journal) nextOrderLocked() int64 {
 // requests come after it.
 func (j *journal) restoredLocked(order int64) { j.lastOrder = max(j.lastOrder, order) }
 
-// persistQueuedLocked writes r's queue entry, so that a successor restores
-// it in order.
-//
-// A request that waits only for slots whose release is already in flight is
-// not written: it is granted as soon as those deletes are stored, one store
-// write later, like a grant in flight. Should this manager fail in between,
-// its client's next poll queues it again. Once the releases in flight no
-// longer cover the queue (more requests came, or another request took the
-// slots), or as soon as one of those deletes fails, the ones still waiting
-// are written after all.
+// QueueEntryDelay is how long a queued request waits before its holder
+// is told it waits, a queued event goes out and its queue entry is
+// written. Under contention most requests are granted sooner (64 clients
+// on 4 slots wait about 15 ms each here): their answer, event and entry
+// would cost five messages a cycle and tell nobody anything they act on.
+// A manager that fails within this time of a request's arrival loses its
+// place: its client's next poll queues it again, at the tail.
+const QueueEntryDelay = 50 * time.Millisecond
+
+// persistQueuedLocked has r told it waits, and its queue entry written so
+// that a successor restores it in order, once it has waited
+// j.delay (see tellDue).
 func (j *journal) persistQueuedLocked(r *request) {
 	p := r.pool
-	if !coveredLocked(p) {
-		j.persistUncoveredLocked(p) // those queued before r first
-		j.addLocked(r)
-		return
-	}
 	if n := len(p.unpersisted); n >= 64 && n >= 2*p.p.Stats().QueuedRequests {
 		p.unpersisted = slices.DeleteFunc(p.unpersisted, func(q *request) bool { return !waitingUnpersisted(q) })
 	}
 	p.unpersisted = append(p.unpersisted, r)
+	j.armLocked(p)
 }
 
-// coveredLocked reports whether the slots being released cover every
-// queued slot of p.
-func coveredLocked(p *pool) bool {
-	return p.releasing > 0 && p.p.Stats().QueuedSlots <= p.releasing
-}
-
-// persistUncoveredLocked writes the entries of unpersisted requests still
-// queued once the releases in flight no longer cover the queue.
-func (j *journal) persistUncoveredLocked(p *pool) {
-	if !coveredLocked(p) {
-		j.persistUnpersistedLocked(p)
+// armLocked arms p's timer for its oldest unpersisted request, unless it
+// is armed or there is none.
+func (j *journal) armLocked(p *pool) {
+	if p.entryTimer != nil || len(p.unpersisted) == 0 {
+		return
 	}
+	d := time.Until(p.unpersisted[0].since.Add(j.delay))
+	p.entryTimer = time.AfterFunc(max(d, 0), func() { j.tellDue(p) })
+}
+
+// tellDue tells the requests of p that have waited j.delay that
+// they wait, and has their entries written; then arms the timer for the
+// next one.
+func (j *journal) tellDue(p *pool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	p.entryTimer = nil
+	if j.ctx.Err() != nil {
+		return // closing: nothing more is written or told
+	}
+	now := time.Now()
+	n := 0
+	for _, r := range p.unpersisted {
+		if now.Sub(r.since) < j.delay {
+			break
+		}
+		n++
+		if waitingUnpersisted(r) {
+			j.persistLocked(r)
+		}
+	}
+	clear(p.unpersisted[:n])
+	p.unpersisted = p.unpersisted[n:]
+	j.armLocked(p)
 }
 
 // persistUnpersistedLocked writes the entries of the unpersisted requests
-// still queued, and tells their holders they wait.
+// still queued, and tells their holders they wait, however short their
+// wait so far: a release of p failed, so they may wait a while.
 func (j *journal) persistUnpersistedLocked(p *pool) {
 	for _, r := range p.unpersisted {
 		if waitingUnpersisted(r) {
-			j.addLocked(r)
-			j.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
+			j.persistLocked(r)
 		}
 	}
+	clear(p.unpersisted)
 	p.unpersisted = p.unpersisted[:0]
 }
+
+// persistLocked has r's entry written and tells its holder it waits.
+func (j *journal) persistLocked(r *request) {
+	j.addLocked(r)
+	j.tellLocked(r)
+}
+
+// tellLocked tells r's holder it waits, and emits its queued event.
+func (j *journal) tellLocked(r *request) { j.out.tellQueued(r, positionLocked(r)) }
 
 // waitingUnpersisted reports whether r is still queued without an entry.
 func waitingUnpersisted(r *request) bool {

@@ -126,9 +126,9 @@ type inFlight struct {
 	first lease.Reply // r1's grant
 }
 
-func releaseInFlight(t *testing.T) *inFlight {
+func releaseInFlight(t *testing.T, entryDelay time.Duration) *inFlight {
 	t.Helper()
-	srv, n, gd := startGated(t, "delete")
+	srv, n, gd := startGatedDelay(t, "delete", entryDelay)
 	f := &inFlight{t: t, nc: harness.Connect(t, srv.URL), n: n, gd: gd}
 	f.first = harness.Request(t, f.nc, lease.Subject("lease", node, "p", lease.VerbAcquire), lease.AcquireRequest{RequestID: "r1", Holder: "h", Slots: 1})
 	if f.first.Status != lease.StatusGranted {
@@ -190,14 +190,45 @@ func wantQueued(t *testing.T, id string, sub *nats.Subscription, position int) {
 	}
 }
 
-// A request that waits only for slots whose release is in flight is granted
-// one store write later, like a grant in flight, so neither its queue entry
-// is written nor is it told it waits; as soon as the releases in flight no
-// longer cover the queue, every waiting request's entry is written, in queue
-// order, and each is told it waits.
-func TestQueuedBehindReleaseInFlight(t *testing.T) {
+// A queued request granted before it has waited Config.QueueEntryDelay is
+// never told it waits, announced queued, nor given a queue entry: under
+// contention that is most requests, and the three would cost five messages
+// a lease cycle.
+func TestGrantedBeforeTheEntryDelayIsNeverToldItWaits(t *testing.T) {
 	t.Parallel()
-	f := releaseInFlight(t)
+	f := releaseInFlight(t, time.Minute)
+	queued, err := f.nc.SubscribeSync(lease.EventSubject("lease", node, "p", lease.EventQueued))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := f.send("r2")
+	f.waitQueued(1)
+	if manager.QueueEntryDecided(f.n.Manager, "p", "r2") {
+		t.Fatal("queue entry written before the request waited the delay")
+	}
+	f.gd.open()
+	if r := nextReply(t, r2); r.Status != lease.StatusGranted || r.Lease.Token <= f.first.Lease.Token {
+		t.Fatalf("r2's first answer: %+v, want its grant", r)
+	}
+	if msg, err := queued.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("a queued event for a request granted before the delay: %s", msg.Data)
+	}
+	// The grant was written as a new key: no entry was there to replace.
+	if got := storedQueueEntries(t, f.n); got != 0 {
+		t.Fatalf("%d queue entries stored, want none", got)
+	}
+}
+
+// A request still waiting after Config.QueueEntryDelay is told it waits,
+// with its position, announced queued, and its queue entry written, in
+// arrival order, so that a successor restores the queue in order.
+func TestToldItWaitsAfterTheEntryDelay(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	f := releaseInFlight(t, delay)
 	entry := func(id string) (queuedAt int64, ok bool) {
 		data, _, err := f.n.Store.Get(context.Background(), lease.RecordKey(node, "p", id))
 		if err != nil {
@@ -212,7 +243,6 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 		}
 		return v.QueuedAt, true
 	}
-
 	queued, err := f.nc.SubscribeSync(lease.EventSubject("lease", node, "p", lease.EventQueued))
 	if err != nil {
 		t.Fatal(err)
@@ -220,21 +250,21 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	sent := time.Now()
 	r2 := f.send("r2")
-	// The manager answers a request before it announces it queued, on the
-	// same connection: once the event is here, an answer would be too.
-	if msg, err := queued.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(msg.Data), `"request_id":"r2"`) {
-		t.Fatalf("r2's queued event: %v, %v", msg, err)
-	}
-	if n, _, _ := r2.Pending(); n != 0 {
-		msg, _ := r2.NextMsg(0)
-		t.Fatalf("a request covered by the release in flight was answered: %s", msg.Data)
-	}
-	if f.n.Manager.QueueEntryDecided("p", "r2") {
-		t.Fatal("queue entry written for a request covered by the release in flight")
-	}
-	wantQueued(t, "r3", f.send("r3"), 2) // two queued slots, one being released: no longer covered
+	f.waitQueued(1)
+	r3 := f.send("r3")
 	wantQueued(t, "r2", r2, 1)
+	if waited := time.Since(sent); waited < delay {
+		t.Fatalf("r2 told it waits after %v, before the %v delay", waited, delay)
+	}
+	wantQueued(t, "r3", r3, 2)
+	for _, id := range []string{"r2", "r3"} {
+		msg, err := queued.NextMsg(5 * time.Second)
+		if err != nil || !strings.Contains(string(msg.Data), `"request_id":"`+id+`"`) {
+			t.Fatalf("%s's queued event: %v, %v", id, msg, err)
+		}
+	}
 	var at2, at3 int64
 	harness.Eventually(t, 5*time.Second, "both queue entries written", func() bool {
 		var ok2, ok3 bool
@@ -255,16 +285,16 @@ func TestQueuedBehindReleaseInFlight(t *testing.T) {
 	}
 }
 
-// A request that waits only for a release in flight gets its queue entry,
-// and is told it waits, as soon as that release's delete fails: it may wait
-// a while longer, and a successor should find it.
+// A request gets its queue entry, and is told it waits, as soon as a
+// release of its pool fails to be stored, however short its wait so far:
+// it may wait a while longer, and a successor should find it.
 func TestQueuedBehindFailingRelease(t *testing.T) {
 	t.Parallel()
-	f := releaseInFlight(t)
+	f := releaseInFlight(t, time.Minute)
 	r2 := f.send("r2")
 	f.waitQueued(1)
 	if msg, err := r2.NextMsg(100 * time.Millisecond); err == nil {
-		t.Fatalf("covered request answered before the delete failed: %s", msg.Data)
+		t.Fatalf("answered before the delete failed: %s", msg.Data)
 	}
 
 	f.gd.failOnce = errors.New("injected: store unavailable")
@@ -311,7 +341,8 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := harness.StartServer(t)
 	var g *entryGate
-	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 30 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+	// Told at once: the test counts entries, not the delay before them.
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 30 * time.Second, QueueEntryDelay: time.Nanosecond, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(s manager.Store) manager.Store {
 			g = &entryGate{Store: s, open: make(chan struct{})}
 			return g
@@ -331,7 +362,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	// Every request is answered, but only so many entry writes run.
 	harness.Eventually(t, 5*time.Second, "entry writes started", func() bool { return g.entered.Load() >= 32 })
-	if writers, waiting := n.Manager.EntryWriters(); writers != 32 || waiting != waiters-32 {
+	if writers, waiting := manager.EntryWriters(n.Manager); writers != 32 || waiting != waiters-32 {
 		t.Fatalf("%d queue entry writers with %d entries waiting for one, want 32 and %d", writers, waiting, waiters-32)
 	}
 	if got := g.entered.Load(); got != 32 { // each writer holds one write at the gate
@@ -346,7 +377,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	g.release()
 	harness.Eventually(t, 10*time.Second, "every entry write to end", func() bool {
-		writers, waiting := n.Manager.EntryWriters()
+		writers, waiting := manager.EntryWriters(n.Manager)
 		return writers == 0 && waiting == 0
 	})
 	if got := storedQueueEntries(t, n); got != waiters-leaving {
@@ -413,20 +444,17 @@ func TestAbandonedQueuedRequestIsSkipped(t *testing.T) {
 	if granted.Status != lease.StatusGranted || granted.Lease.ID != "polling" {
 		t.Fatalf("polling: %+v, want its grant", granted)
 	}
+	rejected := harness.ReadEvents(events)
 	for {
-		msg, err := events.NextMsg(5 * time.Second)
+		ev, _, err := rejected.Next(5 * time.Second)
 		if err != nil {
 			t.Fatalf("no rejected event for silent: %v", err)
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		if ev.RequestID == "poll-bad" {
 			continue
 		}
 		if ev.RequestID != "silent" || ev.Code != lease.CodeUnavailable || !strings.Contains(ev.Message, "abandoned") {
-			t.Fatalf("rejected event: %s, want one for silent", msg.Data)
+			t.Fatalf("rejected event: %+v, want one for silent", ev)
 		}
 		break
 	}
@@ -521,16 +549,12 @@ func TestAbandonedRequestEventShowsSlotsFreed(t *testing.T) {
 	if r := harness.Request(t, nc, lease.Subject("lease", node, "p", lease.VerbRelease), lease.ReleaseRequest{LeaseID: "holder", Token: holder.Lease.Token}); r.Status != lease.StatusReleased {
 		t.Fatalf("release: %+v", r)
 	}
-	msg, err := events.NextMsg(5 * time.Second)
+	ev, _, err := harness.ReadEvents(events).Next(5 * time.Second)
 	if err != nil {
 		t.Fatalf("no rejected event for silent: %v", err)
 	}
-	var ev lease.Event
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
 	if ev.RequestID != "silent" || !strings.Contains(ev.Message, "abandoned") {
-		t.Fatalf("rejected event %s, want silent's", msg.Data)
+		t.Fatalf("rejected event %+v, want silent's", ev)
 	}
 	if ev.Stats.InUse != 0 || ev.Stats.QueuedRequests != 0 {
 		t.Errorf("rejected event stats %+v, want the pool empty after the drop", ev.Stats)

@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -506,14 +505,11 @@ func TestRateResize(t *testing.T) {
 	var msgs []string
 	want := []string{"rate off -> 1/h burst 1", "rate 1/h burst 1 -> 20/s burst 2", "rate 20/s burst 2 -> off", "rate off -> 1/h burst 3",
 		"rate 1/h burst 3 -> 1/h burst 2", "rate 1/h burst 2 -> off"}
+	resized := harness.ReadEvents(events)
 	for range want {
-		m, err := events.NextMsg(5 * time.Second)
+		ev, _, err := resized.Next(5 * time.Second)
 		if err != nil {
 			t.Fatalf("resized events: %v (got %q)", err, msgs)
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		msgs = append(msgs, ev.Message)
 	}

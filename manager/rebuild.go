@@ -13,15 +13,20 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-// observeGone frees the lease whose record expired, or was deleted by
-// someone else: its slots are free in the store, so they are here.
+// observeGone frees the lease whose record expired, or was deleted: its
+// slots are free in the store, so they are here. A lease this manager is
+// releasing is freed as its release says (its delete's echo, or an expiry
+// that came first).
 func (m *Manager) observeGone(ch Change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.restored, ch.Key)
 	h := m.leases[ch.Key]
-	// Our own release owns the slots while its delete is in flight.
-	if h == nil || h.releasing || ch.Rev <= h.rev {
+	if h == nil || ch.Rev <= h.rev {
+		return
+	}
+	if h.releasing {
+		m.freeLocked(h, h.releaseKind, h.releaseCode)
 		return
 	}
 	kind := lease.EventExpired
@@ -40,9 +45,10 @@ func (m *Manager) observeGone(ch Change) {
 // let go (ignored), or a grant a previous instance stored after this one
 // took over (counted, so it cannot be granted twice).
 func (m *Manager) observePut(ch Change, rebuilt bool) {
+	m.grants.echoes.seen(ch) // a grant waiting for this write, if any
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	stored, ok := m.records.accept(ch, rebuilt, m.knownKeyLocked)
+	stored, ok := m.records.accept(ch, rebuilt, func(key string) bool { return knownKey(m.cfg.Node, m.leases, m.pools, key) })
 	if !ok {
 		return
 	}
@@ -137,8 +143,7 @@ func (m *Manager) restoreQueue() {
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
 			r.pool = &pool{name: v.Pool}
-			m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
-			m.journal.dropLocked(r)
+			m.endLocked(r, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node), "")
 			continue
 		}
 		m.journal.restoredLocked(v.QueuedAt)
@@ -148,19 +153,16 @@ func (m *Manager) restoreQueue() {
 		}
 		var w *pools.Waiter
 		var granted bool
-		var position int
 		if e == nil {
 			var err error
-			if w, granted, position, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
+			if w, granted, _, err = p.p.EnqueueRequest(r.poolRequest()); err != nil {
 				// A tenant cap or a queue limit lowered since it queued: its
 				// client hears why, and the entry goes.
 				e = enqueueError(p, v.Slots, err, m.cfg.TTL)
 			}
 		}
 		if e != nil {
-			m.out.respond(r.reply, errReply(e))
-			m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-			m.journal.dropLocked(r)
+			m.endLocked(r, e, lease.EventRejected)
 			continue
 		}
 		r.w = w
@@ -168,7 +170,8 @@ func (m *Manager) restoreQueue() {
 		if granted {
 			m.startGrantLocked(r)
 		} else {
-			m.queuedLocked(r, position, true)
+			m.journal.tellLocked(r)
+			m.waitLocked(r)
 		}
 	}
 	if len(entries) > 0 {

@@ -12,47 +12,64 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-func (m *Manager) handleRelease(msg *nats.Msg) {
+// handleRelease answers a release at once: the holder need not wait for
+// the delete, since until it is stored the slots stay busy, which costs a
+// little capacity and never over-grants.
+func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRelease, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	defer span.End()
 	var req lease.ReleaseRequest
-	if e := decode(msg.Data, &req); e != nil {
-		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+		m.mu.Lock()
+		var h *held
+		if h, e = m.lookupLocked(requesterOf(msg, "", 0), msg.Subject, req.LeaseID, req.Token, req.Secret); e == nil {
+			m.startReleaseLocked(h, lease.EventReleased)
+		}
+		m.mu.Unlock()
 	}
-	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-	who := requesterOf(msg, "", 0)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
 	}
-	// The holder need not wait for the delete: until it is stored the slots
-	// stay busy, which costs a little capacity and never over-grants.
-	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
-	m.startReleaseLocked(h, lease.EventReleased)
+	return lease.Reply{Status: lease.StatusReleased}
 }
 
 // startReleaseLocked deletes h's record; its slots stay busy until that is
 // stored.
 func (m *Manager) startReleaseLocked(h *held, kind lease.EventKind) {
 	h.releasing = true
-	if h.pool != nil {
-		h.pool.releasing += h.rec.Slots
-	}
+	h.releaseKind = kind
+	h.gone = make(chan struct{})
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
 
+// echoWait is how long a delete sent without an acknowledgement waits for
+// the watch to show it stored, before it is sent again with one.
+const echoWait = time.Second
+
 // release deletes the record, conditional on its revision, and frees the
-// slots once the Store confirms the record is gone. It retries until then:
-// freeing earlier could let the next grant overlap a record still stored.
+// slots once the Store confirms the record is gone: through the watch, which
+// shows the delete stored (observeGone), when the Store can send it without
+// an acknowledgement; otherwise, or with no echo within echoWait (the
+// delete was refused or lost, or the watch is being set up again), once the
+// Store acknowledges it. It retries until then: freeing earlier could let
+// the next grant overlap a record still stored.
 func (m *Manager) release(h *held, kind lease.EventKind) {
 	defer m.ops.Done()
+	m.mu.Lock()
+	rev := h.rev
+	m.mu.Unlock()
+	if ew, ok := m.cfg.Store.(EchoWriter); ok && ew.SendDelete(h.key, rev) == nil {
+		select {
+		case <-h.gone:
+			return
+		case <-time.After(echoWait):
+		case <-m.ctx.Done():
+		}
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		m.mu.Lock()
@@ -112,17 +129,16 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		return
 	}
 	delete(m.leases, h.key)
+	if h.gone != nil {
+		close(h.gone)
+	}
 	m.stop.renewedLocked(h)
 	if h.pool == nil {
 		return
-	}
-	if h.releasing {
-		h.pool.releasing -= h.rec.Slots
 	}
 	granted := h.pool.p.ReleaseKey(h.rec.Tenant, h.rec.Key, h.rec.Slots)
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
-		m.journal.persistUncoveredLocked(h.pool)
 	}
 }

@@ -18,17 +18,17 @@ type pool struct {
 	// waiting holds every acquire that has no stored lease yet: queued, or
 	// granted in memory with its record being written. Keyed by request id.
 	waiting map[string]*request
-	// releasing counts the slots of leases whose delete is in flight.
-	releasing int64
-	// unpersisted are queued requests whose entry was not written because
-	// releases in flight covered the whole queue (see persistQueuedLocked).
+	// unpersisted are queued requests not yet told they wait, nor given an
+	// entry, in arrival order (see persistQueuedLocked); entryTimer tells
+	// them once they have waited QueueEntryDelay.
 	unpersisted []*request
+	entryTimer  *time.Timer
 }
 
-// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue: no
-// pool's queue is unbounded.
+// newPool makes a pool; a MaxQueue of 0 is rules.DefaultMaxQueue, unless
+// the pool has no queue (FailFast): no pool's queue is unbounded.
 func newPool(name string, capacity int64, o pools.Options) (*pool, error) {
-	if o.MaxQueue == 0 {
+	if o.MaxQueue == 0 && !o.FailFast {
 		o.MaxQueue = rules.DefaultMaxQueue
 	}
 	pp, err := pools.NewWithOptions(capacity, o)
@@ -103,9 +103,13 @@ type held struct {
 	rev       uint64 // latest stored revision, for conditional renew and delete
 	pool      *pool  // nil if the record names a pool this node no longer has
 	releasing bool   // a delete is in flight; that path frees the slots
-	// releaseCode is the event code of that release: why the manager let
-	// the lease go ("" for the holder's own release).
+	// releaseKind and releaseCode are the event kind and code of that
+	// release: why the manager let the lease go (code "" for the holder's
+	// own release); gone is closed once the record is gone and the slots
+	// are free (freeLocked).
+	releaseKind lease.EventKind
 	releaseCode lease.Code
+	gone        chan struct{}
 	renewal     renewSeq
 	// restored: counted from the store while rebuilding, not granted in
 	// this term (see the retry in acquire.go).
@@ -121,28 +125,6 @@ func poolToken(subject string) string {
 	}
 	s := subject[:i]
 	return s[strings.LastIndexByte(s, '.')+1:]
-}
-
-// sameRequestLocked checks that a retry of who repeats the request it
-// retries: the same holder and secret (the secret only once who may try
-// one: guesses.go), and the same slots.
-func (m *Manager) sameRequestLocked(who requester, req lease.AcquireRequest, holder, secret string, slots int64) *lease.Error {
-	now := time.Now()
-	if e := m.guesses.admitLocked(who, now); e != nil {
-		return e
-	}
-	// One message for a wrong holder and a wrong secret: the answer
-	// says no more than that the id is not the requester's.
-	if holder != req.Holder {
-		return errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
-	}
-	if !secretMatches(secret, req.Secret) {
-		return m.guesses.wrongLocked(who, errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID), now)
-	}
-	if slots != req.Slots {
-		return errorf(lease.CodeConflict, "request id %q was sent before for %d slots, not %d", req.RequestID, slots, req.Slots)
-	}
-	return nil
 }
 
 func (r *request) poolRequest() pools.Request {

@@ -15,12 +15,12 @@ import (
 func (m *Manager) Stats() []lease.PoolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.statsLocked()
+	return poolStats(m.pools)
 }
 
-func (m *Manager) statsLocked() []lease.PoolStats {
-	out := make([]lease.PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
+func poolStats(ps map[string]*pool) []lease.PoolStats {
+	out := make([]lease.PoolStats, 0, len(ps))
+	for _, p := range ps {
 		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -33,8 +33,8 @@ func (m *Manager) statsLocked() []lease.PoolStats {
 		if out[i].Policy != pools.PolicyFair {
 			continue
 		}
-		pp := m.pools[out[i].Name].p
-		out[i].Scheduler = pp.Scheduler(keys)
+		pp := ps[out[i].Name].p
+		out[i].Scheduler = pp.Scheduler(keys) // and its shares, within a budget per reply too
 		keys -= len(out[i].Scheduler.Keys)
 		o := pp.Options()
 		out[i].DefaultWeight = o.DefaultWeight

@@ -11,7 +11,9 @@ import (
 // Store keeps lease records with a per-key TTL. The jetstream package
 // implements it over a JetStream KV bucket; every write is acknowledged by
 // the server before the call returns, which is what makes a grant durable
-// before the holder hears of it.
+// before the holder hears of it. A Store that is also an EchoWriter can
+// send writes without the acknowledgement; the manager then waits for its
+// watch to show them stored instead.
 type Store interface {
 	// Create stores a new key with a TTL. ErrStoreExists if the key is live.
 	Create(ctx context.Context, key string, value []byte, ttl time.Duration) (rev uint64, err error)
@@ -29,6 +31,20 @@ type Store interface {
 	// every change. It sends one Change with Op ChangeCaughtUp once the
 	// initial state has been delivered.
 	Watch(ctx context.Context, filter string) (Watcher, error)
+}
+
+// EchoWriter is a Store that can send a write without waiting for the
+// server's acknowledgement: a write that is stored shows on the Store's
+// watch (its echo), one that is refused or lost shows nowhere. The manager
+// watches its node's records anyway, so waiting for the echo instead of
+// the acknowledgement costs one message fewer per write.
+type EchoWriter interface {
+	// SendCreate sends Create(key, value, ttl), SendRenew Renew(key,
+	// value, ttl, rev) and SendDelete Delete(key, rev); each returns once
+	// its write is sent.
+	SendCreate(key string, value []byte, ttl time.Duration) error
+	SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error
+	SendDelete(key string, rev uint64) error
 }
 
 // Watcher is a running watch. Changes is closed when the watch ends.
@@ -70,6 +86,12 @@ var (
 // is called on the request path.
 type EventSink interface {
 	Publish(ev lease.Event)
+}
+
+// Flusher is an EventSink that holds events back to send several in one
+// message: the manager flushes it as it closes, after its last event.
+type Flusher interface {
+	Flush()
 }
 
 // NopEvents discards events.

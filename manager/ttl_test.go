@@ -239,20 +239,17 @@ func TestEventsForEveryTransition(t *testing.T) {
 		{lease.EventGranted, 1, 0, ""},
 		{lease.EventExpired, 0, 0, ""},
 	}
+	events := harness.ReadEvents(sub)
 	for i, w := range wants {
-		msg, err := sub.NextMsg(5 * time.Second)
+		ev, subject, err := events.Next(5 * time.Second)
 		if err != nil {
 			t.Fatalf("event %d (%s): %v", i, w.kind, err)
-		}
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data, &ev); err != nil {
-			t.Fatal(err)
 		}
 		if ev.Kind != w.kind || ev.Stats.InUse != w.inUse || ev.Stats.QueuedRequests != w.queue || ev.Code != w.code || ev.Stats.Capacity != 2 {
 			t.Fatalf("event %d: %s in_use=%d queued=%d code=%q, want %+v", i, ev.Kind, ev.Stats.InUse, ev.Stats.QueuedRequests, ev.Code, w)
 		}
-		if want := lease.EventSubject("lease", node, "p", w.kind); msg.Subject != want {
-			t.Fatalf("event %d on %s, want %s", i, msg.Subject, want)
+		if want := lease.EventSubject("lease", node, "p", w.kind); subject != want {
+			t.Fatalf("event %d on %s, want %s", i, subject, want)
 		}
 		if ev.Node != node || ev.Pool != "p" || ev.Time.IsZero() {
 			t.Fatalf("event %d: %+v", i, ev)

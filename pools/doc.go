@@ -13,6 +13,11 @@
 // [PolicyFIFO], the default and what [New] makes, serves strictly in
 // arrival order. A newcomer is granted at once only when nobody waits.
 //
+// [PolicyLIFO] serves the newest request first. A newcomer is granted at
+// once whenever its slots are free, and otherwise becomes the request that
+// blocks the queue; the oldest requests wait while newer ones keep coming
+// (with [OnFullDropOldest], until they are dropped).
+//
 // [PolicyPriority] serves in order of virtual time, smallest first, ties in
 // arrival order:
 //
@@ -59,9 +64,13 @@
 // Every policy counts slots held and queued per tenant ([Pool.Tenants]).
 // [Options.MaxQueue] bounds the queue under every policy: a request that
 // would have to wait when MaxQueue requests already do is refused with
-// [ErrQueueFull]. [Pool.TryAcquireRequest] grants exactly what
-// [Pool.EnqueueRequest] would grant at once and otherwise returns
-// [ErrWouldWait], queueing nothing.
+// [ErrQueueFull]; or, with [Options.OnFull] set to [OnFullDropOldest] and
+// the request admitted by [Pool.Admit], it takes the place of the request
+// that arrived first, which is dropped: the queue is then a ring buffer of
+// the newest MaxQueue requests. [Pool.TryAcquireRequest] grants exactly
+// what [Pool.EnqueueRequest] would grant at once and otherwise returns
+// [ErrWouldWait], queueing nothing; a pool made with [Options.FailFast]
+// has no queue and treats every request so.
 //
 // # Start rates
 //
@@ -79,12 +88,12 @@
 // # Costs
 //
 // With n requests queued and T shares (tenants, or tenants' keys) in the
-// fair round: fifo is O(1) per operation ([Pool.Position] walks the queue,
-// O(n)). priority is O(log n) expected per operation, positions included,
-// on a treap. fair is O(1) amortised per grant, release and cancel while
-// requests are no larger than the quanta, and O(T) when they are larger (a
-// whole round may pass without a grant; the rounds are then skipped
-// arithmetically rather than played); a position is O(T), and
+// fair round: fifo and lifo are O(1) per operation ([Pool.Position] walks
+// the queue, O(n)). priority is O(log n) expected per operation, positions
+// included, on a treap. fair is O(1) amortised per grant, release and
+// cancel while requests are no larger than the quanta, and O(T) when they
+// are larger (a whole round may pass without a grant; the rounds are then
+// skipped arithmetically rather than played); a position is O(T), and
 // [Pool.EnqueueRequest] returns one. A starvation age adds O(log T) (a heap
 // of the shares' oldest requests); a tenant cap makes a grant or release
 // of a tenant with k keys O(k) (each key's room under the cap changed).

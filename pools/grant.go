@@ -33,9 +33,12 @@ func (p *Pool) exceeds(n int64) error {
 	return fmt.Errorf("%w: %d slots requested, capacity is %d", ErrExceedsCapacity, n, p.capacity)
 }
 
-// room reports ErrQueueFull if the queue cannot take one more request.
-// p.mu must be held.
+// room reports ErrQueueFull if the queue cannot take one more request,
+// and ErrWouldWait if the pool has none (FailFast). p.mu must be held.
 func (p *Pool) room() error {
+	if p.opts.FailFast {
+		return fmt.Errorf("%w: the pool has no queue (fail fast): %d slots free, %d in use", ErrWouldWait, max(0, p.capacity-p.inUse), p.inUse)
+	}
 	if m := p.opts.MaxQueue; m > 0 && p.queued >= m {
 		return fmt.Errorf("%w: %d requests queued, max_queue is %d", ErrQueueFull, p.queued, m)
 	}
@@ -216,9 +219,16 @@ func (p *Pool) unlink(w *Waiter, granted bool) {
 // remove cancels a queued waiter and grants the waiters that now fit. p.mu
 // must be held.
 func (p *Pool) remove(w *Waiter) []*Waiter {
-	// Under fifo only the head's removal can let others through; the other
-	// policies' next waiter is cheaper to recompute than to predict.
-	wasNext := p.opts.Policy != PolicyFIFO || p.waiters.Front() == w.elem
+	// Under fifo and lifo only the next waiter's removal can let others
+	// through; the other policies' next waiter is cheaper to recompute
+	// than to predict.
+	wasNext := true
+	switch p.opts.Policy {
+	case PolicyFIFO:
+		wasNext = p.waiters.Front() == w.elem
+	case PolicyLIFO:
+		wasNext = p.waiters.Back() == w.elem
+	}
 	t := w.t
 	p.unlink(w, false)
 	p.forget(t)

@@ -18,6 +18,21 @@ const (
 	PolicyPriority Policy = "priority"
 	// PolicyFair shares the slots across tenants by weight (deficit round robin).
 	PolicyFair Policy = "fair"
+	// PolicyLIFO serves the newest request first.
+	PolicyLIFO Policy = "lifo"
+)
+
+// OnFull is what a pool does with a request that would have to wait when
+// its queue already holds Options.MaxQueue requests.
+type OnFull string
+
+const (
+	// OnFullRefuse refuses the newcomer with ErrQueueFull. It is the default.
+	OnFullRefuse OnFull = "refuse"
+	// OnFullDropOldest drops the waiter that arrived first (whatever the
+	// policy's order) to make room, and queues the newcomer: the queue is
+	// a ring buffer of the newest MaxQueue requests. Admit applies it.
+	OnFullDropOldest OnFull = "drop_oldest"
 )
 
 // Defaults and limits of Options.
@@ -46,6 +61,9 @@ var (
 	ErrWouldWait = errors.New("pools: request would wait")
 	// ErrInvalidOptions is returned (wrapped) by NewWithOptions.
 	ErrInvalidOptions = errors.New("pools: invalid options")
+	// ErrDropped wakes a blocked Acquire whose waiter Admit dropped to make
+	// room in a full drop_oldest queue.
+	ErrDropped = errors.New("pools: dropped from a full queue for a newer request")
 )
 
 // Options configure a pool made by NewWithOptions. The zero value is a
@@ -81,8 +99,16 @@ type Options struct {
 	// share at its cap is passed over, blocking nobody. A request for more
 	// than KeyCap slots is refused with ErrExceedsCapacity.
 	KeyCap int64
-	// MaxQueue is the most requests the queue holds; 0 means unbounded.
+	// MaxQueue is the most requests the queue holds; 0 means unbounded
+	// (unless FailFast).
 	MaxQueue int
+	// OnFull is what a full queue does with a newcomer; "" means
+	// OnFullRefuse. OnFullDropOldest needs a MaxQueue.
+	OnFull OnFull
+	// FailFast makes a pool without a queue: a request that cannot be
+	// granted at once is refused with ErrWouldWait, as TryAcquireRequest
+	// refuses it. Not with MaxQueue or OnFullDropOldest.
+	FailFast bool
 	// Rate, if set, is a start rate: every grant also takes its slots from
 	// a token bucket refilled at Rate, holding at most Burst slots (0: one
 	// second's worth, at least 1). The bucket starts empty. A request for
@@ -104,9 +130,9 @@ func (o Options) normalize() (Options, error) {
 	switch o.Policy {
 	case "":
 		o.Policy = PolicyFIFO
-	case PolicyFIFO, PolicyPriority, PolicyFair:
+	case PolicyFIFO, PolicyLIFO, PolicyPriority, PolicyFair:
 	default:
-		return bad("unknown policy %q (want %q, %q or %q)", o.Policy, PolicyFIFO, PolicyPriority, PolicyFair)
+		return bad("unknown policy %q (want %q, %q, %q or %q)", o.Policy, PolicyFIFO, PolicyLIFO, PolicyPriority, PolicyFair)
 	}
 	if o.AgingStep < 0 {
 		return bad("aging step %v is negative", o.AgingStep)
@@ -165,6 +191,22 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.MaxQueue < 0 {
 		return bad("max queue %d is negative", o.MaxQueue)
+	}
+	switch o.OnFull {
+	case "":
+		o.OnFull = OnFullRefuse
+	case OnFullRefuse:
+	case OnFullDropOldest:
+		if o.MaxQueue == 0 {
+			// An unbounded queue is never full; a pool without one
+			// (FailFast) has nobody to drop.
+			return bad("on full %q needs a max queue", o.OnFull)
+		}
+	default:
+		return bad("unknown on full %q (want %q or %q)", o.OnFull, OnFullRefuse, OnFullDropOldest)
+	}
+	if o.FailFast && o.MaxQueue != 0 {
+		return bad("fail fast (no queue) with max queue %d", o.MaxQueue)
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -33,6 +33,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 var policies = []Policy{PolicyFIFO, PolicyPriority, PolicyFair}
 
+// allPolicies adds lifo, which serves the newest first and so starves a
+// large old request by design: the tests that promise otherwise
+// (TestMultiSlotNotStarved) run over policies.
+var allPolicies = append(slices.Clone(policies), PolicyLIFO)
+
 func mustNew(t testing.TB, capacity int64, o Options) *Pool {
 	t.Helper()
 	p, err := NewWithOptions(capacity, o)
@@ -113,6 +118,17 @@ func checkPolicy(t testing.TB, p *Pool, settled bool) {
 	free := p.capacity - p.inUse
 
 	switch q := p.q.(type) {
+	case lifoQueue:
+		var lastSeq uint64
+		for e := p.waiters.Front(); e != nil; e = e.Next() {
+			if w := e.Value.(*Waiter); w.elem != e || w.seq <= lastSeq {
+				t.Errorf("lifo list broken at seq %d", w.seq)
+			}
+		}
+		if h := q.next(); h != nil && settled && free >= h.Slots {
+			t.Errorf("lifo next (%d slots) fits (free %d) but was not granted", h.Slots, free)
+		}
+
 	case *priorityQueue:
 		if p.waiters.Len() != 0 {
 			t.Errorf("priority pool uses the fifo list")
@@ -385,6 +401,10 @@ func (m *pmodel) next() *Waiter {
 		if len(m.queue) > 0 {
 			return m.queue[0]
 		}
+	case PolicyLIFO:
+		if len(m.queue) > 0 {
+			return m.queue[len(m.queue)-1]
+		}
 	case PolicyPriority:
 		var best *Waiter
 		for _, w := range m.queue {
@@ -435,6 +455,8 @@ func (m *pmodel) first(id sid, n int64, vt int64) bool {
 	switch m.o.Policy {
 	case PolicyFIFO:
 		return len(m.queue) == 0
+	case PolicyLIFO:
+		return true
 	case PolicyPriority:
 		h := m.next()
 		return h == nil || vt < m.vt[h]
@@ -521,6 +543,8 @@ func (m *pmodel) rank(w *Waiter) int {
 	switch m.o.Policy {
 	case PolicyFIFO:
 		return slices.Index(m.queue, w) + 1
+	case PolicyLIFO:
+		return len(m.queue) - slices.Index(m.queue, w)
 	case PolicyPriority:
 		r := 1
 		for _, x := range m.queue {
@@ -570,6 +594,10 @@ func (m *pmodel) stats() Stats {
 	if m.o.Policy != PolicyFIFO {
 		s.Policy = m.o.Policy
 	}
+	if m.o.OnFull == OnFullDropOldest {
+		s.OnFull = m.o.OnFull
+	}
+	s.FailFast = m.o.FailFast
 	for _, w := range m.queue {
 		s.QueuedSlots += w.Slots
 	}
@@ -630,10 +658,12 @@ func TestRandomPolicies(t *testing.T) {
 		keys    bool // requests carry fairness keys
 	}
 	var configs []config
-	for _, pol := range policies {
+	for _, pol := range allPolicies {
 		configs = append(configs,
 			config{name: string(pol), o: Options{Policy: pol}},
 			config{name: string(pol) + "/maxqueue", o: Options{Policy: pol, MaxQueue: 6}},
+			config{name: string(pol) + "/drop_oldest", o: Options{Policy: pol, MaxQueue: 4, OnFull: OnFullDropOldest}},
+			config{name: string(pol) + "/fail_fast", o: Options{Policy: pol, FailFast: true}},
 			config{name: string(pol) + "/uniform", o: Options{Policy: pol}, uniform: true},
 		)
 	}
@@ -720,7 +750,34 @@ func TestRandomPolicies(t *testing.T) {
 							}
 							break
 						}
-						w, granted, pos, err := p.EnqueueRequest(req)
+						var w *Waiter
+						var granted bool
+						var pos int
+						var err error
+						full := m.o.MaxQueue > 0 && len(m.queue) >= m.o.MaxQueue
+						if m.o.OnFull == OnFullDropOldest || r.IntN(2) == 0 {
+							// Admit: EnqueueRequest, but for a full drop_oldest queue.
+							a, aerr := p.Admit(req)
+							w, granted, pos, err = a.Waiter, a.Granted, a.Position, aerr
+							var wantDropped *Waiter
+							var wantLet []*Waiter
+							if !invalid && !now && full && m.o.OnFull == OnFullDropOldest {
+								wantDropped = m.queue[0] // the first to arrive
+								m.remove(wantDropped, false)
+								wantLet = m.grant()
+								now = m.grantable(id, n, vt)
+								full = false
+							}
+							if a.Dropped != wantDropped || !sameWaiters(a.Let, wantLet) {
+								fail(step, "Admit(%+v) dropped %v, let %v; want %v, %v", req, a.Dropped, values(a.Let), wantDropped, values(wantLet))
+							}
+							if a.Dropped != nil && (a.Dropped.Granted() || p.Position(a.Dropped) != 0) {
+								fail(step, "dropped waiter still queued or granted")
+							}
+							held = append(held, a.Let...)
+						} else {
+							w, granted, pos, err = p.EnqueueRequest(req)
+						}
 						switch {
 						case invalid:
 							if !errors.Is(err, ErrExceedsCapacity) || w != nil {
@@ -732,7 +789,11 @@ func TestRandomPolicies(t *testing.T) {
 							}
 							m.take(id, n)
 							held = append(held, w)
-						case m.o.MaxQueue > 0 && len(m.queue) >= m.o.MaxQueue:
+						case m.o.FailFast:
+							if !errors.Is(err, ErrWouldWait) || w != nil {
+								fail(step, "EnqueueRequest(%+v) = %v, %v; want ErrWouldWait (fail fast)", req, w, err)
+							}
+						case full:
 							if !errors.Is(err, ErrQueueFull) || w != nil {
 								fail(step, "EnqueueRequest(%+v) = %v, %v; want ErrQueueFull", req, w, err)
 							}

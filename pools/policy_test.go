@@ -66,7 +66,11 @@ func TestNewWithOptions(t *testing.T) {
 		want     string
 	}{
 		{-1, Options{}, "capacity -1 is negative"},
-		{1, Options{Policy: "lifo"}, `unknown policy "lifo"`},
+		{1, Options{Policy: "lilo"}, `unknown policy "lilo" (want "fifo", "lifo", "priority" or "fair")`},
+		{1, Options{OnFull: "drop_newest", MaxQueue: 2}, `unknown on full "drop_newest"`},
+		{1, Options{OnFull: OnFullDropOldest}, `on full "drop_oldest" needs a max queue`},
+		{1, Options{OnFull: OnFullDropOldest, FailFast: true}, `on full "drop_oldest" needs a max queue`},
+		{1, Options{FailFast: true, MaxQueue: 3}, "fail fast (no queue) with max queue 3"},
 		{1, Options{AgingStep: -time.Second}, "aging step -1s is negative"},
 		{1, Options{Policy: PolicyFair, Weights: map[string]int{"a": 2, "b": 0}}, `weight 0 of tenant "b"`},
 		{1, Options{Policy: PolicyFair, Weights: map[string]int{"a": -3}}, `weight -3 of tenant "a"`},

@@ -29,7 +29,7 @@ const (
 	stateQueued    waiterState = iota // in the pool's queue
 	stateGranted                      // slots counted in Pool.inUse; the owner must Release them
 	stateCancelled                    // removed by Cancel (or by Acquire giving up)
-	stateRejected                     // removed by SetCapacity: Slots > capacity
+	stateRejected                     // removed by SetCapacity (Slots > capacity), SetRate, or Admit (dropped)
 )
 
 // Waiter is one request. Value is the caller's, opaque to the pool. Tenant,
@@ -100,7 +100,7 @@ type Pool struct {
 	inUse       int64
 	queued      int
 	queuedSlots int64
-	waiters     list.List // fifo: the queue, of *Waiter; empty under other policies
+	waiters     list.List // fifo, lifo: the queue in arrival order, of *Waiter; empty under other policies
 	seq         uint64    // last Waiter.seq handed out
 
 	opts   Options   // normalized; only SetRate changes it (Rate, Burst)
@@ -191,6 +191,8 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 	switch o.Policy {
 	case PolicyFIFO:
 		p.q = fifoQueue{p}
+	case PolicyLIFO:
+		p.q = lifoQueue{fifoQueue{p}}
 	case PolicyPriority:
 		p.q = &priorityQueue{}
 		p.epoch = o.Now()
@@ -230,11 +232,19 @@ func (p *Pool) Enqueue(n int64, value any) (w *Waiter, granted bool, position in
 // rejected, unless the caller cancels it.
 //
 // It fails with an error wrapping ErrInvalidSlots or ErrExceedsCapacity
-// for a request that could never be granted, and with ErrQueueFull when r
-// would have to wait and the queue holds Options.MaxQueue requests.
+// for a request that could never be granted, with ErrQueueFull when r
+// would have to wait and the queue holds Options.MaxQueue requests, and
+// with ErrWouldWait when r would have to wait in a FailFast pool. It drops
+// nobody, whatever Options.OnFull says: it could not hand back the waiter
+// it dropped. Admit applies OnFull.
 func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.enqueue(r)
+}
+
+// enqueue is EnqueueRequest. p.mu must be held.
+func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err error) {
 	if err := p.check(r.Slots); err != nil {
 		return nil, false, 0, err
 	}
@@ -536,19 +546,27 @@ func (p *Pool) rejectOver(limit int64) (rejected []*Waiter) {
 	})
 	slices.SortFunc(drop, func(a, b *Waiter) int { return cmp.Compare(a.seq, b.seq) })
 	for _, w := range drop {
-		why := p.check(w.Slots) // names the capacity or the burst
-		t := w.t
-		p.unlink(w, false)
-		p.forget(t)
-		w.state = stateRejected
-		if w.ready != nil {
-			w.Value = why
-			w.ready <- struct{}{}
-			continue
+		if p.reject(w, p.check(w.Slots)) { // names the capacity or the burst
+			rejected = append(rejected, w)
 		}
-		rejected = append(rejected, w)
 	}
 	return rejected
+}
+
+// reject takes queued w out of the queue without a grant, for the reason
+// why, and reports whether the caller must answer it: a waiter of Acquire
+// is woken with why instead. p.mu must be held.
+func (p *Pool) reject(w *Waiter, why error) bool {
+	t := w.t
+	p.unlink(w, false)
+	p.forget(t)
+	w.state = stateRejected
+	if w.ready != nil {
+		w.Value = why
+		w.ready <- struct{}{}
+		return false
+	}
+	return true
 }
 
 // Refill grants, in service order, the waiters the start rate now allows,

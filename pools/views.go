@@ -11,6 +11,8 @@ import (
 // Position returns the 1-based position of a queued waiter, 0 if w is not
 // queued:
 //   - fifo: its place in the queue. O(n): it walks the queue from the head.
+//   - lifo: its place counted from the newest. O(n), and O(1) for the
+//     newest.
 //   - priority: 1 + the number of queued requests with a smaller virtual
 //     time (or the same and queued earlier), the exact place in service
 //     order. O(log n).
@@ -45,8 +47,12 @@ type Stats struct {
 	QueuedSlots    int64 `json:"queued_slots"`
 	// Policy is "" for fifo, the default, so that a fifo pool's stats read
 	// as they did before policies existed.
-	Policy    Policy `json:"policy,omitempty"`
-	MaxQueue  int    `json:"max_queue,omitempty"`
+	Policy   Policy `json:"policy,omitempty"`
+	MaxQueue int    `json:"max_queue,omitempty"`
+	// OnFull is "" for refuse, the default; FailFast is set for a pool
+	// without a queue.
+	OnFull    OnFull `json:"on_full,omitempty"`
+	FailFast  bool   `json:"fail_fast,omitempty"`
 	TenantCap int64  `json:"tenant_cap,omitempty"`
 	KeyCap    int64  `json:"key_cap,omitempty"`
 	// Rate (e.g. "60/m"), Burst and Tokens (whole slots in the bucket now)
@@ -74,6 +80,10 @@ func (p *Pool) Stats() Stats {
 	if p.opts.Policy != PolicyFIFO {
 		s.Policy = p.opts.Policy
 	}
+	if p.opts.OnFull != OnFullRefuse {
+		s.OnFull = p.opts.OnFull
+	}
+	s.FailFast = p.opts.FailFast
 	if b := p.bucket; b != nil {
 		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
 	}

@@ -34,7 +34,7 @@ import (
 // Exit codes of executor itself; any other code is the command's own.
 const (
 	ExitUsage     = 2   // bad flags, arguments or configuration
-	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, would wait, queue full, no manager
+	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, would wait, queue full, dropped, no manager
 	ExitLeaseLost = 76  // the lease was lost while the command ran; it was stopped
 	ExitTimeout   = 124 // the command ran past --timeout and was stopped
 )

@@ -26,7 +26,8 @@ var commandHelp = []struct {
 given, node or cluster pools, all or none), runs CMD confined while the
 leases are held, releases them, and exits with CMD's exit code.
 Exit codes of its own: 2 usage or configuration; 71 the worker could not
-be confined (nothing was run); 75 no lease; 76 the lease was lost while
+be confined (nothing was run); 75 no lease (refused, or dropped from a
+full queue: the message names the code); 76 the lease was lost while
 CMD ran (it was stopped); 124 --timeout passed (it was stopped).`, []string{config.EnvExecutorUnconfined}},
 	{"submit", "Store jobs in the durable job queue", `submit --pool P [--slots K] [--also-pool P[=K]]... [--priority high|normal|low]
     [--max-attempts N] [--timeout D] [--env K=V]... [--id ID] [--batch NAME] [--tenant T] [--key K]

@@ -147,6 +147,12 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if s.MaxQueue > 0 && s.MaxQueue != config.DefaultMaxQueue { // the default goes without saying
 				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
 			}
+			if s.FailFast {
+				policy += " fail_fast"
+			}
+			if s.OnFull != "" {
+				policy += " on_full=" + string(s.OnFull)
+			}
 			if s.TenantCap > 0 {
 				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
 			}

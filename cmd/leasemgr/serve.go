@@ -54,6 +54,9 @@ func runManager(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	log := cfg.Logger(stderr)
+	for _, n := range cfg.Notes {
+		log.Info(n)
+	}
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
@@ -253,7 +256,8 @@ func poolConfigs(cfg *config.Manager, ps []config.Pool) []manager.PoolConfig {
 	out := make([]manager.PoolConfig, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, manager.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
-			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
+			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, FailFast: p.FailFast, OnFull: pools.OnFull(p.OnFull),
+			TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
 			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight, Rate: p.Rate, Burst: p.Burst,
 			KeyCap: p.KeyLimit, Quantum: p.Quantum, StarvationAge: p.StarvationAge,
 		}})

@@ -73,17 +73,22 @@ func runWatch(ctx context.Context, o watchOptions, stdout, stderr io.Writer) err
 		}
 	}
 	subject := lease.EventFilter(cfg.SubjectPrefix, o.node, o.pool, lease.EventKind(o.kind))
+	// A message holds the events of its subject since the one before it;
+	// each is shown on a line of its own.
 	show := func(subj string, data []byte) {
-		if o.asJSON {
-			fmt.Fprintln(stdout, string(data))
+		evs, err := lease.DecodeEvents(data)
+		if err != nil {
+			fmt.Fprintf(stdout, "%s: unreadable events: %v\n", subj, err)
 			return
 		}
-		var ev lease.Event
-		if err := json.Unmarshal(data, &ev); err != nil {
-			fmt.Fprintf(stdout, "%s: unreadable event: %v\n", subj, err)
-			return
+		for _, ev := range evs {
+			if o.asJSON {
+				b, _ := json.Marshal(ev) // plain fields: cannot fail
+				fmt.Fprintln(stdout, string(b))
+			} else {
+				fmt.Fprintln(stdout, formatEvent(ev))
+			}
 		}
-		fmt.Fprintln(stdout, formatEvent(ev))
 	}
 	if o.since > 0 {
 		fmt.Fprintf(stderr, "replaying %s since %s, then following\n", subject, time.Now().Add(-o.since).Format(time.TimeOnly))

@@ -13,7 +13,7 @@
 //	lease.rate_tokens     lease_rate_tokens{node,pool}                 gauge, slots the start rate's bucket
 //	                                                                   allows now (pools with a rate only)
 //	lease.requests        lease_requests_total{node,pool}              new acquire requests
-//	lease.enqueued        lease_enqueued_total{node,pool}              requests that had to wait
+//	lease.enqueued        lease_enqueued_total{node,pool}              requests that waited 50 ms or more
 //	lease.grants          lease_grants_total{node,pool}                grants stored and sent
 //	lease.rejections      lease_rejections_total{node,pool,code}       acquires ended by an error, by wire code
 //	lease.releases        lease_releases_total{node,pool}              leases released
@@ -77,7 +77,7 @@ var Buckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 // from the moment the pool appears. (unknown_pool has no pool to count under.)
 var AcquireCodes = []lease.Code{
 	lease.CodeBadRequest, lease.CodeInvalidSlots, lease.CodeExceedsCapacity, lease.CodeWaitExpired,
-	lease.CodeQueueFull, lease.CodeWouldWait, lease.CodeCancelled, lease.CodeConflict,
+	lease.CodeQueueFull, lease.CodeWouldWait, lease.CodeDropped, lease.CodeCancelled, lease.CodeConflict,
 	lease.CodePoolBusy, lease.CodeUnavailable, lease.CodeInternal,
 }
 
@@ -147,7 +147,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 		return c
 	}
 	m.requests = counter("lease.requests", "{request}", "New acquire requests.")
-	m.enqueued = counter("lease.enqueued", "{request}", "Acquire requests that had to wait in the queue.")
+	m.enqueued = counter("lease.enqueued", "{request}", "Acquire requests that waited in the queue 50 ms or more (told they wait).")
 	m.grants = counter("lease.grants", "{lease}", "Leases granted: stored and sent to the holder.")
 	m.rejections = counter("lease.rejections", "{request}", "Acquire requests ended by an error, by wire error code.")
 	m.releases = counter("lease.releases", "{lease}", "Leases released.")
@@ -389,4 +389,13 @@ var _ manager.EventSink = (*Sink)(nil)
 func (s *Sink) Publish(ev lease.Event) {
 	s.m.Record(ev)
 	s.next.Publish(ev)
+}
+
+var _ manager.Flusher = (*Sink)(nil)
+
+// Flush flushes the sink it forwards to, if that holds events back.
+func (s *Sink) Flush() {
+	if f, ok := s.next.(manager.Flusher); ok {
+		f.Flush()
+	}
 }

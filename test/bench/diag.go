@@ -62,7 +62,7 @@ func rawLeaseCycle(ctx context.Context, cfg config, clients, capacity int) (*res
 		firstErr.CompareAndSwap(nil, err.Error())
 	}
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h, a := &hist{}, &hist{}
 		hs[i], as[i] = h, a
 		nc := conns[i/clientsPerConn]
@@ -115,7 +115,7 @@ func rawLeaseCycle(ctx context.Context, cfg config, clients, capacity int) (*res
 			ops[i]++
 		}
 	})
-	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
+	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
 	if s, ok := firstErr.Load().(string); ok {
 		r.Note = "first error: " + s
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -204,8 +205,10 @@ func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts man
 // runFor runs n workers until the scenario's duration has passed. Each
 // worker gets its index and a stop flag to check between operations; it
 // finishes the operation in hand and returns. run returns the time from
-// the start to the last worker's return.
-func runFor(d time.Duration, n int, worker func(i int, stop *atomic.Bool)) time.Duration {
+// the start to the last worker's return, and the CPU time (user and
+// system) the whole process spent meanwhile: server, manager and clients
+// share it, so it is what one cycle costs the machine.
+func runFor(d time.Duration, n int, worker func(i int, stop *atomic.Bool)) (elapsed, cpu time.Duration) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -215,10 +218,20 @@ func runFor(d time.Duration, n int, worker func(i int, stop *atomic.Bool)) time.
 			worker(i, &stop)
 		})
 	}
+	c0 := processCPU()
 	t0 := time.Now()
 	close(start)
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	wg.Wait()
 	timer.Stop()
-	return time.Since(t0)
+	return time.Since(t0), processCPU() - c0
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -41,7 +41,7 @@ func floorReqRep(ctx context.Context, cfg config, clients int) (*result, error) 
 	ops := make([]int64, clients)
 	var errs atomic.Int64
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h := &hist{}
 		hs[i] = h
 		nc := conns[i/clientsPerConn]
@@ -55,7 +55,7 @@ func floorReqRep(ctx context.Context, cfg config, clients int) (*result, error) 
 			ops[i]++
 		}
 	})
-	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
+	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
 		Note: "design: p50 91us at c=1, 96k/s at c=64"}, nil
 }
 
@@ -88,7 +88,7 @@ func floorKVCreateDelete(ctx context.Context, cfg config, clients int) (*result,
 	ops := make([]int64, clients)
 	var errs atomic.Int64
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h := &hist{}
 		hs[i] = h
 		kv := kvs[i/clientsPerConn]
@@ -108,7 +108,7 @@ func floorKVCreateDelete(ctx context.Context, cfg config, clients int) (*result,
 			ops[i]++
 		}
 	})
-	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
+	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
 		Note: "design: p50 158us at c=1, 24k/s at c=64"}, nil
 }
 
@@ -134,7 +134,7 @@ func floorKVPutAsync(ctx context.Context, cfg config, clients int) (*result, err
 	var errs atomic.Int64
 	var setupErr atomic.Value
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h := &hist{}
 		hs[i] = h
 		js, err := jetstream.New(conns[i/clientsPerConn], jetstream.WithPublishAsyncTimeout(10*time.Second))
@@ -174,7 +174,7 @@ func floorKVPutAsync(ctx context.Context, cfg config, clients int) (*result, err
 	if err, _ := setupErr.Load().(error); err != nil {
 		return nil, err
 	}
-	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
+	return &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Errors: errs.Load(), Msgs: e.msgs() - msgs0,
 		Note: "64 in flight per writer; design: ~90k/s"}, nil
 }
 

@@ -120,7 +120,7 @@ func naiveLease(ctx context.Context, cfg config, fifo bool, clients, capacity in
 	ops := make([]int64, clients)
 	var errs, denied atomic.Int64
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h, a := &hist{}, &hist{}
 		hs[i], as[i] = h, a
 		nc := conns[i/clientsPerConn]
@@ -159,7 +159,7 @@ func naiveLease(ctx context.Context, cfg config, fifo bool, clients, capacity in
 			ops[i]++
 		}
 	})
-	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
+	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
 	if !fifo {
 		r.Note = "denied=" + strconv.FormatInt(denied.Load(), 10)
 	}

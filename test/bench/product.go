@@ -53,7 +53,7 @@ func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, part
 		firstErr.CompareAndSwap(nil, err.Error())
 	}
 	msgs0 := e.msgs()
-	elapsed := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, clients, func(i int, stop *atomic.Bool) {
 		h, a := &hist{}, &hist{}
 		hs[i], as[i] = h, a
 		c := lcs[i/clientsPerConn]
@@ -74,7 +74,7 @@ func leaseCycleWith(ctx context.Context, cfg config, clients, capacity int, part
 			ops[i]++
 		}
 	})
-	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
+	r := &result{Clients: clients, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Lat: mergeAll(hs), Acq: mergeAll(as), Errors: errs.Load(), Msgs: e.msgs() - msgs0}
 	if s, ok := firstErr.Load().(string); ok {
 		r.Note = fmt.Sprintf("first error: %s", s)
 	}

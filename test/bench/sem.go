@@ -57,14 +57,14 @@ func semBench(cfg config, impl string, goroutines int, capacity int64) (*result,
 	var errs atomic.Int64
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	elapsed := runFor(cfg.duration, goroutines, func(i int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, goroutines, func(i int, stop *atomic.Bool) {
 		n, err := loop(stop)
 		ops[i] = n
 		if err != nil {
 			errs.Add(1)
 		}
 	})
-	r := &result{Clients: goroutines, Ops: sum(ops), Elapsed: elapsed, Errors: errs.Load()}
+	r := &result{Clients: goroutines, Ops: sum(ops), Elapsed: elapsed, CPU: cpu, Errors: errs.Load()}
 	runtime.ReadMemStats(&m1)
 	if r.Ops > 0 {
 		r.Note = fmt.Sprintf("%.1f ns/op, %.1f B/op, %.2f allocs/op", r.nsPerOp(),

@@ -62,7 +62,7 @@ func poolWaiters(cfg config, n int) (*result, error) {
 	const batch = 256
 	var ops int64
 	var errs atomic.Int64
-	elapsed := runFor(cfg.duration, 1, func(_ int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, 1, func(_ int, stop *atomic.Bool) {
 		for !stop.Load() {
 			for range batch {
 				if _, granted, _, _ := p.Enqueue(1, nil); granted {
@@ -78,7 +78,7 @@ func poolWaiters(cfg config, n int) (*result, error) {
 	if s := p.Stats(); s.QueuedRequests != n || s.InUse != 1 {
 		errs.Add(1)
 	}
-	r := &result{Clients: 1, Ops: ops, Elapsed: elapsed, Errors: errs.Load(), BytesPerWaiter: perWaiter}
+	r := &result{Clients: 1, Ops: ops, Elapsed: elapsed, CPU: cpu, Errors: errs.Load(), BytesPerWaiter: perWaiter}
 	r.Note = fmt.Sprintf("%.0f ns/grant, %.0f B/waiter, Position(middle) %s", r.nsPerOp(), perWaiter, fmtDur(walk))
 	return r, nil
 }
@@ -242,7 +242,7 @@ func managerWaiters(ctx context.Context, cfg config, n int) (*result, error) {
 	var errs atomic.Int64
 	h := &hist{}
 	next, expect := n, 0
-	elapsed := runFor(cfg.duration, 1, func(_ int, stop *atomic.Bool) {
+	elapsed, cpu := runFor(cfg.duration, 1, func(_ int, stop *atomic.Bool) {
 		for !stop.Load() {
 			t0 := time.Now()
 			body, _ := json.Marshal(lease.ReleaseRequest{LeaseID: cur.id, Token: cur.token})
@@ -275,7 +275,7 @@ func managerWaiters(ctx context.Context, cfg config, n int) (*result, error) {
 	for deadline := time.Now().Add(10 * time.Second); queued.Load() < int64(next+polls) && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
-	r := &result{Clients: 1, Ops: ops, Elapsed: elapsed, Lat: h, Errors: errs.Load() + replyErrs.Load() + fifoViolations,
+	r := &result{Clients: 1, Ops: ops, Elapsed: elapsed, CPU: cpu, Lat: h, Errors: errs.Load() + replyErrs.Load() + fifoViolations,
 		BytesPerWaiter: perWaiter, ManagerBytesPerWaiter: float64(owners.manager) / float64(n)}
 	r.Note = fmt.Sprintf("%.0f B/waiter (manager %.0f, server %.0f, other %.0f), poll p50 %s", perWaiter,
 		float64(owners.manager)/float64(n), float64(owners.server)/float64(n), float64(owners.other)/float64(n),

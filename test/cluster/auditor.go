@@ -115,15 +115,17 @@ func StartAuditor(ctx context.Context, url string, auth natsconn.Auth, prefix st
 		}
 	}
 	err = a.consume(ctx, actx, sljs.NamesFor(prefix).Events, prefix+".events.>", func(msg jetstream.Msg, md *jetstream.MsgMetadata) {
-		var ev lease.Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		evs, err := lease.DecodeEvents(msg.Data())
+		if err != nil {
 			a.mu.Lock()
-			a.errs = append(a.errs, fmt.Sprintf("undecodable event on %s: %v", msg.Subject(), err))
+			a.errs = append(a.errs, fmt.Sprintf("undecodable events on %s: %v", msg.Subject(), err))
 			a.mu.Unlock()
 			return
 		}
 		a.mu.Lock()
-		a.events = append(a.events, EventObservation{Subject: msg.Subject(), Event: ev, Seq: md.Sequence.Stream, TS: md.Timestamp})
+		for _, ev := range evs {
+			a.events = append(a.events, EventObservation{Subject: msg.Subject(), Event: ev, Seq: md.Sequence.Stream, TS: md.Timestamp})
+		}
 		a.mu.Unlock()
 	})
 	if err != nil {

@@ -278,9 +278,11 @@ func TestSecurityLayout(t *testing.T) {
 	for granted.LeaseID != la.ID() {
 		select {
 		case msg := <-events:
-			var ev lease.Event
-			if json.Unmarshal(msg.Data, &ev) == nil && ev.Kind == lease.EventGranted {
-				granted = ev
+			evs, _ := lease.DecodeEvents(msg.Data)
+			for _, ev := range evs {
+				if ev.Kind == lease.EventGranted && ev.LeaseID == la.ID() {
+					granted = ev
+				}
 			}
 		case <-ctx.Done():
 			t.Fatal("executor b saw no granted event for a's lease")

@@ -650,12 +650,16 @@ export class Client implements LeaseHost {
     async function* iterate(): AsyncGenerator<LeaseEvent> {
       try {
         for await (const m of sub) {
+          // A message holds the events of its subject since the one before
+          // it, oldest first (a single object from an older manager).
+          let body: LeaseEvent | LeaseEvent[];
           try {
-            yield m.json<LeaseEvent>();
+            body = m.json<LeaseEvent | LeaseEvent[]>();
           } catch (err) {
             if (err instanceof SyntaxError) continue; // not an event
             throw err;
           }
+          yield* Array.isArray(body) ? body : [body];
         }
       } finally {
         stop();

@@ -11,6 +11,7 @@ export type ErrorCode =
   | "wait_expired"
   | "queue_full"
   | "would_wait"
+  | "dropped"
   | "cancelled"
   | "holder_disconnected"
   | "lease_not_found"
@@ -78,6 +79,8 @@ export class WaitExpiredError extends sub("wait_expired") {}
 export class QueueFullError extends sub("queue_full") {}
 /** A noWait acquire that could not be granted at once (retryAfterMs from a rated pool). */
 export class WouldWaitError extends sub("would_wait") {}
+/** The request waited in a full drop_oldest queue, and a newer request took its place. */
+export class DroppedError extends sub("dropped") {}
 /** A cancel (from elsewhere, with this request's holder and secret) withdrew the queued request. */
 export class CancelledError extends sub("cancelled") {}
 /** Fast release: the requester's connection closed while the request was queued. */
@@ -109,6 +112,7 @@ const byCode: Record<ErrorCode, Ctor> = {
   wait_expired: WaitExpiredError,
   queue_full: QueueFullError,
   would_wait: WouldWaitError,
+  dropped: DroppedError,
   cancelled: CancelledError,
   holder_disconnected: HolderDisconnectedError,
   lease_not_found: LeaseNotFoundError,

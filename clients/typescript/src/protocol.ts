@@ -62,6 +62,10 @@ export interface PoolStats {
   queued_slots: number;
   policy?: string;
   max_queue?: number;
+  /** "drop_oldest" when a full queue drops its oldest waiter; absent: refuse. */
+  on_full?: string;
+  /** true for a pool without a queue (POOL_MAX_QUEUE=<pool>=0). */
+  fail_fast?: boolean;
   tenant_cap?: number;
   /** A fair pool's POOL_KEY_LIMITS: most slots in flight per fairness key. */
   key_cap?: number;

@@ -16,6 +16,7 @@ import {
   WaitExpiredError,
   QueueFullError,
   WouldWaitError,
+  DroppedError,
   CancelledError,
   HolderDisconnectedError,
   LeaseNotFoundError,
@@ -35,8 +36,15 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3",
-    env: { POOL_MAX_QUEUE: "qf=1", POOL_RATES: "rated=1/m", CLUSTER_POOLS: "capi=1", POOL_POLICIES: "keys=fair", POOL_KEY_LIMITS: "keys=1" },
+    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3",
+    env: {
+      POOL_MAX_QUEUE: "qf=1,drop=1",
+      POOL_ON_FULL: "drop=drop_oldest",
+      POOL_RATES: "rated=1/m",
+      CLUSTER_POOLS: "capi=1",
+      POOL_POLICIES: "keys=fair",
+      POOL_KEY_LIMITS: "keys=1",
+    },
   });
   client = await mgr.connect();
 });
@@ -229,6 +237,20 @@ test("every error code", async (t) => {
     console.log(`# queue_full retryAfterMs ${e.retryAfterMs}`);
     await h.release();
     await (await w).release();
+  });
+
+  await t.test("dropped: the oldest waiter of a full drop_oldest queue", async () => {
+    const h = await client.acquire("drop");
+    const old = client.acquire("drop");
+    await eventually("the first waiter to queue", async () => (await client.stats("drop")).queued === 1);
+    const newer = client.acquire("drop");
+    const e = await expect(old, DroppedError);
+    assert.match(e.message, /dropped from pool "drop"/);
+    const s = await client.stats("drop");
+    assert.equal(s.on_full, "drop_oldest");
+    assert.equal(s.queued, 1);
+    await h.release();
+    await (await newer).release();
   });
 
   await t.test("too_many_attempts: a connection that sent 16 wrong secrets", async () => {
