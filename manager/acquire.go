@@ -133,7 +133,7 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 	if e := exceeds(p, req.Slots); e != nil {
 		return nil, e
 	}
-	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
 		slots: req.Slots, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
 		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID}}
 	r.lastSeen = r.since.UnixNano()
@@ -269,6 +269,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	}
 	if len(req.Tenant) > lease.MaxTenantLen {
 		return errorf(lease.CodeBadRequest, "tenant is longer than %d bytes", lease.MaxTenantLen)
+	}
+	if len(req.Key) > lease.MaxKeyLen {
+		return errorf(lease.CodeBadRequest, "key is longer than %d bytes", lease.MaxKeyLen)
 	}
 	if req.Slots <= 0 {
 		return errorf(lease.CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)

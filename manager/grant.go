@@ -39,7 +39,7 @@ func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
 			if abandoned(r, now) {
 				// The slots back first, so the event carries the
 				// figures after the drop.
-				next = append(next, p.p.ReleaseFor(r.tenant, r.slots)...)
+				next = append(next, p.p.ReleaseKey(r.tenant, r.key, r.slots)...)
 				m.endLocked(r, abandonedError(r, now), lease.EventRejected)
 				continue
 			}
@@ -61,7 +61,7 @@ func (m *Manager) grant(r *request) {
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority,
 	}
 	m.mu.Lock()
 	c := r.conn
@@ -101,7 +101,7 @@ func (m *Manager) grant(r *request) {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
-		granted := p.p.ReleaseFor(r.tenant, r.slots)
+		granted := p.p.ReleaseKey(r.tenant, r.key, r.slots)
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
 		if m.closed {

@@ -114,7 +114,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
 		return
 	}
-	h.pool.p.RestoreFor(rec.Tenant, rec.Slots)
+	h.pool.p.RestoreKey(rec.Tenant, rec.Key, rec.Slots)
 }
 
 // restoreQueue queues the stored entries found while rebuilding, in their
@@ -134,7 +134,7 @@ func (m *Manager) restoreQueue() {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
-			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, key: v.Key, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: unixNano(v.WaitUntil),
 			entry: entry{has: true, rev: e.rev},
 			// Its client has had no manager to re-send to: count from now.

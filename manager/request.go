@@ -44,6 +44,7 @@ type request struct {
 	id, holder string
 	secret     string
 	tenant     string
+	key        string // fairness key
 	priority   int
 	slots      int64
 	pool       *pool
@@ -127,7 +128,7 @@ func poolToken(subject string) string {
 }
 
 func (r *request) poolRequest() pools.Request {
-	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Value: r}
+	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Key: r.key, Value: r}
 }
 
 // importedPollMs is the re-send promise of a request that crossed a

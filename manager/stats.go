@@ -28,12 +28,15 @@ func poolStats(ps map[string]*pool) []lease.PoolStats {
 	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
 	// limit: pools past it go without (executors then weigh only the
 	// tenants holding or waiting, whose weights Tenants carries).
-	budget := lease.MaxStatsWeights
+	budget, keys := lease.MaxStatsWeights, lease.MaxStatsKeys
 	for i := range out {
 		if out[i].Policy != pools.PolicyFair {
 			continue
 		}
-		o := ps[out[i].Name].p.Options()
+		pp := ps[out[i].Name].p
+		out[i].Scheduler = pp.Scheduler(keys) // and its shares, within a budget per reply too
+		keys -= len(out[i].Scheduler.Keys)
+		o := pp.Options()
 		out[i].DefaultWeight = o.DefaultWeight
 		if len(o.Weights) <= budget {
 			out[i].Weights = o.Weights
