@@ -231,6 +231,9 @@ type PoolStats struct {
 	// taking jobs for the pool share them the same way.
 	Weights       map[string]int `json:"weights,omitempty"`
 	DefaultWeight int            `json:"default_weight,omitempty"`
+	// Counts are how the pool's requests and leases ended (PoolCounts);
+	// nil from a manager of a version before them.
+	Counts *PoolCounts `json:"counts,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.

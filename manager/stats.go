@@ -21,7 +21,7 @@ func (m *Manager) Stats() []lease.PoolStats {
 func (m *Manager) statsLocked() []lease.PoolStats {
 	out := make([]lease.PoolStats, 0, len(m.pools))
 	for _, p := range m.pools {
-		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants()})
+		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants(), Counts: m.tally.of(p.name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	// A fair pool's configured weights, within one budget per reply so
