@@ -71,6 +71,19 @@ export interface PoolStats {
   tokens?: number;
   weights?: Record<string, number>;
   default_weight?: number;
+  /** How the pool's requests and leases ended, carried across restarts
+   * (docs/protocol.md, section 2.5); absent from older managers. */
+  counts?: PoolCounts;
+}
+
+/** A pool's counts (stats `counts`): each event counted in one field. */
+export interface PoolCounts {
+  granted: number;
+  completed: number;
+  failed: number;
+  rejected: number;
+  dropped: number;
+  cancelled: number;
 }
 
 /** The one reply shape (docs/protocol.md, section 2.7). */
