@@ -63,6 +63,9 @@ func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
 		granted <- err
 	}()
 	eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, pool) == 1 })
+	// The pool counts are stored within a second of the grant: there
+	// before the bucket's keys are compared.
+	eventually(t, 30*time.Second, "the pool counts stored", func() bool { return strings.Contains(managerState(t, mgr, node), node+".counts") })
 	before := managerState(t, mgr, node)
 
 	nonce := nuid.Next()
