@@ -225,3 +225,41 @@ func TestPoolCountsNoManagerWroteAreRefused(t *testing.T) {
 	want := lease.PoolCounts{Granted: 1, Completed: 1}
 	harness.Eventually(t, 30*time.Second, "the manager's counts replace the refused ones", func() bool { return storedCounts(t, ps) == want })
 }
+
+// A successor's counts are never overwritten: a manager whose write finds
+// the counts of a later term stored (it expects the revision it wrote
+// last) is deposed, and the successor's counts stay.
+func TestPoolCountsOfALaterTermDeposeTheWriter(t *testing.T) {
+	t.Parallel()
+	srv, n := startFenced(t, newTestFence(5), nil)
+	ctx := context.Background()
+	c := harness.Client(t, srv.URL, node)
+	cycle := func() {
+		t.Helper()
+		l, err := c.Acquire(ctx, "p", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	ps := n.Config.PoolStore // the store itself, not the manager's fenced view
+	harness.Eventually(t, 30*time.Second, "the counts stored", func() bool {
+		return storedCounts(t, ps) == lease.PoolCounts{Granted: 1, Completed: 1}
+	})
+	successor := `{"manager":"successor","term":6,"pools":{"p":{"granted":7}}}`
+	if _, err := ps.Put(ctx, node+".counts", []byte(successor)); err != nil {
+		t.Fatal(err)
+	}
+	cycle() // counted, and so written within a second
+	select {
+	case <-n.Manager.Deposed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager was not deposed by the later term's counts")
+	}
+	if data, _, err := ps.Get(ctx, node+".counts"); err != nil || string(data) != successor {
+		t.Fatalf("stored counts %s, %v: want the successor's", data, err)
+	}
+}
