@@ -106,6 +106,11 @@
 //	TENANT_DEFAULT_WEIGHT     fair pools: weight of other tenants; default 1
 //	TENANT_CAPS               fair pools: most slots per tenant, per pool
 //	PRIORITY_AGING            priority pools: the wait worth one level; default 10s
+//	POOL_KEY_LIMITS           fair pools: most slots in flight per fairness key
+//	                          (per tenant without a key), per pool (fairness.go)
+//	POOL_FAIR_QUANTUM         fair pools: credit per turn of weight 1; default 1
+//	POOL_STARVATION_AGE       fair pools: a ready request waiting this long goes
+//	                          next; default none
 //
 // Read by the executor only (cmd/executor):
 //

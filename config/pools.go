@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/rules"
@@ -30,6 +31,13 @@ type Pool struct {
 	FailFast  bool
 	OnFull    string
 	TenantCap int64
+	// Fair pools (fairness.go): KeyLimit caps the slots in flight per key
+	// (POOL_KEY_LIMITS, 0 none); Quantum is the credit per turn of weight 1
+	// (POOL_FAIR_QUANTUM, 0 the default 1); StarvationAge promotes a ready
+	// request that waited as long (POOL_STARVATION_AGE, 0 none).
+	KeyLimit      int64
+	Quantum       int64
+	StarvationAge time.Duration
 	// Rate is the start rate (POOL_RATES), zero if none, and Burst its
 	// burst (POOL_RATE_BURST, or the default: one second's worth, at
 	// least 1). A pool named only in POOL_RATES has capacity MaxCapacity.

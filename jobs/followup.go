@@ -278,6 +278,9 @@ func (c *channel) submit(req FollowUpRequest) FollowUpReply {
 		return FollowUpReply{Invalid: true, Error: fmt.Sprintf("%v: %s", ErrInvalidSpec, bad)}
 	}
 	spec.Parent, spec.Depth, spec.Batch, spec.Tenant = c.parent.ID, parent.Depth+1, parent.Batch, parent.Tenant
+	if spec.Key == "" {
+		spec.Key = parent.Key // a follow-up counts against its parent's key unless it names its own
+	}
 	limited := inheritLimits(&spec, parent)
 	ctx, cancel := context.WithTimeout(c.ctx, followUpTimeout)
 	defer cancel()

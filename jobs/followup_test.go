@@ -78,7 +78,7 @@ func TestFollowUpChannel(t *testing.T) {
 	dir := t.TempDir()
 
 	parentSpec := channelJob(dir, "parent")
-	parentSpec.Batch, parentSpec.Tenant, parentSpec.Priority = "b1", "team-a", jobs.Low
+	parentSpec.Batch, parentSpec.Tenant, parentSpec.Priority, parentSpec.Key = "b1", "team-a", jobs.Low, "cust-7"
 	parent := submit(t, q, parentSpec)
 	socket, token := readChannel(t, dir, "parent")
 
@@ -104,8 +104,8 @@ func TestFollowUpChannel(t *testing.T) {
 		t.Fatalf("follow-up: %+v", r)
 	}
 	child := waitState(t, q, r.ID, jobs.StateSucceeded, 20*time.Second)
-	if s := child.Spec; s.Parent != parent || s.Depth != 1 || s.Batch != "b1" || s.Tenant != "team-a" || s.Priority != jobs.Low {
-		t.Fatalf("child spec %+v: want parent %s, depth 1, batch b1, tenant team-a, priority low (the parent's)", s, parent)
+	if s := child.Spec; s.Parent != parent || s.Depth != 1 || s.Batch != "b1" || s.Tenant != "team-a" || s.Priority != jobs.Low || s.Key != "cust-7" {
+		t.Fatalf("child spec %+v: want parent %s, depth 1, batch b1, tenant team-a, priority low, key cust-7 (the parent's)", s, parent)
 	}
 	for _, tc := range []struct{ spec, says string }{
 		{`{"command":["true"],"parent":"x","depth":5}`, "parent and depth are set by the executor"},

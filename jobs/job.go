@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/rules"
@@ -122,6 +124,10 @@ type Spec struct {
 	// Tenant is the lease request's tenant: fair pools share by it, and
 	// tenant caps count it (at most lease.MaxTenantLen bytes).
 	Tenant string `json:"tenant,omitempty"`
+	// Key is the lease request's fairness key: fair pools share by key
+	// within a tenant, and POOL_KEY_LIMITS caps the slots in flight per
+	// key (at most lease.MaxKeyLen bytes).
+	Key string `json:"key,omitempty"`
 	// IdempotencyKey, if set and ID is not, makes the id: the same key
 	// always names the same job (IDForKey), so a retried submit finds it.
 	// At most MaxIdempotencyKeyLen bytes.
@@ -360,6 +366,9 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.Tenant) > lease.MaxTenantLen || strings.IndexByte(s.Tenant, 0) >= 0 {
 		bad("tenant: at most %d bytes, without NUL", lease.MaxTenantLen)
+	}
+	if len(s.Key) > lease.MaxKeyLen || strings.IndexFunc(s.Key, unicode.IsControl) >= 0 || !utf8.ValidString(s.Key) {
+		bad("key: at most %d bytes of UTF-8, without control characters", lease.MaxKeyLen)
 	}
 	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)

@@ -16,6 +16,9 @@ func TestParseSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if k, err := jobs.ParseSpec([]byte(`{"command":["true"],"tenant":"t","key":"customer-42"}`)); err != nil || k.Key != "customer-42" || k.Tenant != "t" {
+		t.Fatalf("a spec with a key: %+v, %v", k, err)
+	}
 	if s.Slots != 1 || s.Priority != jobs.Normal || s.MaxAttempts != 3 || time.Duration(s.Timeout) != 90*time.Second || s.Env["A"] != "b" {
 		t.Fatalf("defaults or fields wrong: %+v", s)
 	}
@@ -44,6 +47,9 @@ func TestParseSpec(t *testing.T) {
 		{`{"command":["true"],"pools":[{"pool":"a b","slots":1}]}`, `pools[0] "a b"`},
 		{`{"command":["true"],"pool":"a-b","pools":[{"pool":"a_b","slots":1}]}`, `would share the worker's variables LEASE_A_B_*`},
 		{`{"command":["true"],"pools":[{"pool":"api","slots":1,"x":1}]}`, `unknown field "x"`},
+		{`{"command":["true"],"key":"` + strings.Repeat("k", 129) + `"}`, `key: at most 128 bytes`},
+		{`{"command":["true"],"key":"a\u0007b"}`, `key: at most 128 bytes of UTF-8, without control characters`},
+		{`{"command":["true"],"key":7}`, `field "key": want a string`},
 	}
 	for _, tc := range bad {
 		_, err := jobs.ParseSpec([]byte(tc.json))

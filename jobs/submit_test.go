@@ -60,22 +60,9 @@ func TestResubmitReturnsTheExistingJob(t *testing.T) {
 // the tenant "").
 func TestJobTenantReachesTheLease(t *testing.T) {
 	t.Parallel()
-	srv := harness.StartServer(t)
-	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
-		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2, Options: pools.Options{Policy: pools.PolicyFair, TenantCap: 1}}}})
-	q := openQueue(t, srv.URL)
-	ctx := context.Background()
-	for _, tenant := range []string{"a", "a", "b"} {
-		spec := jobs.NewSpec()
-		spec.Pool, spec.Tenant, spec.Command = "p", tenant, []string{"sleep", "2"}
-		if _, err := q.Submit(ctx, spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
-	c := harness.Client(t, srv.URL, "n1")
+	c := serveSleepers(t, pools.Options{Policy: pools.PolicyFair, TenantCap: 1}, func(s *jobs.Spec, name string) { s.Tenant = name })
 	harness.Eventually(t, 15*time.Second, "one job of each tenant running", func() bool {
-		stats, err := c.Stats(ctx)
+		stats, err := c.Stats(context.Background())
 		if err != nil || len(stats) != 1 {
 			return false
 		}
@@ -85,6 +72,46 @@ func TestJobTenantReachesTheLease(t *testing.T) {
 		}
 		return held["a"] == 1 && held["b"] == 1
 	})
+}
+
+// A job's fairness key is its lease's: on a fair pool with a key limit of
+// 1, one job of each key runs (without keys the limit would let one job
+// of the tenant "" run).
+func TestJobKeyReachesTheLease(t *testing.T) {
+	t.Parallel()
+	c := serveSleepers(t, pools.Options{Policy: pools.PolicyFair, KeyCap: 1}, func(s *jobs.Spec, name string) { s.Key = name })
+	harness.Eventually(t, 15*time.Second, "one job of each key running", func() bool {
+		stats, err := c.Stats(context.Background())
+		if err != nil || len(stats) != 1 || stats[0].Scheduler == nil {
+			return false
+		}
+		held := map[string]int64{}
+		for _, k := range stats[0].Scheduler.Keys {
+			held[k.Key] = k.InUse
+		}
+		return held["a"] == 1 && held["b"] == 1 && stats[0].InUse == 2
+	})
+}
+
+// serveSleepers submits three jobs that sleep 2 s, named a, a and b by
+// name, to pool p (2 slots, options o) of node n1, serves them, and
+// returns a client of n1.
+func serveSleepers(t *testing.T, o pools.Options, name func(*jobs.Spec, string)) *lease.Client {
+	t.Helper()
+	srv := harness.StartServer(t)
+	harness.StartManager(t, srv.URL, manager.Config{Node: "n1", TTL: 5 * time.Second,
+		Pools: []manager.PoolConfig{{Name: "p", Capacity: 2, Options: o}}})
+	q := openQueue(t, srv.URL)
+	for _, n := range []string{"a", "a", "b"} {
+		spec := jobs.NewSpec()
+		spec.Pool, spec.Command = "p", []string{"sleep", "2"}
+		name(&spec, n)
+		if _, err := q.Submit(context.Background(), spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startServing(t, srv.URL, "n1", jobs.ServerConfig{})
+	return harness.Client(t, srv.URL, "n1")
 }
 
 // A stream made before jobs had tenant subjects: a queue bound without

@@ -204,6 +204,7 @@ type acquireOptions struct {
 	secret    string
 	priority  int
 	tenant    string
+	key       string
 	noWait    bool
 	wait      time.Duration
 	onQueued  func(position int)
@@ -239,6 +240,13 @@ func WithPriority(p int) AcquireOption {
 // slots across tenants by weight).
 func WithTenant(t string) AcquireOption {
 	return func(o *acquireOptions) { o.tenant = t }
+}
+
+// WithKey sets the request's fairness key: pools with the fair policy
+// share slots across the keys of a tenant, and POOL_KEY_LIMITS caps the
+// slots in flight per key (at most MaxKeyLen bytes).
+func WithKey(k string) AcquireOption {
+	return func(o *acquireOptions) { o.key = k }
 }
 
 // NoWait makes Acquire a try-acquire: granted at once, or ErrWouldWait.
@@ -308,7 +316,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		pollMs = 0 // polls rarer than the protocol's bound: promise nothing
 	}
 	req := AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, NoWait: o.noWait, PollMs: pollMs}
+		Priority: o.priority, Tenant: o.tenant, Key: o.key, NoWait: o.noWait, PollMs: pollMs}
 	// Each send names the connection it goes on (fast release).
 	body := func() []byte {
 		cn := c.live.identity()

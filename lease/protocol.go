@@ -77,6 +77,8 @@ const (
 	MaxHolderLen    = 256
 	MaxSecretLen    = 128
 	MaxTenantLen    = 128
+	// MaxKeyLen bounds AcquireRequest.Key, as MaxTenantLen the tenant.
+	MaxKeyLen = 128
 	// MaxConnServerLen bounds ConnServer: a server id is a 56-character
 	// public nkey.
 	MaxConnServerLen = 64
@@ -115,6 +117,11 @@ type AcquireRequest struct {
 	// Tenant is the share key of a pool with the fair policy; every pool
 	// counts slots per tenant. Empty is a tenant too.
 	Tenant string `json:"tenant,omitempty"`
+	// Key is the request's fairness key: a pool with the fair policy
+	// shares its slots across the keys of a tenant (a tenant's requests
+	// without a key are its own share), and POOL_KEY_LIMITS caps the slots
+	// in flight per key. Ignored by other policies. Empty is no key.
+	Key string `json:"key,omitempty"`
 	// NoWait refuses with would_wait instead of queueing (try-acquire).
 	NoWait bool `json:"no_wait,omitempty"`
 	// ConnServer and ConnID name the NATS connection the request was sent
@@ -231,6 +238,11 @@ type PoolStats struct {
 	// taking jobs for the pool share them the same way.
 	Weights       map[string]int `json:"weights,omitempty"`
 	DefaultWeight int            `json:"default_weight,omitempty"`
+	// Scheduler is a fair pool's scheduler: its quantum and starvation
+	// age, and per share (a tenant's requests with one fairness key) its
+	// weight, credit, slots in flight and queue; omitted for other pools.
+	// One reply lists at most MaxStatsKeys shares over all its pools.
+	Scheduler *pools.SchedulerStats `json:"scheduler,omitempty"`
 	// Counts are how the pool's requests and leases ended (PoolCounts);
 	// nil from a manager of a version before them.
 	Counts *PoolCounts `json:"counts,omitempty"`
@@ -268,6 +280,7 @@ type Record struct {
 	// Secret is the acquire's secret: shown only to the holder.
 	Secret   string `json:"secret,omitempty"`
 	Tenant   string `json:"tenant,omitempty"`
+	Key      string `json:"key,omitempty"`
 	Priority int    `json:"priority,omitempty"`
 	// ConnServer and ConnID name the holder's connection the lease is
 	// bound to, and DisconnectGraceMs (> 0 only then) is how long after
@@ -352,6 +365,10 @@ const (
 // MaxStatsWeights bounds the configured tenant weights one stats reply
 // carries, over all its fair pools.
 const MaxStatsWeights = 4096
+
+// MaxStatsKeys bounds the shares (Scheduler.Keys) one stats reply lists
+// over all its pools; a pool's further shares are counted in MoreKeys.
+const MaxStatsKeys = 1024
 
 // MaxEcho bounds how much of one client-chosen value (a request id, a
 // holder, a pool name, a lease id, a JSON literal inside a decode error...)

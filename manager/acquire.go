@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -11,9 +12,21 @@ import (
 	"github.com/slotlease/slotlease/rules"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
+	"go.opentelemetry.io/otel/trace"
 )
 
-func (m *Manager) handleAcquire(msg *nats.Msg) {
+// An acquire goes through three stages, each answering with an error
+// where it stops: admission (handleAcquire: decode and validate, the pool,
+// a retry answered from what is known; newRequestLocked: the request's
+// size and connection), commit (enqueueLocked: its connection's and
+// credential's bounds, then the pool grants or queues it; a grant's record
+// is written by grant.go, a queued request's entry by the journal), and
+// its answer: the one the handler returns, which the outbox sends, or for
+// a request granted or queued, the grant's answer or endLocked (exit.go).
+
+// handleAcquire admits an acquire and returns its answer: a zero Reply
+// when the answer comes later (a grant being stored, or a queued request).
+func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	poolName := poolToken(msg.Subject)
 	ctx, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node(m.cfg.Node), natstrace.Pool(poolName))
 	defer span.End()
@@ -26,85 +39,119 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 	who := requesterOf(msg, req.ConnServer, req.ConnID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e != nil {
-		m.out.reject(span, msg.Reply, m.pools[poolName], poolName, req, e)
-		return
-	}
-	p, e := m.poolLocked(poolName)
-	if e != nil {
+	p := m.pools[poolName] // for the rejected event of a request it cannot read
+	if e == nil {
 		// Closing (start no store operation Close would not wait for), or
-		// no such pool.
-		m.out.reject(span, msg.Reply, nil, poolName, req, e)
-		return
+		// no such pool: no event, as the name is the network's.
+		p, e = m.poolLocked(poolName)
 	}
-	// A retry: answer from what is already known, never grant twice.
-	if h := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)]; h != nil {
-		if e := m.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots); e != nil {
-			natstrace.Fail(span, string(e.Code), e.Message)
-			m.out.respond(msg.Reply, errReply(e))
-			return
-		}
-		if h.releasing {
-			// Its slots are about to go to someone else: this is no grant.
-			m.out.respond(msg.Reply, errReply(errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)))
-			return
-		}
-		if h.restored && overCapacity(p) {
-			// Counted from the store at this term's start while the pool
-			// holds more slots than it has: one of its records may be a
-			// grant a deposed manager stored after a successor had given
-			// its slots away, whose holder never heard of it. Handing it
-			// out now would give a slot a second holder (docs/guarantees.md,
-			// problem 9); unrenewed, it expires at its TTL.
-			e := errorf(lease.CodeUnavailable, "lease %q was stored by an earlier manager while pool %q holds more slots than it has; retry after its TTL", h.rec.ID, p.name)
-			natstrace.Fail(span, string(e.Code), e.Message)
-			m.out.respond(msg.Reply, errReply(e))
-			return
-		}
+	if e != nil {
+		return m.out.reject(span, p, poolName, req, e)
+	}
+	if h, r := m.leases[lease.RecordKey(m.cfg.Node, p.name, req.RequestID)], p.waiting[req.RequestID]; h != nil || r != nil {
+		return retried(span, m.guesses, who, p, req, msg.Reply, h, r)
+	}
+	r, e := m.newRequestLocked(ctx, p, req, who, msg.Reply)
+	if e == nil {
+		e = m.enqueueLocked(ctx, r, req)
+	}
+	if e != nil {
+		return m.out.reject(span, p, poolName, req, e)
+	}
+	return lease.Reply{} // granted or queued: answered later
+}
+
+// retried answers a retried acquire from what is known: the lease h it
+// was granted, or the request r not yet stored as one. It never grants
+// twice. The caller holds m.mu (for g and r).
+func retried(span trace.Span, g *guesses, who requester, p *pool, req lease.AcquireRequest, reply string, h *held, r *request) lease.Reply {
+	var answer lease.Reply
+	if h != nil {
+		answer = retriedLease(p, h, g.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots))
+	} else {
+		answer = r.retried(req, who, reply, g.sameRequestLocked(who, req, r.holder, r.secret, r.slots))
+	}
+	if answer.Error != nil {
+		natstrace.Fail(span, string(answer.Error.Code), answer.Error.Message)
+	}
+	return answer
+}
+
+// retriedLease answers a retry of the request whose lease h is; e is what
+// the retry's check (sameRequestLocked) found wrong, if anything.
+func retriedLease(p *pool, h *held, e *lease.Error) lease.Reply {
+	switch {
+	case e != nil:
+	case h.releasing:
+		// Its slots are about to go to someone else: this is no grant.
+		e = errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)
+	case h.restored && overCapacity(p):
+		// Counted from the store at this term's start while the pool
+		// holds more slots than it has: one of its records may be a grant
+		// a deposed manager stored after a successor had given its slots
+		// away, whose holder never heard of it. Handing it out now would
+		// give a slot a second holder (docs/guarantees.md, problem 9);
+		// unrenewed, it expires at its TTL.
+		e = errorf(lease.CodeUnavailable, "lease %q was stored by an earlier manager while pool %q holds more slots than it has; retry after its TTL", h.rec.ID, p.name)
+	default:
 		// Existing tells the holder the record was written before this
 		// request was sent, so it must confirm with a renewal before
 		// trusting a deadline measured from its own send time.
 		rec := h.rec
-		m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true})
-		return
+		return lease.Reply{Status: lease.StatusGranted, Lease: &rec, Existing: true}
 	}
-	if r := p.waiting[req.RequestID]; r != nil {
-		if e := m.sameRequestLocked(who, req, r.holder, r.secret, r.slots); e != nil {
-			natstrace.Fail(span, string(e.Code), e.Message)
-			m.out.respond(msg.Reply, errReply(e))
-			return
-		}
-		r.reply = msg.Reply
-		r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
-		// Re-sent after a reconnect: it lives on the new connection.
-		if c := (conn{req.ConnServer, req.ConnID}); c.known() {
-			r.conn = c
-		}
-		if who.origin.known() {
-			r.origin = who.origin
-		}
-		if r.state == queued {
-			m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)})
-		}
-		return
-	}
-	if e := exceeds(p, req.Slots); e != nil {
-		m.out.reject(span, msg.Reply, p, poolName, req, e)
-		return
-	}
+	return errReply(e)
+}
 
-	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: msg.Reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
-		origin: who.origin, cred: who.cred}
+// retried takes a re-send of r, a request not yet stored as a lease: its
+// answers go to the latest reply subject, it counts as r's poll, and it
+// moves r to the connection it came on. A queued request is told its
+// place; one being granted hears of its grant. e is what the retry's
+// check found wrong, if anything.
+func (r *request) retried(req lease.AcquireRequest, who requester, reply string, e *lease.Error) lease.Reply {
+	if e != nil {
+		return errReply(e)
+	}
+	r.reply = reply
+	r.lastSeen = time.Now().UnixNano() // its poll: see abandoned
+	if c := (conn{req.ConnServer, req.ConnID}); c.known() {
+		r.conn = c // re-sent after a reconnect: it lives on the new connection
+	}
+	if who.origin.known() {
+		r.origin = who.origin
+	}
+	if r.state != queued {
+		return lease.Reply{} // its grant is being stored
+	}
+	return lease.Reply{Status: lease.StatusQueued, Position: positionLocked(r)}
+}
+
+// newRequestLocked makes the request of a new acquire, and announces it;
+// or refuses it: more slots than p could ever grant, or sent just before
+// its connection closed.
+func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.AcquireRequest, who requester, reply string) (*request, *lease.Error) {
+	if e := exceeds(p, req.Slots); e != nil {
+		return nil, e
+	}
+	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
+		slots: req.Slots, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
+		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID}}
 	r.lastSeen = r.since.UnixNano()
-	r.conn = conn{req.ConnServer, req.ConnID}
 	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
 		// Sent just before its connection closed: nobody would hear of it.
-		m.out.reject(span, msg.Reply, p, poolName, req, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed"))
-		return
+		return nil, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed")
 	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
 	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	return r, nil
+}
+
+// enqueueLocked commits r to its pool: granted (its record is then
+// written: grant.go) or queued (told it waits, and its entry written, once
+// it has waited: queue.go). A try (no_wait), and a request whose connection
+// or credential has all the queue places it may have, is only granted.
+func (m *Manager) enqueueLocked(ctx context.Context, r *request, req lease.AcquireRequest) *lease.Error {
+	p := r.pool
 	var w *pools.Waiter
 	var granted bool
 	var position int
@@ -122,29 +169,35 @@ func (m *Manager) handleAcquire(msg *nats.Msg) {
 			e = full
 			e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)
 		}
-		m.out.reject(span, msg.Reply, p, poolName, req, e)
-		return
+		return e
 	}
 	r.w = w
 	m.waiters.add(r)
 	if granted {
 		m.startGrantLocked(r)
-		return
+		return nil
 	}
 	r.order = m.journal.nextOrderLocked()
 	if req.WaitMs > 0 {
 		r.waitUntil = r.since.Add(time.Duration(req.WaitMs) * time.Millisecond).UnixNano()
 	}
 	r.trace.StartQueued(ctx, natstrace.Position(position))
-	// Most requests are granted before they are told they wait (queue.go).
 	m.waitLocked(r)
 	m.journal.persistQueuedLocked(r)
+	return nil
 }
 
-// waitLocked arms r's wait deadline, and its pool's rate timer.
+// waitLocked arms r's wait deadline, which ends it if it still waits
+// then, and its pool's rate timer.
 func (m *Manager) waitLocked(r *request) {
 	if r.waitUntil != 0 {
-		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() { m.waitExpired(r) })
+		r.timer = time.AfterFunc(time.Until(time.Unix(0, r.waitUntil)), func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if !m.closed && r.waiting() {
+				m.leaveQueueLocked(r, errorf(lease.CodeWaitExpired, "not granted within the wait deadline (waited %s)", time.Since(r.since).Round(time.Millisecond)), lease.EventRejected)
+			}
+		})
 	}
 	m.rates.armLocked(r.pool, m.closed)
 }
@@ -216,6 +269,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	}
 	if len(req.Tenant) > lease.MaxTenantLen {
 		return errorf(lease.CodeBadRequest, "tenant is longer than %d bytes", lease.MaxTenantLen)
+	}
+	if len(req.Key) > lease.MaxKeyLen {
+		return errorf(lease.CodeBadRequest, "key is longer than %d bytes", lease.MaxKeyLen)
 	}
 	if req.Slots <= 0 {
 		return errorf(lease.CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)

@@ -13,7 +13,7 @@ import (
 // encoding/json would silently take, merge or drop it. Wrong types are named
 // in wire terms ("slots must be an integer"), never Go ones. Strings must be
 // valid UTF-8 (escapes included: no lone surrogates), and identifiers
-// (request_id, lease_id, holder, tenant, secret, pool names) must not hold
+// (request_id, lease_id, holder, tenant, key, secret, pool names) must not hold
 // control characters. A null value is the field left out. Every body and
 // every string is bounded before anything is allocated for it.
 //
@@ -78,6 +78,8 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 			d.ident(9, &req.ConnServer, lease.MaxConnServerLen)
 		case "conn_id":
 			d.uint64(10, &req.ConnID)
+		case "key":
+			d.ident(11, &req.Key, lease.MaxKeyLen)
 		default:
 			d.unknown()
 		}

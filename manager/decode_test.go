@@ -97,6 +97,7 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 		`{"request_id":"r","holder":"\ud83d\ude00 emoji","slots":-9223372036854775808,"priority":-2147483648}`,
 		`{"slots":9223372036854775807,"wait_ms":0,"poll_ms":-0,"no_wait":false,"tenant":null,"secret":"s"}`,
 		`{"holder":"日本語","no_wait":true,"priority":2147483647}`,
+		`{"tenant":"team-a","key":"customer \u00e9 42"}`, `{"key":null}`,
 		`{"slo\u0074s":1}`, // an escaped key is the same key
 	}
 	for _, b := range bodies {
@@ -181,6 +182,11 @@ func TestDecodeRefuses(t *testing.T) {
 		{"raw control", "{\"holder\":\"a\tb\"}", &lease.AcquireRequest{}, "control character in a string"},
 		{"holder invalid UTF-8", "{\"holder\":\"a\xff\"}", &lease.AcquireRequest{}, "holder is not valid UTF-8"},
 		{"tenant lone surrogate", `{"tenant":"\ud800"}`, &lease.AcquireRequest{}, "tenant is not valid UTF-8"},
+		{"key lone surrogate", `{"key":"\ud800"}`, &lease.AcquireRequest{}, "key is not valid UTF-8"},
+		{"key number", `{"key":42}`, &lease.AcquireRequest{}, "key must be a string"},
+		{"key control", `{"key":"a\u0007"}`, &lease.AcquireRequest{}, "key must not contain control characters"},
+		{"key twice", `{"key":"a","key":"b"}`, &lease.AcquireRequest{}, `key "key" is given twice`},
+		{"key too long", `{"key":"` + strings.Repeat("k", lease.MaxKeyLen+1) + `"}`, &lease.AcquireRequest{}, "key is longer than 128 bytes"},
 		{"secret low surrogate", `{"secret":"\udc00x"}`, &lease.AcquireRequest{}, "secret is not valid UTF-8"},
 		{"request_id control", `{"request_id":"a\u001b"}`, &lease.AcquireRequest{}, "request_id must not contain control characters"},
 		{"escaped key, escaped bad value", `{"hold\u0065r":"\u00e9\u0001"}`, &lease.AcquireRequest{}, "holder must not contain control characters"},

@@ -417,25 +417,26 @@ func (m *Manager) freeOnCloseLocked(h *held) {
 // another connection binds it there. The renewal's write stores the
 // unbinding, and only its answer (not a "bound") tells the holder, which
 // counts its connection until then (lease/lameduck.go).
-func (m *Manager) rebindLocked(h *held, reply, server string, id uint64, lameDuck bool) *lease.Error {
+//
+// It returns the "bound" answer, if any (a zero Reply if none).
+func (m *Manager) rebindLocked(h *held, server string, id uint64, lameDuck bool) (lease.Reply, *lease.Error) {
 	if e := checkConn(server, id); e != nil {
-		return e
+		return lease.Reply{}, e
 	}
 	c := conn{server, id}
 	if lameDuck {
 		if h.rec.DisconnectGraceMs > 0 && recordConn(&h.rec).known() {
 			h.rec.ConnServer, h.rec.ConnID = "", 0
 		}
-		return nil
+		return lease.Reply{}, nil
 	}
 	if !c.known() || h.rec.DisconnectGraceMs <= 0 || c == recordConn(&h.rec) {
-		return nil
+		return lease.Reply{}, nil
 	}
 	h.rec.ConnServer, h.rec.ConnID = c.server, c.id
 	if m.gone.knownClosedLocked(c) {
 		m.freeOnCloseLocked(h)
 	}
 	rec := h.rec
-	m.out.respond(reply, lease.Reply{Status: lease.StatusBound, Lease: &rec})
-	return nil
+	return lease.Reply{Status: lease.StatusBound, Lease: &rec}, nil
 }

@@ -156,7 +156,7 @@ func (d *discovery) wait() { d.wg.Wait() }
 
 func (d *discovery) handleStats(msg *nats.Msg) {
 	np := d.admin.NodePools()
-	d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
+	d.out.endpointAnswer(d.stats, msg.Reply, lease.Reply{Status: lease.StatusOK, Node: np.Node, Pools: np.Pools, ServedBy: np.ServedBy, Warnings: np.Warnings, ClusterPools: np.ClusterPools})
 }
 
 func (d *discovery) endpoints() []*endpoint { return []*endpoint{d.stats, d.resize, d.snapshot} }
@@ -210,22 +210,9 @@ func (e *endpoint) figures() *micro.EndpointStats {
 	return s
 }
 
-// respondResize answers a resize. An error also goes in the headers micro
-// uses (Nats-Service-Error, Nats-Service-Error-Code), so micro-aware
-// tools see it, and counts in the endpoint's figures.
+// respondResize answers a resize (endpointAnswer).
 func (d *discovery) respondResize(reply string, r lease.Reply) {
-	if r.Error == nil || reply == "" {
-		d.out.respond(reply, r)
-		return
-	}
-	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
-	d.resize.failed(code, desc)
-	data, err := appendReply(nil, &r)
-	if err != nil {
-		d.out.log.Error("encoding a reply", "err", err)
-		return
-	}
-	d.out.publish(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
+	d.out.endpointAnswer(d.resize, reply, r)
 }
 
 // serviceErrorCode maps a wire code to the HTTP-like status micro services

@@ -22,19 +22,18 @@ func (m *Manager) admitLocked(r *request) (w *pools.Waiter, granted bool, positi
 	p := r.pool
 	a, err := p.p.Admit(r.poolRequest())
 	if a.Dropped != nil {
-		m.droppedLocked(a.Dropped.Value.(*request))
+		d := a.Dropped.Value.(*request)
+		m.endLocked(d, droppedError(d), lease.EventRejected)
 	}
 	m.startGrantsLocked(p, a.Let)
 	return a.Waiter, a.Granted, a.Position, err
 }
 
-// droppedLocked ends d, dropped from its pool's full queue for a newer
-// request.
-func (m *Manager) droppedLocked(d *request) {
-	s := d.pool.p.Stats()
-	e := errorf(lease.CodeDropped, "dropped from pool %q after waiting %v: its queue was full (max_queue %d, on_full drop_oldest) and a newer request took the place of the oldest",
-		d.pool.name, time.Since(d.since).Round(time.Millisecond), s.MaxQueue)
-	m.leftQueueLocked(d, e, lease.EventRejected)
+// droppedError is what d, dropped from its pool's full queue for a newer
+// request, is told.
+func droppedError(d *request) *lease.Error {
+	return errorf(lease.CodeDropped, "dropped from pool %q after waiting %v: its queue was full (max_queue %d, on_full drop_oldest) and a newer request took the place of the oldest",
+		d.pool.name, time.Since(d.since).Round(time.Millisecond), d.pool.p.Stats().MaxQueue)
 }
 
 // failFastNote is what a would_wait answer adds for a pool without a queue

@@ -27,40 +27,40 @@ type awaited struct {
 func (e *echoes) expect(key string, value []byte) *awaited {
 	w := &awaited{value: value, rev: make(chan uint64, 1)}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.waiting == nil {
 		e.waiting = make(map[string]*awaited)
 	}
 	e.waiting[key] = w
-	e.mu.Unlock()
 	return w
 }
 
-// wait returns the stored revision of w's write once the watch shows it,
-// or false after d; either way w is no longer expected.
-func (e *echoes) wait(key string, w *awaited, d time.Duration) (uint64, bool) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	var rev uint64
-	var ok bool
-	select {
-	case rev = <-w.rev:
-		ok = true
-	case <-t.C:
-	}
+// forget unregisters w, if it is still expected at key.
+func (e *echoes) forget(key string, w *awaited) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.waiting[key] == w {
 		delete(e.waiting, key)
 	}
-	e.mu.Unlock()
-	if !ok {
-		// It may have come as the timer fired.
-		select {
-		case rev = <-w.rev:
-			ok = true
-		default:
-		}
+}
+
+// wait returns the stored revision of w's write once the watch shows it,
+// or false after d; either way it is no longer expected.
+func (e *echoes) wait(key string, w *awaited, d time.Duration) (uint64, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case rev := <-w.rev:
+		return rev, true
+	case <-t.C:
 	}
-	return rev, ok
+	e.forget(key, w)
+	select {
+	case rev := <-w.rev: // it came as the timer fired
+		return rev, true
+	default:
+		return 0, false
+	}
 }
 
 // seen hands a put the watch delivered to the write it echoes, if one

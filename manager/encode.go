@@ -105,6 +105,9 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 	if r.Tenant != "" {
 		b = appendStringField(b, "tenant", r.Tenant)
 	}
+	if r.Key != "" {
+		b = appendStringField(b, "key", r.Key)
+	}
 	if r.Priority != 0 {
 		b = appendIntField(b, "priority", int64(r.Priority))
 	}
@@ -202,6 +205,9 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	}
 	if s.TenantCap != 0 {
 		b = appendIntField(b, "tenant_cap", s.TenantCap)
+	}
+	if s.KeyCap != 0 {
+		b = appendIntField(b, "key_cap", s.KeyCap)
 	}
 	if s.Rate != "" {
 		b = appendStringField(b, "rate", s.Rate)

@@ -17,7 +17,7 @@ func SetQueueEntryTTL(d time.Duration) (restore func()) {
 
 // FillHistory samples every pool n times, as an hour of HistoryStep
 // samples would, ending now.
-func (m *Manager) FillHistory(n int) {
+func FillHistory(m *Manager, n int) {
 	now := time.Now()
 	for i := n - 1; i >= 0; i-- {
 		m.disc.hist.record(m.poolPoints(now.Add(-time.Duration(i) * lease.HistoryStep)))
@@ -29,7 +29,7 @@ func (m *Manager) FillHistory(n int) {
 // is made under the Manager's lock as the request is queued, so a test
 // can look as soon as the request is counted queued, rather than wait for
 // a write that must not come.
-func (m *Manager) QueueEntryDecided(pool, id string) bool {
+func QueueEntryDecided(m *Manager, pool, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pools[pool]
@@ -43,7 +43,7 @@ func (m *Manager) QueueEntryDecided(pool, id string) bool {
 // EntryWriters returns how many queue entry writers run, and how many
 // entries wait for one. Both are set under the Manager's lock as requests
 // are queued; writers is 0 only once every write they took has ended.
-func (m *Manager) EntryWriters() (writers, waiting int) {
+func EntryWriters(m *Manager) (writers, waiting int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.journal.writers, len(m.journal.queue)
@@ -53,7 +53,7 @@ func (m *Manager) EntryWriters() (writers, waiting int) {
 // has been heard and not yet settled (or forgotten, 30 s on). The
 // advisories are handled one at a time, in order: once the last of a
 // burst is heard, every one before it has been handled.
-func (m *Manager) HeardClose(server string, id uint64) bool {
+func HeardClose(m *Manager, server string, id uint64) bool {
 	m.gone.mu.Lock()
 	defer m.gone.mu.Unlock()
 	_, ok := m.gone.heard[conn{server, id}]
@@ -62,7 +62,7 @@ func (m *Manager) HeardClose(server string, id uint64) bool {
 
 // CloseChecks returns how many close checks are in flight and how many
 // frees are armed.
-func (m *Manager) CloseChecks() (checking, armed int) {
+func CloseChecks(m *Manager) (checking, armed int) {
 	m.gone.mu.Lock()
 	defer m.gone.mu.Unlock()
 	return len(m.gone.checking), len(m.gone.timers)

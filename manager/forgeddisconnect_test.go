@@ -81,13 +81,13 @@ func forgeAndSettle(t *testing.T, srv *harness.SecureServer, n *harness.Node, se
 	t.Helper()
 	const marker = 999_999_999 // no connection's id
 	burst := forgeAdvisory(t, srv, config.RoleManager, jetstream.ExecutorDisconnectSubject, append(bodies, advisoryFor(server, marker))...)
-	harness.Eventually(t, 2*time.Minute, "the manager to hear the last forged advisory", func() bool { return n.Manager.HeardClose(server, marker) })
+	harness.Eventually(t, 2*time.Minute, "the manager to hear the last forged advisory", func() bool { return manager.HeardClose(n.Manager, server, marker) })
 	span = time.Since(burst)
 	harness.Eventually(t, 2*time.Minute, "every close check to settle", func() bool {
-		checking, _ := n.Manager.CloseChecks()
+		checking, _ := manager.CloseChecks(n.Manager)
 		return checking == 0
 	})
-	if _, armed := n.Manager.CloseChecks(); armed != 0 {
+	if _, armed := manager.CloseChecks(n.Manager); armed != 0 {
 		t.Fatalf("%d frees armed after forged advisories", armed)
 	}
 	return span

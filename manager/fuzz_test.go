@@ -40,6 +40,7 @@ var fuzzSeeds = []string{
 	``, `{}`, `null`, `[]`, `"x"`, `{"`, `{}{}`, "\x00\xff", `{"request_id":1}`,
 	`{"request_id":"r1","holder":"h","slots":1}`,
 	`{"request_id":"r1","holder":"h","slots":1,"secret":"s","tenant":"t","priority":3,"poll_ms":1000,"wait_ms":50,"no_wait":true}`,
+	`{"request_id":"r1","holder":"h","slots":1,"tenant":"t","key":"customer-7"}`,
 	`{"request_id":"r1","holder":"h","slots":1,"slots":2}`, // duplicate key
 	`{"REQUEST_ID":"r1","HOLDER":"h","SLOTS":1}`,           // case-folded keys
 	`{"request_id":"r1","holder":"h","ſlots":1}`,           // a key that folds to "slots"

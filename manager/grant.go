@@ -18,6 +18,9 @@ import (
 func (m *Manager) startGrantLocked(r *request) {
 	r.state = granting
 	r.grantedAt = time.Now()
+	if s := r.w.Started; !s.IsZero() {
+		r.grantedAt = s // when the pool's rate counted it (pools.Waiter)
+	}
 	r.stopTimer()
 	m.ops.Add(1)
 	go m.grant(r)
@@ -34,7 +37,10 @@ func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
 		for _, w := range rs {
 			r := w.Value.(*request)
 			if abandoned(r, now) {
-				next = append(next, m.dropAbandonedLocked(r, now)...)
+				// The slots back first, so the event carries the
+				// figures after the drop.
+				next = append(next, p.p.ReleaseKey(r.tenant, r.key, r.slots)...)
+				m.endLocked(r, abandonedError(r, now), lease.EventRejected)
 				continue
 			}
 			m.startGrantLocked(r)
@@ -55,7 +61,7 @@ func (m *Manager) grant(r *request) {
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Priority: r.priority,
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority,
 	}
 	m.mu.Lock()
 	c := r.conn
@@ -95,17 +101,16 @@ func (m *Manager) grant(r *request) {
 		// Nothing was stored: the slots go back, the holder may retry
 		// (anew, so its queue entry goes too).
 		m.log.Warn("storing a grant failed", "key", key, "err", err)
-		if !m.closed {
-			m.journal.dropLocked(r)
-		}
-		granted := p.p.ReleaseFor(r.tenant, r.slots)
-		if !m.closed {
-			m.startGrantsLocked(p, granted)
-		}
+		granted := p.p.ReleaseKey(r.tenant, r.key, r.slots)
 		e := errorf(lease.CodeUnavailable, "storing the lease failed: %v", err)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
-		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		if m.closed {
+			// Its queue entry, if any, stays for the successor to restore.
+			m.out.answerLater(r.reply, errReply(e))
+			return
+		}
+		m.startGrantsLocked(p, granted)
+		m.endLocked(r, e, lease.EventRejected)
 		return
 	}
 	if m.ctx.Err() != nil {
@@ -115,7 +120,7 @@ func (m *Manager) grant(r *request) {
 		// of this same manager the retry finds the record.
 		e := closingError(m.cfg.Node)
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(r.reply, errReply(e))
+		m.out.answerLater(r.reply, errReply(e))
 		return
 	}
 	rec.Token = rev
@@ -133,9 +138,7 @@ func (m *Manager) grant(r *request) {
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.out.emit(p, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
-		Token: rev, WaitMs: time.Since(r.since).Milliseconds()})
+	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
 }
 
 // grantStore stores grants in the lease bucket: over the request's queue
@@ -164,25 +167,20 @@ type grantStore struct {
 func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64, error) {
 	started := time.Now()
 	if ew, ok := gs.store.(EchoWriter); ok {
-		w := gs.echoes.expect(key, data)
-		var err error
-		if entryRev == 0 {
-			err = ew.SendCreate(key, data, gs.ttl)
-		} else {
-			err = ew.SendRenew(key, data, gs.ttl, entryRev)
-		}
+		w, err := gs.send(ew, key, data, entryRev)
 		if fencedOut(err) {
-			gs.echoes.wait(key, w, 0)
 			return 0, err
 		}
-		if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
-			return rev, nil
-		}
-		// Not seen: stored unseen, refused, or still on its way. A later
-		// arrival is refused once anything else is stored at key, as both
-		// writes expect the same revision.
-		if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
-			return rev, nil
+		if w != nil {
+			if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
+				return rev, nil
+			}
+			// Not seen: stored unseen, refused, or still on its way. A
+			// later arrival is refused once anything else is stored at
+			// key, as both writes expect the same revision.
+			if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
+				return rev, nil
+			}
 		}
 	}
 	rev, err := gs.write(key, data, entryRev)
@@ -192,6 +190,23 @@ func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64,
 		rev, err = gs.resolve(key, id, started, err)
 	}
 	return rev, err
+}
+
+// send sends the grant's write without an acknowledgement and returns
+// its expected echo; nil if it was not sent (errNoEcho, or fenced: err).
+func (gs *grantStore) send(ew EchoWriter, key string, data []byte, entryRev uint64) (*awaited, error) {
+	w := gs.echoes.expect(key, data)
+	var err error
+	if entryRev == 0 {
+		err = ew.SendCreate(key, data, gs.ttl)
+	} else {
+		err = ew.SendRenew(key, data, gs.ttl, entryRev)
+	}
+	if err != nil {
+		gs.echoes.forget(key, w)
+		return nil, err
+	}
+	return w, nil
 }
 
 // resolve finds out whether a grant write that failed ambiguously was

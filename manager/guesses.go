@@ -205,3 +205,43 @@ func (g *guesses) trippedLocked(now time.Time) {
 		"connections", g.unlogged, "limit", g.limit, "window", g.window)
 	g.lastLog, g.unlogged = now, 0
 }
+
+// sameRequestLocked checks that a retry of who repeats the request it
+// retries: the same holder and secret (the secret only once who may try
+// one: guesses.go), and the same slots.
+func (g *guesses) sameRequestLocked(who requester, req lease.AcquireRequest, holder, secret string, slots int64) *lease.Error {
+	now := time.Now()
+	if e := g.admitLocked(who, now); e != nil {
+		return e
+	}
+	// One message for a wrong holder and a wrong secret: the answer
+	// says no more than that the id is not the requester's.
+	if holder != req.Holder {
+		return errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
+	}
+	if !secretMatches(secret, req.Secret) {
+		return g.wrongLocked(who, errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID), now)
+	}
+	if slots != req.Slots {
+		return errorf(lease.CodeConflict, "request id %q was sent before for %d slots, not %d", req.RequestID, slots, req.Slots)
+	}
+	return nil
+}
+
+// cancellerLocked checks that a cancel of who names the holder and secret
+// of the request or lease it cancels (the secret only once who may try
+// one: guesses.go).
+func (g *guesses) cancellerLocked(who requester, req lease.CancelRequest, holder, secret string) *lease.Error {
+	now := time.Now()
+	if e := g.admitLocked(who, now); e != nil {
+		return e
+	}
+	conflict := errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
+	if holder != req.Holder {
+		return conflict
+	}
+	if !secretMatches(secret, req.Secret) {
+		return g.wrongLocked(who, conflict, now)
+	}
+	return nil
+}

@@ -255,14 +255,14 @@ func (m *Manager) start(ctx context.Context) error {
 		return err
 	}
 
-	handlers := map[string]nats.MsgHandler{
+	handlers := map[string]answerer{
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbAcquire): m.handleAcquire,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRenew):   m.handleRenew,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbRelease): m.handleRelease,
 		lease.Subject(m.cfg.Prefix, m.cfg.Node, "*", lease.VerbCancel):  m.handleCancel,
 	}
 	for subj, h := range handlers {
-		sub, err := m.out.subscribe(subj, m.out.guard(h))
+		sub, err := m.out.subscribe(subj, m.out.serve(h))
 		if err != nil {
 			return err
 		}

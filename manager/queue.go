@@ -104,11 +104,7 @@ func (j *journal) persistLocked(r *request) {
 }
 
 // tellLocked tells r's holder it waits, and emits its queued event.
-func (j *journal) tellLocked(r *request) {
-	position := positionLocked(r)
-	j.out.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
-	j.out.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
-}
+func (j *journal) tellLocked(r *request) { j.out.tellQueued(r, positionLocked(r)) }
 
 // waitingUnpersisted reports whether r is still queued without an entry.
 func waitingUnpersisted(r *request) bool {
@@ -123,7 +119,7 @@ func (j *journal) entryLocked(r *request) (storedValue, time.Duration, bool) {
 	}
 	v := storedValue{
 		Record: lease.Record{ID: r.id, Node: j.node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: j.lead.term(), Manager: j.lead.instance,
-			Secret: r.secret, Tenant: r.tenant, Priority: r.priority},
+			Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 	}
 	return v, j.entryTTL(r), true

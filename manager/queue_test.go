@@ -206,7 +206,7 @@ func TestGrantedBeforeTheEntryDelayIsNeverToldItWaits(t *testing.T) {
 	}
 	r2 := f.send("r2")
 	f.waitQueued(1)
-	if f.n.Manager.QueueEntryDecided("p", "r2") {
+	if manager.QueueEntryDecided(f.n.Manager, "p", "r2") {
 		t.Fatal("queue entry written before the request waited the delay")
 	}
 	f.gd.open()
@@ -362,7 +362,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	// Every request is answered, but only so many entry writes run.
 	harness.Eventually(t, 5*time.Second, "entry writes started", func() bool { return g.entered.Load() >= 32 })
-	if writers, waiting := n.Manager.EntryWriters(); writers != 32 || waiting != waiters-32 {
+	if writers, waiting := manager.EntryWriters(n.Manager); writers != 32 || waiting != waiters-32 {
 		t.Fatalf("%d queue entry writers with %d entries waiting for one, want 32 and %d", writers, waiting, waiters-32)
 	}
 	if got := g.entered.Load(); got != 32 { // each writer holds one write at the gate
@@ -377,7 +377,7 @@ func TestQueueEntryWritesAreBounded(t *testing.T) {
 	}
 	g.release()
 	harness.Eventually(t, 10*time.Second, "every entry write to end", func() bool {
-		writers, waiting := n.Manager.EntryWriters()
+		writers, waiting := manager.EntryWriters(n.Manager)
 		return writers == 0 && waiting == 0
 	})
 	if got := storedQueueEntries(t, n); got != waiters-leaving {

@@ -48,7 +48,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.grants.echoes.seen(ch) // a grant waiting for this write, if any
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	stored, ok := m.records.accept(ch, rebuilt, m.knownKeyLocked)
+	stored, ok := m.records.accept(ch, rebuilt, func(key string) bool { return knownKey(m.cfg.Node, m.leases, m.pools, key) })
 	if !ok {
 		return
 	}
@@ -114,7 +114,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
 		return
 	}
-	h.pool.p.RestoreFor(rec.Tenant, rec.Slots)
+	h.pool.p.RestoreKey(rec.Tenant, rec.Key, rec.Slots)
 }
 
 // restoreQueue queues the stored entries found while rebuilding, in their
@@ -134,7 +134,7 @@ func (m *Manager) restoreQueue() {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
-			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, key: v.Key, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: unixNano(v.WaitUntil),
 			entry: entry{has: true, rev: e.rev},
 			// Its client has had no manager to re-send to: count from now.
@@ -143,8 +143,7 @@ func (m *Manager) restoreQueue() {
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
 			r.pool = &pool{name: v.Pool}
-			m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node)))
-			m.journal.dropLocked(r)
+			m.endLocked(r, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s", v.Pool, m.cfg.Node), "")
 			continue
 		}
 		m.journal.restoredLocked(v.QueuedAt)
@@ -163,9 +162,7 @@ func (m *Manager) restoreQueue() {
 			}
 		}
 		if e != nil {
-			m.out.respond(r.reply, errReply(e))
-			m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
-			m.journal.dropLocked(r)
+			m.endLocked(r, e, lease.EventRejected)
 			continue
 		}
 		r.w = w

@@ -124,13 +124,12 @@ func (c *recordCheck) accept(ch Change, rebuilt bool, known func(key string) boo
 	return &rec, true
 }
 
-// knownKeyLocked reports whether key is that of a lease this manager holds
+// knownKey reports whether key is that of a lease this manager holds
 // or of a request it has not finished: a write of its own is expected there.
-func (m *Manager) knownKeyLocked(key string) bool {
-	if m.leases[key] != nil {
+func knownKey(node string, leases map[string]*held, ps map[string]*pool, key string) bool {
+	if leases[key] != nil {
 		return true
 	}
-	node := m.cfg.Node
 	if len(key) <= len(node) || key[:len(node)] != node || key[len(node)] != '.' {
 		return false
 	}
@@ -138,7 +137,7 @@ func (m *Manager) knownKeyLocked(key string) bool {
 	if !ok {
 		return false
 	}
-	p := m.pools[pool]
+	p := ps[pool]
 	return p != nil && p.waiting[id] != nil
 }
 

@@ -12,29 +12,28 @@ import (
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
 
-func (m *Manager) handleRelease(msg *nats.Msg) {
+// handleRelease answers a release at once: the holder need not wait for
+// the delete, since until it is stored the slots stay busy, which costs a
+// little capacity and never over-grants.
+func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRelease, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	defer span.End()
 	var req lease.ReleaseRequest
-	if e := decode(msg.Data, &req); e != nil {
-		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+	e := decode(msg.Data, &req)
+	if e == nil {
+		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+		m.mu.Lock()
+		var h *held
+		if h, e = m.lookupLocked(requesterOf(msg, "", 0), msg.Subject, req.LeaseID, req.Token, req.Secret); e == nil {
+			m.startReleaseLocked(h, lease.EventReleased)
+		}
+		m.mu.Unlock()
 	}
-	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-	who := requesterOf(msg, "", 0)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
 	if e != nil {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
 	}
-	// The holder need not wait for the delete: until it is stored the slots
-	// stay busy, which costs a little capacity and never over-grants.
-	m.out.respond(msg.Reply, lease.Reply{Status: lease.StatusReleased})
-	m.startReleaseLocked(h, lease.EventReleased)
+	return lease.Reply{Status: lease.StatusReleased}
 }
 
 // startReleaseLocked deletes h's record; its slots stay busy until that is
@@ -137,7 +136,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if h.pool == nil {
 		return
 	}
-	granted := h.pool.p.ReleaseFor(h.rec.Tenant, h.rec.Slots)
+	granted := h.pool.p.ReleaseKey(h.rec.Tenant, h.rec.Key, h.rec.Slots)
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)

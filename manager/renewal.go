@@ -81,32 +81,38 @@ func secretMatches(want, got string) bool {
 	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
-func (m *Manager) handleRenew(msg *nats.Msg) {
+// handleRenew starts a renewal, whose answer comes once it is stored
+// (renew); it answers at once only an error. A lease that moved to the
+// connection the renewal came on is told "bound" first (rebindLocked),
+// before the renewal can answer.
+func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	var req lease.RenewRequest
-	if e := decode(msg.Data, &req); e != nil {
-		natstrace.Fail(span, string(e.Code), e.Message)
-		span.End()
-		m.out.respond(msg.Reply, errReply(e))
-		return
-	}
-	natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
-	who := requesterOf(msg, req.ConnServer, req.ConnID)
-	m.mu.Lock()
-	h, e := m.lookupLocked(who, msg.Subject, req.LeaseID, req.Token, req.Secret)
+	e := decode(msg.Data, &req)
 	if e == nil {
-		e = m.rebindLocked(h, msg.Reply, req.ConnServer, req.ConnID, req.LameDuck)
+		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
+		m.mu.Lock()
+		var h *held
+		var bound lease.Reply
+		h, e = m.lookupLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg.Subject, req.LeaseID, req.Token, req.Secret)
+		if e == nil {
+			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
+		}
+		if e == nil {
+			if bound.Status != "" {
+				m.out.answerLater(msg.Reply, bound)
+			}
+			m.ops.Add(1)
+			go m.renew(msg.Reply, h, time.Now(), span) // answers once stored
+		}
+		m.mu.Unlock()
 	}
 	if e != nil {
-		m.mu.Unlock()
 		natstrace.Fail(span, string(e.Code), e.Message)
 		span.End()
-		m.out.respond(msg.Reply, errReply(e))
-		return
+		return errReply(e)
 	}
-	m.ops.Add(1)
-	m.mu.Unlock()
-	go m.renew(msg.Reply, h, time.Now(), span)
+	return lease.Reply{} // the renewal answers
 }
 
 // renew rewrites the record with a fresh TTL, conditional on the revision we
@@ -118,7 +124,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	defer span.End()
 	fail := func(e *lease.Error) {
 		natstrace.Fail(span, string(e.Code), e.Message)
-		m.out.respond(reply, errReply(e))
+		m.out.answerLater(reply, errReply(e))
 	}
 	h.renewal.lock()
 	defer h.renewal.unlock()
@@ -126,7 +132,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 		m.mu.Lock()
 		m.stop.renewedLocked(h)
 		m.mu.Unlock()
-		m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 		return
 	}
 	started := time.Now()
@@ -153,7 +159,7 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 			m.stop.renewedLocked(h)
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
-			m.out.respond(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose

@@ -44,6 +44,7 @@ type request struct {
 	id, holder string
 	secret     string
 	tenant     string
+	key        string // fairness key
 	priority   int
 	slots      int64
 	pool       *pool
@@ -126,30 +127,8 @@ func poolToken(subject string) string {
 	return s[strings.LastIndexByte(s, '.')+1:]
 }
 
-// sameRequestLocked checks that a retry of who repeats the request it
-// retries: the same holder and secret (the secret only once who may try
-// one: guesses.go), and the same slots.
-func (m *Manager) sameRequestLocked(who requester, req lease.AcquireRequest, holder, secret string, slots int64) *lease.Error {
-	now := time.Now()
-	if e := m.guesses.admitLocked(who, now); e != nil {
-		return e
-	}
-	// One message for a wrong holder and a wrong secret: the answer
-	// says no more than that the id is not the requester's.
-	if holder != req.Holder {
-		return errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID)
-	}
-	if !secretMatches(secret, req.Secret) {
-		return m.guesses.wrongLocked(who, errorf(lease.CodeConflict, "request id %q belongs to another holder", req.RequestID), now)
-	}
-	if slots != req.Slots {
-		return errorf(lease.CodeConflict, "request id %q was sent before for %d slots, not %d", req.RequestID, slots, req.Slots)
-	}
-	return nil
-}
-
 func (r *request) poolRequest() pools.Request {
-	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Value: r}
+	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Key: r.key, Value: r}
 }
 
 // importedPollMs is the re-send promise of a request that crossed a

@@ -230,7 +230,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	}
 	m.delta = d
 	m.applyLocked(target, false)
-	m.disc.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: m.statsLocked()})
+	m.disc.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: poolStats(m.pools, m.tally)})
 }
 
 func validateResize(req *lease.ResizeRequest) *lease.Error {
@@ -340,12 +340,7 @@ func (m *Manager) applyLocked(target map[string]poolShape, quiet bool) {
 func (m *Manager) refuseResizedLocked(p *pool, rejected []*pools.Waiter, why string) {
 	for _, w := range rejected {
 		r := w.Value.(*request)
-		m.waiters.drop(r)
-		r.stopTimer()
-		m.journal.dropLocked(r)
-		e := errorf(lease.CodeExceedsCapacity, "%d slots requested, %s", r.slots, why)
-		m.out.respond(r.reply, errReply(e))
-		m.out.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+		m.endLocked(r, errorf(lease.CodeExceedsCapacity, "%d slots requested, %s", r.slots, why), lease.EventRejected)
 	}
 }
 
@@ -364,10 +359,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 			continue
 		}
 		p.p.Cancel(r.w)
-		m.waiters.drop(r)
-		r.stopTimer()
-		m.journal.dropLocked(r)
-		m.out.respond(r.reply, errReply(errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node)))
+		m.endLocked(r, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node), "")
 	}
 	for _, h := range m.leases {
 		if h.pool == p && !h.releasing {

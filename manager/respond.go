@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
@@ -62,6 +63,20 @@ func (o *outbox) unsubscribe() {
 	for _, s := range subs {
 		_ = s.Unsubscribe()
 	}
+}
+
+// answerer is a request handler that returns its answer, which serve
+// sends: the one place a handler's answer leaves. A zero Reply (no
+// Status) means the answer comes later, from the store write or the queue.
+type answerer func(msg *nats.Msg) lease.Reply
+
+// serve is h behind guard, its answer sent to the request's reply subject.
+func (o *outbox) serve(h answerer) nats.MsgHandler {
+	return o.guard(func(msg *nats.Msg) {
+		if r := h(msg); r.Status != "" {
+			o.respond(msg.Reply, r)
+		}
+	})
 }
 
 // guard keeps the reply rule (replyto.go) for a request handler: a request
@@ -137,6 +152,25 @@ func (o *outbox) respond(reply string, r lease.Reply) {
 	o.buffers.Put(b, data)
 }
 
+// endpointAnswer answers a request to an admin endpoint (discovery.go). An
+// error also goes in the headers micro uses (Nats-Service-Error,
+// Nats-Service-Error-Code), so micro-aware tools see it, and counts in the
+// endpoint's figures.
+func (o *outbox) endpointAnswer(e *endpoint, reply string, r lease.Reply) {
+	if r.Error == nil || reply == "" {
+		o.respond(reply, r)
+		return
+	}
+	code, desc := serviceErrorCode(r.Error.Code), headerSafe(r.Error.Message)
+	e.failed(code, desc)
+	data, err := appendReply(nil, &r)
+	if err != nil {
+		o.log.Error("encoding a reply", "err", err)
+		return
+	}
+	o.publish(reply, nats.Header{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}, data)
+}
+
 // answer sends data to msg's reply subject; guard has checked it.
 func (o *outbox) answer(msg *nats.Msg, data []byte) { o.publish(msg.Reply, nil, data) }
 
@@ -164,18 +198,18 @@ func (o *outbox) publish(reply string, hdr nats.Header, data []byte) {
 	}
 }
 
-// reject answers an acquire with an error and, for a pool this node has
-// (p not nil), publishes a rejected event. Unknown pools get no event:
+// reject returns the error answer of an acquire and, for a pool this node
+// has (p not nil), publishes a rejected event. Unknown pools get no event:
 // their name comes from the network and must not mint event subjects.
-func (o *outbox) reject(span trace.Span, reply string, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) {
+func (o *outbox) reject(span trace.Span, p *pool, poolName string, req lease.AcquireRequest, e *lease.Error) lease.Reply {
 	natstrace.Fail(span, string(e.Code), e.Message)
-	o.respond(reply, errReply(e))
 	if p != nil {
 		// The request failed validation, maybe for its size: echo a bounded part.
 		o.emit(p, lease.Event{Kind: lease.EventRejected, RequestID: echo.Clip(req.RequestID), Holder: echo.Clip(req.Holder), Slots: req.Slots, Code: e.Code, Message: e.Message})
 	} else {
 		o.log.Debug("acquire rejected", "pool", echo.Clip(poolName), "code", e.Code, "message", e.Message)
 	}
+	return errReply(e)
 }
 
 func errReply(e *lease.Error) lease.Reply { return lease.Reply{Status: lease.StatusError, Error: e} }

@@ -31,7 +31,7 @@ func (m *Manager) Snapshot(history bool) lease.NodeSnapshot {
 		}
 	}
 	snap := lease.NodeSnapshot{Node: m.cfg.Node, Time: now, Pools: make([]lease.PoolSnapshot, 0, len(m.pools))}
-	for _, st := range m.statsLocked() {
+	for _, st := range poolStats(m.pools, m.tally) {
 		p := m.pools[st.Name]
 		ps := lease.PoolSnapshot{PoolStats: st}
 		hs := holders[p]
@@ -96,8 +96,7 @@ func (d *discovery) handleSnapshot(msg *nats.Msg) {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			d.snapshot.failed("400", "bad snapshot request")
-			d.out.respond(msg.Reply, lease.Reply{Status: lease.StatusError, Error: errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", err.Error())})
+			d.out.endpointAnswer(d.snapshot, msg.Reply, errReply(errorf(lease.CodeBadRequest, "snapshot request: want {} or {\"history\":true}: %s", err.Error())))
 			return
 		}
 	}

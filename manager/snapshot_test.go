@@ -86,7 +86,7 @@ func TestSnapshotTooLargeLeavesHistoryOut(t *testing.T) {
 		pools = append(pools, manager.PoolConfig{Name: fmt.Sprintf("pool-%02d", i), Capacity: 1000000})
 	}
 	srv, n := startNode(t, 5*time.Second, pools...)
-	n.Manager.FillHistory(lease.HistoryPoints)
+	manager.FillHistory(n.Manager, lease.HistoryPoints)
 	nc := harness.Connect(t, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -15,25 +15,28 @@ import (
 func (m *Manager) Stats() []lease.PoolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.statsLocked()
+	return poolStats(m.pools, m.tally)
 }
 
-func (m *Manager) statsLocked() []lease.PoolStats {
-	out := make([]lease.PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
-		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants(), Counts: m.tally.of(p.name)})
+func poolStats(ps map[string]*pool, t *tally) []lease.PoolStats {
+	out := make([]lease.PoolStats, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants(), Counts: t.of(p.name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	// A fair pool's configured weights, within one budget per reply so
 	// that a long TENANT_WEIGHTS cannot push the reply past NATS's payload
 	// limit: pools past it go without (executors then weigh only the
 	// tenants holding or waiting, whose weights Tenants carries).
-	budget := lease.MaxStatsWeights
+	budget, keys := lease.MaxStatsWeights, lease.MaxStatsKeys
 	for i := range out {
 		if out[i].Policy != pools.PolicyFair {
 			continue
 		}
-		o := m.pools[out[i].Name].p.Options()
+		pp := ps[out[i].Name].p
+		out[i].Scheduler = pp.Scheduler(keys) // and its shares, within a budget per reply too
+		keys -= len(out[i].Scheduler.Keys)
+		o := pp.Options()
 		out[i].DefaultWeight = o.DefaultWeight
 		if len(o.Weights) <= budget {
 			out[i].Weights = o.Weights

@@ -47,6 +47,20 @@
 // back under; it blocks nobody meanwhile. (TenantCap needs the fair policy:
 // the others keep no per-tenant queues to pass a tenant over with.)
 //
+// A request may carry a fairness key ([Request.Key]). The fair policy then
+// shares by key within the tenant: the round is over shares, a share being
+// one tenant's requests with one key, or its requests without a key (so
+// without keys, a share is a tenant, as above). A share's weight is that of
+// its key's name in [Options.Weights], or of its tenant's name without a
+// key; its credit per turn is weight × [Options.Quantum] slots.
+// [Options.KeyCap] caps the slots one share holds at once, as TenantCap a
+// tenant's: a share at its cap is passed over, blocking no other share.
+// With [Options.StarvationAge], the head request of a share in the round
+// that has waited that long goes next whatever the credit (the oldest such
+// first), whenever the pool grants. Keys, KeyCap, Quantum and
+// StarvationAge need the fair policy; the others accept keys and ignore
+// them.
+//
 // Every policy counts slots held and queued per tenant ([Pool.Tenants]).
 // [Options.MaxQueue] bounds the queue under every policy: a request that
 // would have to wait when MaxQueue requests already do is refused with
@@ -73,13 +87,16 @@
 //
 // # Costs
 //
-// With n requests queued and T tenants in the fair round: fifo and lifo
-// are O(1) per operation ([Pool.Position] walks the queue, O(n)). priority is O(log n)
-// expected per operation, positions included, on a treap. fair is O(1)
-// amortised per grant, release and cancel while requests are no larger
-// than the weights, and O(T) when they are larger (a whole round may pass
-// without a grant; the rounds are then skipped arithmetically rather than
-// played); a position is O(T), and [Pool.EnqueueRequest] returns one.
+// With n requests queued and T shares (tenants, or tenants' keys) in the
+// fair round: fifo and lifo are O(1) per operation ([Pool.Position] walks
+// the queue, O(n)). priority is O(log n) expected per operation, positions
+// included, on a treap. fair is O(1) amortised per grant, release and
+// cancel while requests are no larger than the quanta, and O(T) when they
+// are larger (a whole round may pass without a grant; the rounds are then
+// skipped arithmetically rather than played); a position is O(T), and
+// [Pool.EnqueueRequest] returns one. A starvation age adds O(log T) (a heap
+// of the shares' oldest requests); a tenant cap makes a grant or release
+// of a tenant with k keys O(k) (each key's room under the cap changed).
 //
 // # Use
 //

@@ -6,152 +6,288 @@ import (
 	"math/bits"
 )
 
-// fairQueue is PolicyFair: deficit round robin over tenants, each tenant's
-// requests first-in, first-out (tenant.waiters).
+// fairQueue is PolicyFair: deficit round robin over shares, each share's
+// requests first-in, first-out (share.waiters). A share is the requests
+// of one tenant with one fairness key (Request.Key; a tenant's requests
+// without a key are its share ""), so requests are partitioned by key
+// where they give one and by tenant where they do not.
 //
-// The tenants that may be served form a round (ring). The tenant at the
+// The shares that may be served form a round (ring). The share at the
 // front has the turn: when its turn begins it is credited its quantum
-// (weight, in slots) on top of what it had left (deficit), and it is served
-// while its head request costs no more than its deficit. Then its turn
-// ends, it moves to the back with what is left, and the next tenant's turn
-// begins. A tenant whose queue empties leaves the round and loses what it
-// had left, so idle tenants bank nothing; a tenant that gets a request
-// joins at the back, and so is served within the next round. Over many
-// rounds each backlogged tenant is granted slots in proportion to its
-// weight.
+// (weight × Options.Quantum, in slots) on top of what it had left
+// (deficit), and it is served while its head request costs no more than
+// its deficit. Then its turn ends, it moves to the back with what is left,
+// and the next share's turn begins. A share whose queue empties leaves the
+// round and loses what it had left, so idle shares bank nothing; a share
+// that gets a request joins at the back, and so is served within the next
+// round. Over many rounds each backlogged share is granted slots in
+// proportion to its weight.
 //
-// The head request of the tenant whose turn it is, once covered by its
+// The head request of the share whose turn it is, once covered by its
 // deficit, is the next in service order: if it does not fit, nothing is
-// granted (no skipping to smaller requests of other tenants; see
-// Pool.grant). A tenant whose head would take it over TenantCap is not in
-// the round at all, so it blocks nobody; it rejoins at the back when a
-// release or cancel brings its head under the cap.
+// granted (no skipping to smaller requests of other shares; see
+// Pool.grant). With Options.StarvationAge, a head request of a share in
+// the round that has waited that long goes first instead, whatever the
+// credit (the oldest such, by arrival); its slots are still charged to its
+// share's deficit, which may go below zero.
+//
+// A share whose head would take it over KeyCap, or take its tenant over
+// TenantCap, is not in the round at all, so it blocks nobody; it rejoins
+// at the back when a release or cancel brings its head under the caps.
 //
 // Invariants:
-//   - a tenant is in ring (t.ring != nil) iff it has queued requests and
-//     its head is within its cap;
-//   - a tenant not in ring has deficit 0 and started false; only the front
+//   - a share is in ring (s.ring != nil) iff it has queued requests and
+//     its head is within the caps (held reports false);
+//   - a share not in ring has deficit 0 and started false; only the front
 //     of ring may be started;
+//   - with StarvationAge, aged holds exactly the shares in ring, as a heap
+//     on their head's seq;
 //   - after every operation but RestoreFor, ring is empty or its front is
 //     started with its head's Slots <= deficit (next has settled), and
-//     that head does not fit.
+//     the waiter next returns does not fit.
 type fairQueue struct {
 	p    *Pool
-	ring list.List // of *tenant, in turn order
+	ring list.List // of *share, in turn order
+	aged shareHeap // with StarvationAge: the shares in ring, oldest head first
 }
 
-func head(t *tenant) *Waiter { return t.waiters.Front().Value.(*Waiter) }
+// share is the fair policy's accounting of one tenant's requests with one
+// fairness key.
+type share struct {
+	t   *tenant
+	key string
+	// quantum is the credit of a turn: weight × Options.Quantum.
+	quantum int64
 
-// capped reports whether t's head would take t over the cap. t must have
-// queued requests.
-func (f *fairQueue) capped(t *tenant) bool {
-	c := f.p.opts.TenantCap
-	return c > 0 && t.inUse+head(t).Slots > c
+	// inUse: slots granted to this share and not released. queued and
+	// queuedSlots count its queued waiters.
+	inUse       int64
+	queued      int
+	queuedSlots int64
+
+	waiters list.List     // this share's queued *Waiter, FIFO
+	ring    *list.Element // in fairQueue.ring, or nil
+	deficit int64         // slots this share may still be granted this round
+	started bool          // this share's turn has begun: deficit includes its quantum
+	elem    *list.Element // in t.shares
+	heapAt  int           // index in fairQueue.aged, -1 when not there
 }
 
-func (f *fairQueue) first(t *tenant, n int64, _ int64) bool {
+func head(s *share) *Waiter { return s.waiters.Front().Value.(*Waiter) }
+
+// shareOf returns t's share of key, or nil if it holds and queues nothing.
+func shareOf(t *tenant, key string) *share {
+	if t == nil {
+		return nil
+	}
+	if key == "" {
+		return t.own
+	}
+	return t.keyed[key]
+}
+
+// share returns t's share of key, creating it if needed.
+func (f *fairQueue) share(t *tenant, key string) *share {
+	if s := shareOf(t, key); s != nil {
+		return s
+	}
+	name := key
+	if key == "" {
+		name = t.name
+	}
+	s := &share{t: t, key: key, quantum: int64(f.p.weightOf(name)) * f.p.opts.Quantum, heapAt: -1}
+	if key == "" {
+		t.own = s
+	} else {
+		if t.keyed == nil {
+			t.keyed = make(map[string]*share)
+		}
+		t.keyed[key] = s
+	}
+	s.elem = t.shares.PushBack(s)
+	return s
+}
+
+// forget drops s once it holds and queues nothing.
+func (f *fairQueue) forget(s *share) {
+	if s.inUse != 0 || s.queued != 0 {
+		return
+	}
+	t := s.t
+	t.shares.Remove(s.elem)
+	s.elem = nil
+	if s.key == "" {
+		t.own = nil
+	} else {
+		delete(t.keyed, s.key)
+	}
+}
+
+// held reports whether a request of n slots of share s (nil: one that
+// holds nothing) and tenant t would take s over KeyCap or t over
+// TenantCap.
+func (f *fairQueue) held(t *tenant, s *share, n int64) bool {
+	o := &f.p.opts
+	var sIn, tIn int64
+	if s != nil {
+		sIn = s.inUse
+	}
+	if t != nil {
+		tIn = t.inUse
+	}
+	return (o.KeyCap > 0 && sIn+n > o.KeyCap) || (o.TenantCap > 0 && tIn+n > o.TenantCap)
+}
+
+func (f *fairQueue) first(t *tenant, key string, n int64, _ int64) bool {
 	// With a round under way, its next request goes first and a newcomer
-	// joins at the back. With none, a newcomer whose tenant has nothing
+	// joins at the back. With none, a newcomer whose share has nothing
 	// queued would start its own turn at once.
 	if f.ring.Len() > 0 {
 		return false
 	}
-	if t == nil {
-		return true // check has ensured n <= TenantCap
-	}
-	c := f.p.opts.TenantCap
-	return t.queued == 0 && (c == 0 || t.inUse+n <= c)
+	s := shareOf(t, key)
+	return (s == nil || s.queued == 0) && !f.held(t, s, n)
 }
 
-// update puts t in or out of the round as the invariant says.
-func (f *fairQueue) update(t *tenant) {
-	in := t.queued > 0 && !f.capped(t)
+// update puts s in or out of the round as the invariant says.
+func (f *fairQueue) update(s *share) {
+	in := s.queued > 0 && !f.held(s.t, s, head(s).Slots)
 	switch {
-	case in && t.ring == nil:
-		t.ring = f.ring.PushBack(t)
-	case !in && t.ring != nil:
-		f.ring.Remove(t.ring)
-		t.ring, t.deficit, t.started = nil, 0, false
+	case in && s.ring == nil:
+		s.ring = f.ring.PushBack(s)
+	case !in && s.ring != nil:
+		f.ring.Remove(s.ring)
+		s.ring, s.deficit, s.started = nil, 0, false
+	}
+	if f.p.opts.StarvationAge > 0 {
+		f.aged.set(s, in)
+	}
+}
+
+// changed updates s after its slots or its queue changed, and, under a
+// tenant cap, every other share of its tenant too, in the order they
+// came: their heads' room under the cap changed with s's slots.
+func (f *fairQueue) changed(s *share) {
+	if f.p.opts.TenantCap == 0 {
+		f.update(s)
+		return
+	}
+	for e := s.t.shares.Front(); e != nil; e = e.Next() {
+		f.update(e.Value.(*share))
 	}
 }
 
 func (f *fairQueue) push(w *Waiter) {
-	t := w.t
-	w.elem = t.waiters.PushBack(w)
-	if t.queued == 1 {
-		f.update(t) // t's first request: it may join the round
+	s := f.share(w.t, w.Key)
+	s.queued++
+	s.queuedSlots += w.Slots
+	w.elem = s.waiters.PushBack(w)
+	if s.queued == 1 {
+		f.update(s) // s's first request: it may join the round
 	}
 	f.next() // settle the turn, so the invariants hold between operations
 }
 
 func (f *fairQueue) remove(w *Waiter, granted bool) {
-	t := w.t
+	s := shareOf(w.t, w.Key)
 	if granted {
-		t.deficit -= w.Slots // next() returned w: Slots <= deficit
+		s.deficit -= w.Slots // next() returned w: covered, or aged past StarvationAge
+		s.inUse += w.Slots
 	}
-	wasHead := t.waiters.Front() == w.elem
-	t.waiters.Remove(w.elem)
+	wasHead := s.waiters.Front() == w.elem
+	s.waiters.Remove(w.elem)
+	s.queued--
+	s.queuedSlots -= w.Slots
 	w.elem = nil
-	if wasHead {
-		f.update(t)
+	if granted || wasHead {
+		f.update(s) // first: the age heap must not keep s with an empty queue
 	}
+	if granted && f.p.opts.TenantCap > 0 {
+		f.changed(s) // s's tenant took slots: its other shares may leave the round
+	}
+	f.forget(s)
 }
 
+func (f *fairQueue) took(t *tenant, key string, n int64) {
+	s := f.share(t, key)
+	s.inUse += n
+	if s.queued > 0 || f.p.opts.TenantCap > 0 {
+		f.changed(s)
+	}
+	f.forget(s)
+}
+
+// next returns the next waiter in service order: the head of the share
+// whose turn it is, once settled, unless an older ready head has waited
+// StarvationAge.
 func (f *fairQueue) next() *Waiter {
+	w := f.settle()
+	if w == nil || f.p.opts.StarvationAge <= 0 {
+		return w
+	}
+	if h := head(f.aged[0]); h != w && f.p.since(h.vt) >= int64(f.p.opts.StarvationAge) {
+		return h
+	}
+	return w
+}
+
+// settle plays the round until the share whose turn it is can pay for its
+// head, and returns that head (nil if the round is empty).
+func (f *fairQueue) settle() *Waiter {
 	failed := 0 // turns ended in this call without a grant
 	for {
 		e := f.ring.Front()
 		if e == nil {
 			return nil
 		}
-		t := e.Value.(*tenant)
-		if !t.started {
+		s := e.Value.(*share)
+		if !s.started {
 			if failed >= f.ring.Len() {
 				f.skipRounds()
 				failed = 0
 			}
-			t.deficit += int64(t.weight)
-			t.started = true
+			s.deficit += s.quantum
+			s.started = true
 		}
-		if w := head(t); w.Slots <= t.deficit {
+		if w := head(s); w.Slots <= s.deficit {
 			return w
 		}
-		t.started = false
+		s.started = false
 		f.ring.MoveToBack(e)
 		failed++
 	}
 }
 
-// skipRounds is called when every tenant in the round has just had a turn
+// skipRounds is called when every share in the round has just had a turn
 // too short for its head request, which happens when requests are larger
 // than quanta. It credits all of them the further rounds in which nobody
-// would be served either: r-1, where r is the fewest rounds any tenant
-// needs. That gives the order plain DRR would, in O(tenants) instead of
-// O(tenants * slots / weight).
+// would be served either: r-1, where r is the fewest rounds any share
+// needs. That gives the order plain DRR would, in O(shares) instead of
+// O(shares * slots / quantum).
 func (f *fairQueue) skipRounds() {
 	r := int64(math.MaxInt64)
 	for e := f.ring.Front(); e != nil; e = e.Next() {
-		t := e.Value.(*tenant)
-		r = min(r, ceilDiv(head(t).Slots-t.deficit, int64(t.weight)))
+		s := e.Value.(*share)
+		r = min(r, ceilDiv(head(s).Slots-s.deficit, s.quantum))
 	}
 	if r <= 1 {
 		return
 	}
 	for e := f.ring.Front(); e != nil; e = e.Next() {
-		t := e.Value.(*tenant)
-		t.deficit += (r - 1) * int64(t.weight) // < head's Slots: no overflow
+		s := e.Value.(*share)
+		s.deficit += (r - 1) * s.quantum // < head's Slots: no overflow
 	}
 }
 
 // rank computes Position (see there) in closed form rather than by
-// simulating the rounds. If w's tenant t needs m more turns, another
-// tenant u gets m or m-1 turns first, depending on where it is in the
+// simulating the rounds. If w's share t needs m more turns, another
+// share u gets m or m-1 turns first, depending on where it is in the
 // round, and is served the longest prefix of its queue whose slots its
 // deficit plus those turns' quanta cover; for u that prefix is estimated
 // from u's average request size, which is exact when u's requests are of
-// one size.
+// one size. Starvation promotions are not foreseen.
 func (f *fairQueue) rank(w *Waiter) int {
-	t := w.t
+	t := shareOf(w.t, w.Key)
 	// t's own requests up to and including w.
 	k, slots := t.queued, t.queuedSlots
 	if t.waiters.Back() != w.elem {
@@ -168,14 +304,14 @@ func (f *fairQueue) rank(w *Waiter) int {
 		return k // within the turn under way
 	}
 	// Turns begin in ring order from the front, or from the one after it if
-	// the front's turn has begun (its next one then comes last). A tenant
+	// the front's turn has begun (its next one then comes last). A share
 	// outside the round (capped) is placed as if it joined at the back.
 	n := f.ring.Len()
 	if t.ring == nil {
 		n++ // t, at the back
 	}
-	started := f.ring.Len() > 0 && f.ring.Front().Value.(*tenant).started
-	order := func(i int) int { // turn order of the i-th tenant from the front
+	started := f.ring.Len() > 0 && f.ring.Front().Value.(*share).started
+	order := func(i int) int { // turn order of the i-th share from the front
 		if started {
 			return (i + n - 1) % n
 		}
@@ -190,12 +326,12 @@ func (f *fairQueue) rank(w *Waiter) int {
 		}
 		i++
 	}
-	m := max(1, ceilDiv(slots-t.deficit, int64(t.weight))) // t's turns needed
+	m := max(1, ceilDiv(slots-t.deficit, t.quantum)) // t's turns needed
 
 	pos := k
 	i = 0
 	for e := f.ring.Front(); e != nil; e = e.Next() {
-		u := e.Value.(*tenant)
+		u := e.Value.(*share)
 		o := order(i)
 		i++
 		if u == t {
@@ -209,7 +345,7 @@ func (f *fairQueue) rank(w *Waiter) int {
 			continue
 		}
 		budget := int64(math.MaxInt64)
-		if q := int64(u.weight); turns <= (math.MaxInt64-u.deficit)/q {
+		if q := u.quantum; turns <= (math.MaxInt64-max(0, u.deficit))/q {
 			budget = u.deficit + turns*q
 		}
 		pos += prefixCount(u, budget)
@@ -219,7 +355,7 @@ func (f *fairQueue) rank(w *Waiter) int {
 
 // prefixCount estimates how many of u's queued requests, from the head,
 // budget slots cover, assuming they are all of the average size.
-func prefixCount(u *tenant, budget int64) int {
+func prefixCount(u *share, budget int64) int {
 	switch {
 	case budget <= 0:
 		return 0
@@ -242,13 +378,9 @@ func ceilDiv(a, b int64) int64 {
 }
 
 func (f *fairQueue) each(fn func(*Waiter)) {
-	visit := func(t *tenant) {
-		for e := t.waiters.Front(); e != nil; e = e.Next() {
-			fn(e.Value.(*Waiter))
+	f.eachShare(func(s *share) {
+		for w := s.waiters.Front(); w != nil; w = w.Next() {
+			fn(w.Value.(*Waiter))
 		}
-	}
-	visit(&f.p.anon)
-	for _, t := range f.p.tenants {
-		visit(t)
-	}
+	})
 }

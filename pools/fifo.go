@@ -3,9 +3,9 @@ package pools
 // fifoQueue is PolicyFIFO: Pool.waiters in arrival order.
 type fifoQueue struct{ p *Pool }
 
-func (q fifoQueue) first(*tenant, int64, int64) bool { return q.p.waiters.Len() == 0 }
-func (q fifoQueue) push(w *Waiter)                   { w.elem = q.p.waiters.PushBack(w) }
-func (q fifoQueue) update(*tenant)                   {}
+func (q fifoQueue) first(*tenant, string, int64, int64) bool { return q.p.waiters.Len() == 0 }
+func (q fifoQueue) push(w *Waiter)                           { w.elem = q.p.waiters.PushBack(w) }
+func (q fifoQueue) took(*tenant, string, int64)              {}
 
 func (q fifoQueue) remove(w *Waiter, _ bool) {
 	q.p.waiters.Remove(w.elem)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 )
 
 // Admission and grants: the checks a request passes, the tenants' and the
@@ -19,6 +20,9 @@ func (p *Pool) check(n int64) error {
 	}
 	if c := p.opts.TenantCap; c > 0 && n > c {
 		return fmt.Errorf("%w: %d slots requested, tenant cap is %d", ErrExceedsCapacity, n, c)
+	}
+	if c := p.opts.KeyCap; c > 0 && n > c {
+		return fmt.Errorf("%w: %d slots requested, key cap is %d", ErrExceedsCapacity, n, c)
 	}
 	if p.bucket != nil && n > p.bucket.burst {
 		return fmt.Errorf("%w: %d slots requested, the rate %v allows at most %d at once (its burst)", ErrExceedsCapacity, n, p.bucket.rate, p.bucket.burst)
@@ -45,8 +49,8 @@ func (p *Pool) room() error {
 // grantable reports whether a new request may be granted at once: it would
 // be the next in service order, so it jumps nobody the policy puts first,
 // and its slots are free. p.mu must be held.
-func (p *Pool) grantable(tenant string, n int64, vt int64) bool {
-	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), n, vt) && p.tokens(n)
+func (p *Pool) grantable(tenant, key string, n int64, vt int64) bool {
+	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), key, n, vt) && p.tokens(n)
 }
 
 // tokens reports whether the start rate allows n slots now. p.mu must be
@@ -55,13 +59,22 @@ func (p *Pool) tokens(n int64) bool {
 	return p.bucket == nil || p.bucket.allows(p.opts.Now(), n)
 }
 
-// start counts n slots granted to the named tenant: in use, and taken
-// from the start rate's bucket. p.mu must be held.
-func (p *Pool) start(name string, n int64) {
-	p.take(name, n)
+// start counts n slots granted to the named tenant and key: in use, and
+// taken from the start rate's bucket. p.mu must be held.
+func (p *Pool) start(name, key string, n int64) {
+	p.take(name, key, n)
 	if p.bucket != nil {
 		p.bucket.take(n)
 	}
+}
+
+// startedAt is when the start rate last counted its tokens: the time of
+// the grant that just took them. Zero without a rate. p.mu must be held.
+func (p *Pool) startedAt() time.Time {
+	if p.bucket == nil {
+		return time.Time{}
+	}
+	return p.bucket.at
 }
 
 // vtime is the virtual time of a new request under the priority policy:
@@ -113,7 +126,7 @@ func (p *Pool) tenant(name string) *tenant {
 	if p.tenants == nil {
 		p.tenants = make(map[string]*tenant)
 	}
-	t := &tenant{name: name, weight: p.weightOf(name)}
+	t := &tenant{name: name}
 	p.tenants[name] = t
 	return t
 }
@@ -126,15 +139,18 @@ func (p *Pool) forget(t *tenant) {
 	}
 }
 
-// take counts n more slots in use by the named tenant. p.mu must be held.
-func (p *Pool) take(name string, n int64) {
+// take counts n more slots in use by the named tenant and key. p.mu must
+// be held.
+func (p *Pool) take(name, key string, n int64) {
 	p.inUse += n
-	p.tenant(name).inUse += n
+	t := p.tenant(name)
+	t.inUse += n
+	p.q.took(t, key, n)
 }
 
 // release counts n slots less in use by the named tenant, or panics. The
 // caller grants. p.mu must be held.
-func (p *Pool) release(name string, n int64) {
+func (p *Pool) release(name, key string, n int64) {
 	if n < 0 {
 		panic("pools: release of negative slots")
 	}
@@ -152,11 +168,14 @@ func (p *Pool) release(name string, n int64) {
 	if n == 0 {
 		return
 	}
+	if p.opts.Policy == PolicyFair {
+		if s := shareOf(t, key); s == nil || n > s.inUse {
+			panic(fmt.Sprintf("pools: released %d slots for tenant %q key %q, which holds fewer", n, name, key))
+		}
+	}
 	p.inUse -= n
 	t.inUse -= n
-	if t.queued > 0 {
-		p.q.update(t)
-	}
+	p.q.took(t, key, -n)
 	p.forget(t)
 }
 
@@ -172,8 +191,11 @@ func (p *Pool) pushWaiter(w *Waiter, r Request, vt int64) {
 	p.seq++
 	t := p.tenant(r.Tenant)
 	*w = Waiter{
-		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority,
+		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority,
 		pool: p, state: stateQueued, ready: w.ready, seq: p.seq, vt: vt, t: t,
+	}
+	if p.opts.Policy == PolicyFair {
+		w.vt = p.stamp() // for StarvationAge and Scheduler's ages
 	}
 	t.queued++
 	t.queuedSlots += r.Slots
@@ -255,6 +277,7 @@ func (p *Pool) grant(out []*Waiter) []*Waiter {
 		}
 		if p.bucket != nil {
 			p.bucket.take(w.Slots)
+			w.Started = p.startedAt()
 		}
 		p.inUse += w.Slots
 		w.t.inUse += w.Slots

@@ -6,7 +6,7 @@ package pools
 // not, it becomes the waiter that blocks the queue until they are.
 type lifoQueue struct{ fifoQueue }
 
-func (q lifoQueue) first(*tenant, int64, int64) bool { return true }
+func (q lifoQueue) first(*tenant, string, int64, int64) bool { return true }
 
 func (q lifoQueue) next() *Waiter {
 	if e := q.p.waiters.Back(); e != nil {

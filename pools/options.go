@@ -46,6 +46,9 @@ const (
 	// that sums of slots (queued_slots over millions of waiters) cannot
 	// overflow an int64.
 	MaxCapacity = 1 << 40
+	// MaxQuantum bounds Options.Quantum: with MaxWeight it keeps a turn's
+	// credit under 2^40 slots.
+	MaxQuantum = 1_000_000
 )
 
 var (
@@ -71,16 +74,31 @@ type Options struct {
 	// AgingStep (priority): waiting this long is worth one priority level.
 	// 0 means DefaultAgingStep.
 	AgingStep time.Duration
-	// Weights (fair): tenant -> weight, each in 1..MaxWeight. A tenant's
-	// quantum per round is its weight in slots. Accepted and ignored under
-	// the other policies.
+	// Weights (fair): name -> weight, each in 1..MaxWeight. A share's
+	// weight is that of its key (Request.Key), or of its tenant for
+	// requests without a key; its credit per turn is weight × Quantum
+	// slots. Accepted and ignored under the other policies.
 	Weights map[string]int
-	// DefaultWeight (fair) is the weight of tenants not in Weights; 0 means 1.
+	// DefaultWeight (fair) is the weight of names not in Weights; 0 means 1.
 	DefaultWeight int
+	// Quantum (fair only) is the slots of credit a share of weight 1 gets
+	// per turn, 1..MaxQuantum; 0 means 1.
+	Quantum int64
+	// StarvationAge (fair only), if positive: a request at the head of its
+	// share, in the round (under its caps), that has waited this long goes
+	// next whatever its share's credit (the oldest such first). It is
+	// looked at whenever the pool grants (a new request, a release, a
+	// cancel, a capacity change), not on a timer.
+	StarvationAge time.Duration
 	// TenantCap (fair only) is the most slots one tenant may hold at once;
 	// 0 means no cap. A request for more than TenantCap slots is refused
 	// with ErrExceedsCapacity, since it could never be granted.
 	TenantCap int64
+	// KeyCap (fair only) is the most slots one share (one tenant's requests
+	// with one key, or without a key) may hold at once; 0 means no cap. A
+	// share at its cap is passed over, blocking nobody. A request for more
+	// than KeyCap slots is refused with ErrExceedsCapacity.
+	KeyCap int64
 	// MaxQueue is the most requests the queue holds; 0 means unbounded
 	// (unless FailFast).
 	MaxQueue int
@@ -147,6 +165,30 @@ func (o Options) normalize() (Options, error) {
 		// the fair policy keeps; ignoring the cap would break its promise.
 		return bad("tenant cap needs policy %q, not %q", PolicyFair, o.Policy)
 	}
+	if o.KeyCap < 0 {
+		return bad("key cap %d is negative", o.KeyCap)
+	}
+	if o.Quantum < 0 || o.Quantum > MaxQuantum {
+		return bad("quantum %d is not in 1..%d", o.Quantum, MaxQuantum)
+	}
+	if o.StarvationAge < 0 {
+		return bad("starvation age %v is negative", o.StarvationAge)
+	}
+	if o.Policy != PolicyFair {
+		// Passing over a capped key needs per-key queues, which only the
+		// fair policy keeps, as do quanta and ages of ready requests.
+		switch {
+		case o.KeyCap > 0:
+			return bad("key cap needs policy %q, not %q", PolicyFair, o.Policy)
+		case o.Quantum > 0:
+			return bad("quantum needs policy %q, not %q", PolicyFair, o.Policy)
+		case o.StarvationAge > 0:
+			return bad("starvation age needs policy %q, not %q", PolicyFair, o.Policy)
+		}
+	}
+	if o.Quantum == 0 {
+		o.Quantum = 1
+	}
 	if o.MaxQueue < 0 {
 		return bad("max queue %d is negative", o.MaxQueue)
 	}
@@ -208,9 +250,14 @@ type Request struct {
 	// Priority (priority policy): higher is served first, e.g. low -1,
 	// normal 0, high 1. Ignored by the other policies.
 	Priority int
-	// Tenant is the fair policy's share key. Every policy counts slots held
-	// and queued per tenant under it (see Pool.Tenants); "" is a tenant too.
+	// Tenant: every policy counts slots held and queued per tenant (see
+	// Pool.Tenants); "" is a tenant too. The fair policy shares by it
+	// when Key is "".
 	Tenant string
+	// Key (fair policy) is the fairness key: the fair policy shares the
+	// slots across the keys of a tenant, and KeyCap caps each. "" is the
+	// tenant's requests without a key. Ignored by the other policies.
+	Key string
 	// Value is the caller's, opaque to the pool.
 	Value any
 }

@@ -166,51 +166,113 @@ func checkPolicy(t testing.TB, p *Pool, settled bool) {
 		if p.waiters.Len() != 0 {
 			t.Errorf("fair pool uses the fifo list")
 		}
-		inRing := map[*tenant]bool{}
-		for e := q.ring.Front(); e != nil; e = e.Next() {
-			tn := e.Value.(*tenant)
-			if tn.ring != e || inRing[tn] {
-				t.Errorf("ring element of %q inconsistent", tn.name)
-			}
-			inRing[tn] = true
-			if tn.started && e != q.ring.Front() {
-				t.Errorf("tenant %q started but not at the front", tn.name)
-			}
+		checkFair(t, p, q, all, settled)
+	}
+}
+
+// checkFair verifies the fair policy's invariants (see fairQueue).
+func checkFair(t testing.TB, p *Pool, q *fairQueue, all []*tenant, settled bool) {
+	t.Helper()
+	inRing := map[*share]bool{}
+	for e := q.ring.Front(); e != nil; e = e.Next() {
+		s := e.Value.(*share)
+		if s.ring != e || inRing[s] {
+			t.Errorf("ring element of %q/%q inconsistent", s.t.name, s.key)
 		}
-		for _, tn := range all {
+		inRing[s] = true
+		if s.started && e != q.ring.Front() {
+			t.Errorf("share %q/%q started but not at the front", s.t.name, s.key)
+		}
+	}
+	shares := 0
+	for _, tn := range all {
+		var inUse, qSlots int64
+		var queued int
+		for e := tn.shares.Front(); e != nil; e = e.Next() {
+			s := e.Value.(*share)
+			shares++
+			if s.elem != e || s.t != tn || shareOf(tn, s.key) != s {
+				t.Errorf("share %q/%q filed wrongly", tn.name, s.key)
+			}
+			if s.inUse == 0 && s.queued == 0 {
+				t.Errorf("idle share %q/%q kept", tn.name, s.key)
+			}
+			if c := p.opts.KeyCap; c > 0 && s.inUse > c && settled {
+				t.Errorf("share %q/%q holds %d slots, key cap %d", tn.name, s.key, s.inUse, c)
+			}
 			var lastSeq uint64
-			for e := tn.waiters.Front(); e != nil; e = e.Next() {
+			var n int
+			var slots int64
+			for e := s.waiters.Front(); e != nil; e = e.Next() {
 				w := e.Value.(*Waiter)
-				if w.elem != e || w.t != tn || w.seq <= lastSeq {
-					t.Errorf("tenant %q queue broken at seq %d", tn.name, w.seq)
+				if w.elem != e || shareOf(w.t, w.Key) != s || w.t != tn || w.Key != s.key || w.seq <= lastSeq {
+					t.Errorf("share %q/%q queue broken at seq %d", tn.name, s.key, w.seq)
 				}
 				lastSeq = w.seq
+				n++
+				slots += w.Slots
 			}
-			want := tn.queued > 0 && !q.capped(tn)
-			if want != inRing[tn] || (tn.ring != nil) != inRing[tn] {
-				t.Errorf("tenant %q in ring %t, want %t (queued %d, in use %d)", tn.name, inRing[tn], want, tn.queued, tn.inUse)
+			if n != s.queued || slots != s.queuedSlots {
+				t.Errorf("share %q/%q: %d waiters of %d slots, counts say %d, %d", tn.name, s.key, n, slots, s.queued, s.queuedSlots)
 			}
-			if !inRing[tn] && (tn.deficit != 0 || tn.started) {
-				t.Errorf("tenant %q out of the ring keeps deficit %d, started %t", tn.name, tn.deficit, tn.started)
+			inUse += s.inUse
+			queued += s.queued
+			qSlots += s.queuedSlots
+			want := s.queued > 0 && !q.held(tn, s, head(s).Slots)
+			if want != inRing[s] || (s.ring != nil) != inRing[s] {
+				t.Errorf("share %q/%q in ring %t, want %t (queued %d, in use %d)", tn.name, s.key, inRing[s], want, s.queued, s.inUse)
+			}
+			if !inRing[s] && (s.deficit != 0 || s.started) {
+				t.Errorf("share %q/%q out of the ring keeps deficit %d, started %t", tn.name, s.key, s.deficit, s.started)
+			}
+			if p.opts.StarvationAge > 0 && (s.heapAt >= 0) != inRing[s] {
+				t.Errorf("share %q/%q in the age heap %t, in ring %t", tn.name, s.key, s.heapAt >= 0, inRing[s])
 			}
 		}
-		if e := q.ring.Front(); e != nil && settled {
-			tn := e.Value.(*tenant)
-			h := head(tn)
-			if !tn.started || h.Slots > tn.deficit {
-				t.Errorf("front %q not settled: started %t, head %d, deficit %d", tn.name, tn.started, h.Slots, tn.deficit)
-			}
-			if free >= h.Slots {
-				t.Errorf("fair next (%q, %d slots) fits (free %d) but was not granted", tn.name, h.Slots, free)
-			}
+		if inUse != tn.inUse || queued != tn.queued || qSlots != tn.queuedSlots {
+			t.Errorf("tenant %q: shares sum to %d, %d, %d; tenant %d, %d, %d", tn.name, inUse, queued, qSlots, tn.inUse, tn.queued, tn.queuedSlots)
+		}
+		if (tn.own != nil) != (shareOf(tn, "") != nil) || len(tn.keyed)+btoi(tn.own != nil) != tn.shares.Len() {
+			t.Errorf("tenant %q: %d shares listed, own %t, %d keyed", tn.name, tn.shares.Len(), tn.own != nil, len(tn.keyed))
+		}
+	}
+	if len(inRing) > shares {
+		t.Errorf("ring holds %d shares, %d exist", len(inRing), shares)
+	}
+	for i, s := range q.aged {
+		if s.heapAt != i || !inRing[s] {
+			t.Errorf("age heap entry %d (%q/%q) at %d, in ring %t", i, s.t.name, s.key, s.heapAt, inRing[s])
+		}
+		if i > 0 && head(q.aged[(i-1)/2]).seq > head(s).seq {
+			t.Errorf("age heap order broken at %d", i)
+		}
+	}
+	if p.opts.StarvationAge > 0 && len(q.aged) != len(inRing) {
+		t.Errorf("age heap holds %d shares, ring %d", len(q.aged), len(inRing))
+	}
+	if e := q.ring.Front(); e != nil && settled {
+		s := e.Value.(*share)
+		h := head(s)
+		if !s.started || h.Slots > s.deficit {
+			t.Errorf("front %q/%q not settled: started %t, head %d, deficit %d", s.t.name, s.key, s.started, h.Slots, s.deficit)
+		}
+		if free := p.capacity - p.inUse; free >= h.Slots && p.opts.StarvationAge == 0 {
+			t.Errorf("fair next (%q/%q, %d slots) fits (free %d) but was not granted", s.t.name, s.key, h.Slots, free)
 		}
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // pmodel is a naive reference implementation of every policy: a slice of
 // waiters in arrival order and brute-force searches. Its fair policy plays
-// deficit round robin one turn at a time, without Pool's round skipping
-// or closed-form positions.
+// deficit round robin one turn at a time, without Pool's round skipping,
+// closed-form positions or heap of ages.
 type pmodel struct {
 	o        Options
 	epoch    time.Time
@@ -219,23 +281,43 @@ type pmodel struct {
 	held     map[string]int64
 	queue    []*Waiter         // arrival order
 	vt       map[*Waiter]int64 // priority keys, computed by the model
+	at       map[*Waiter]time.Time
 
-	ring    []string // fair
-	deficit map[string]int64
-	started map[string]bool
+	// fair: shares are a tenant's requests of one key. order lists each
+	// tenant's shares with slots held or requests queued, as they came.
+	heldKey map[sid]int64
+	order   map[string][]string
+	ring    []sid
+	deficit map[sid]int64
+	started map[sid]bool
 }
+
+// sid names a share: a tenant and a key.
+type sid struct{ t, k string }
+
+func sidOf(w *Waiter) sid { return sid{w.Tenant, w.Key} }
 
 func newModel(capacity int64, o Options) *pmodel {
 	o, _ = o.normalize()
-	return &pmodel{o: o, epoch: o.Now(), capacity: capacity, held: map[string]int64{}, vt: map[*Waiter]int64{},
-		deficit: map[string]int64{}, started: map[string]bool{}}
+	return &pmodel{o: o, epoch: o.Now(), capacity: capacity, held: map[string]int64{}, vt: map[*Waiter]int64{}, at: map[*Waiter]time.Time{},
+		heldKey: map[sid]int64{}, order: map[string][]string{}, deficit: map[sid]int64{}, started: map[sid]bool{}}
 }
 
-func (m *pmodel) weight(tn string) int64 {
-	if w, ok := m.o.Weights[tn]; ok {
+func (m *pmodel) weight(name string) int64 {
+	if w, ok := m.o.Weights[name]; ok {
 		return int64(w)
 	}
 	return int64(m.o.DefaultWeight)
+}
+
+// quantum is a share's credit per turn: the weight of its key, or of its
+// tenant without one, times Quantum.
+func (m *pmodel) quantum(id sid) int64 {
+	name := id.k
+	if name == "" {
+		name = id.t
+	}
+	return m.weight(name) * m.o.Quantum
 }
 
 func (m *pmodel) vtime(prio int) int64 {
@@ -245,6 +327,17 @@ func (m *pmodel) vtime(prio int) int64 {
 	return int64(m.o.Now().Sub(m.epoch)) - int64(prio)*int64(m.o.AgingStep)
 }
 
+func (m *pmodel) shareQueue(id sid) []*Waiter {
+	var out []*Waiter
+	for _, w := range m.queue {
+		if sidOf(w) == id {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// tenantQueue is every queued request of tenant tn.
 func (m *pmodel) tenantQueue(tn string) []*Waiter {
 	var out []*Waiter
 	for _, w := range m.queue {
@@ -255,17 +348,43 @@ func (m *pmodel) tenantQueue(tn string) []*Waiter {
 	return out
 }
 
-func (m *pmodel) inRing(tn string) bool { return slices.Contains(m.ring, tn) }
+func (m *pmodel) inRing(id sid) bool { return slices.Contains(m.ring, id) }
 
-func (m *pmodel) update(tn string) {
-	q := m.tenantQueue(tn)
-	in := len(q) > 0 && (m.o.TenantCap == 0 || m.held[tn]+q[0].Slots <= m.o.TenantCap)
+// capped reports whether n more slots would take share id over the key
+// cap or its tenant over the tenant cap.
+func (m *pmodel) capped(id sid, n int64) bool {
+	return (m.o.KeyCap > 0 && m.heldKey[id]+n > m.o.KeyCap) || (m.o.TenantCap > 0 && m.held[id.t]+n > m.o.TenantCap)
+}
+
+func (m *pmodel) update(id sid) {
+	q := m.shareQueue(id)
+	in := len(q) > 0 && !m.capped(id, q[0].Slots)
 	switch {
-	case in && !m.inRing(tn):
-		m.ring = append(m.ring, tn)
-	case !in && m.inRing(tn):
-		m.ring = slices.DeleteFunc(m.ring, func(s string) bool { return s == tn })
-		m.deficit[tn], m.started[tn] = 0, false
+	case in && !m.inRing(id):
+		m.ring = append(m.ring, id)
+	case !in && m.inRing(id):
+		m.ring = slices.DeleteFunc(m.ring, func(s sid) bool { return s == id })
+		m.deficit[id], m.started[id] = 0, false
+	}
+}
+
+// changed updates every share of id's tenant, in the order they came.
+func (m *pmodel) changed(id sid) {
+	for _, k := range m.order[id.t] {
+		m.update(sid{id.t, k})
+	}
+}
+
+// activate lists share id, if new; forget drops it once idle.
+func (m *pmodel) activate(id sid) {
+	if !slices.Contains(m.order[id.t], id.k) {
+		m.order[id.t] = append(m.order[id.t], id.k)
+	}
+}
+
+func (m *pmodel) forget(id sid) {
+	if m.heldKey[id] == 0 && len(m.shareQueue(id)) == 0 {
+		m.order[id.t] = slices.DeleteFunc(m.order[id.t], func(k string) bool { return k == id.k })
 	}
 }
 
@@ -295,27 +414,44 @@ func (m *pmodel) next() *Waiter {
 		}
 		return best
 	case PolicyFair:
-		for range 1_000_000 {
-			if len(m.ring) == 0 {
-				return nil
-			}
-			tn := m.ring[0]
-			if !m.started[tn] {
-				m.deficit[tn] += m.weight(tn)
-				m.started[tn] = true
-			}
-			if h := m.tenantQueue(tn)[0]; h.Slots <= m.deficit[tn] {
-				return h
-			}
-			m.started[tn] = false
-			m.ring = append(m.ring[1:], tn)
+		w := m.settle()
+		if w == nil || m.o.StarvationAge == 0 {
+			return w
 		}
-		panic("model: round robin does not terminate")
+		var oldest *Waiter
+		for _, id := range m.ring {
+			if h := m.shareQueue(id)[0]; oldest == nil || h.seq < oldest.seq {
+				oldest = h
+			}
+		}
+		if m.o.Now().Sub(m.at[oldest]) >= m.o.StarvationAge {
+			return oldest
+		}
+		return w
 	}
 	return nil
 }
 
-func (m *pmodel) first(tn string, n int64, vt int64) bool {
+func (m *pmodel) settle() *Waiter {
+	for range 1_000_000 {
+		if len(m.ring) == 0 {
+			return nil
+		}
+		id := m.ring[0]
+		if !m.started[id] {
+			m.deficit[id] += m.quantum(id)
+			m.started[id] = true
+		}
+		if h := m.shareQueue(id)[0]; h.Slots <= m.deficit[id] {
+			return h
+		}
+		m.started[id] = false
+		m.ring = append(m.ring[1:], id)
+	}
+	panic("model: round robin does not terminate")
+}
+
+func (m *pmodel) first(id sid, n int64, vt int64) bool {
 	switch m.o.Policy {
 	case PolicyFIFO:
 		return len(m.queue) == 0
@@ -325,36 +461,44 @@ func (m *pmodel) first(tn string, n int64, vt int64) bool {
 		h := m.next()
 		return h == nil || vt < m.vt[h]
 	default:
-		return len(m.ring) == 0 && len(m.tenantQueue(tn)) == 0 && (m.o.TenantCap == 0 || m.held[tn]+n <= m.o.TenantCap)
+		return len(m.ring) == 0 && len(m.shareQueue(id)) == 0 && !m.capped(id, n)
 	}
 }
 
-func (m *pmodel) grantable(tn string, n int64, vt int64) bool {
-	return m.capacity-m.inUse >= n && m.first(tn, n, vt)
+func (m *pmodel) grantable(id sid, n int64, vt int64) bool {
+	return m.capacity-m.inUse >= n && m.first(id, n, vt)
 }
 
 func (m *pmodel) push(w *Waiter, vt int64) {
 	m.queue = append(m.queue, w)
 	m.vt[w] = vt
+	m.at[w] = m.o.Now()
 	if m.o.Policy == PolicyFair {
-		if len(m.tenantQueue(w.Tenant)) == 1 {
-			m.update(w.Tenant)
+		id := sidOf(w)
+		m.activate(id)
+		if len(m.shareQueue(id)) == 1 {
+			m.update(id)
 		}
 		m.next()
 	}
 }
 
 func (m *pmodel) remove(w *Waiter, granted bool) {
-	wasHead := m.tenantQueue(w.Tenant)[0] == w
+	id := sidOf(w)
+	wasHead := m.shareQueue(id)[0] == w
 	m.queue = slices.DeleteFunc(m.queue, func(x *Waiter) bool { return x == w })
 	delete(m.vt, w)
+	delete(m.at, w)
 	if m.o.Policy == PolicyFair {
-		if granted {
-			m.deficit[w.Tenant] -= w.Slots
+		switch {
+		case granted:
+			m.deficit[id] -= w.Slots
+			m.heldKey[id] += w.Slots
+			m.changed(id)
+		case wasHead:
+			m.update(id)
 		}
-		if wasHead {
-			m.update(w.Tenant)
-		}
+		m.forget(id)
 	}
 }
 
@@ -371,17 +515,30 @@ func (m *pmodel) grant() (out []*Waiter) {
 	}
 }
 
-func (m *pmodel) release(tn string, n int64) []*Waiter {
+// take counts n slots granted at once or restored.
+func (m *pmodel) take(id sid, n int64) {
+	m.inUse += n
+	m.held[id.t] += n
+	if m.o.Policy == PolicyFair {
+		m.activate(id)
+		m.heldKey[id] += n
+		m.changed(id)
+	}
+}
+
+func (m *pmodel) release(id sid, n int64) []*Waiter {
 	m.inUse -= n
-	m.held[tn] -= n
-	if m.o.Policy == PolicyFair && len(m.tenantQueue(tn)) > 0 {
-		m.update(tn)
+	m.held[id.t] -= n
+	if m.o.Policy == PolicyFair {
+		m.heldKey[id] -= n
+		m.changed(id)
+		m.forget(id)
 	}
 	return m.grant()
 }
 
 // rank is Position by brute force: fifo and priority sort; fair plays the
-// rounds on a copy of the state, ignoring capacity and caps.
+// rounds on a copy of the state, ignoring capacity, caps and ages.
 func (m *pmodel) rank(w *Waiter) int {
 	switch m.o.Policy {
 	case PolicyFIFO:
@@ -398,34 +555,34 @@ func (m *pmodel) rank(w *Waiter) int {
 		return r
 	}
 	ring := slices.Clone(m.ring)
-	if !slices.Contains(ring, w.Tenant) {
-		ring = append(ring, w.Tenant)
+	if !slices.Contains(ring, sidOf(w)) {
+		ring = append(ring, sidOf(w))
 	}
 	deficit, started := maps.Clone(m.deficit), maps.Clone(m.started)
-	queues := map[string][]*Waiter{}
-	for _, tn := range ring {
-		queues[tn] = m.tenantQueue(tn)
+	queues := map[sid][]*Waiter{}
+	for _, id := range ring {
+		queues[id] = m.shareQueue(id)
 	}
 	served := 0
 	for len(ring) > 0 {
-		tn := ring[0]
-		if !started[tn] {
-			deficit[tn] += m.weight(tn)
-			started[tn] = true
+		id := ring[0]
+		if !started[id] {
+			deficit[id] += m.quantum(id)
+			started[id] = true
 		}
-		for len(queues[tn]) > 0 && queues[tn][0].Slots <= deficit[tn] {
-			x := queues[tn][0]
-			queues[tn] = queues[tn][1:]
-			deficit[tn] -= x.Slots
+		for len(queues[id]) > 0 && queues[id][0].Slots <= deficit[id] {
+			x := queues[id][0]
+			queues[id] = queues[id][1:]
+			deficit[id] -= x.Slots
 			served++
 			if x == w {
 				return served
 			}
 		}
-		started[tn] = false
+		started[id] = false
 		ring = ring[1:]
-		if len(queues[tn]) > 0 {
-			ring = append(ring, tn)
+		if len(queues[id]) > 0 {
+			ring = append(ring, id)
 		}
 	}
 	panic("model: waiter not found")
@@ -433,7 +590,7 @@ func (m *pmodel) rank(w *Waiter) int {
 
 func (m *pmodel) stats() Stats {
 	s := Stats{Capacity: m.capacity, InUse: m.inUse, Available: max(0, m.capacity-m.inUse), QueuedRequests: len(m.queue),
-		MaxQueue: m.o.MaxQueue, TenantCap: m.o.TenantCap}
+		MaxQueue: m.o.MaxQueue, TenantCap: m.o.TenantCap, KeyCap: m.o.KeyCap}
 	if m.o.Policy != PolicyFIFO {
 		s.Policy = m.o.Policy
 	}
@@ -475,17 +632,18 @@ func (m *pmodel) tenants() []TenantStats {
 	return out
 }
 
-// uniform reports whether each tenant's queued requests are of one size,
-// when the fair policy's positions are exact.
+// uniform reports whether each share's queued requests are of one size,
+// when the fair policy's positions are exact, and no request has aged
+// past StarvationAge, which positions do not foresee.
 func (m *pmodel) uniform() bool {
-	size := map[string]int64{}
+	size := map[sid]int64{}
 	for _, w := range m.queue {
-		if s, ok := size[w.Tenant]; ok && s != w.Slots {
+		if s, ok := size[sidOf(w)]; ok && s != w.Slots {
 			return false
 		}
-		size[w.Tenant] = w.Slots
+		size[sidOf(w)] = w.Slots
 	}
-	return true
+	return m.o.StarvationAge == 0
 }
 
 // TestRandomPolicies drives pools of every policy with random operations
@@ -496,7 +654,8 @@ func TestRandomPolicies(t *testing.T) {
 	type config struct {
 		name    string
 		o       Options
-		uniform bool // each tenant always asks for the same size
+		uniform bool // each share always asks for the same size
+		keys    bool // requests carry fairness keys
 	}
 	var configs []config
 	for _, pol := range allPolicies {
@@ -515,9 +674,25 @@ func TestRandomPolicies(t *testing.T) {
 		config{name: "fair/cap", o: Options{Policy: PolicyFair, Weights: weights, TenantCap: 4, MaxQueue: 10}},
 		config{name: "fair/cap/uniform", o: Options{Policy: PolicyFair, TenantCap: 3}, uniform: true},
 		config{name: "priority/step", o: Options{Policy: PolicyPriority, AgingStep: 3 * time.Second}},
+		// Fairness keys (every policy takes them; only fair shares by them),
+		// per-key caps, quanta and starvation ages.
+		config{name: "fifo/keys", o: Options{Policy: PolicyFIFO}, keys: true},
+		config{name: "priority/keys", o: Options{Policy: PolicyPriority}, keys: true},
+		config{name: "fair/keys", o: Options{Policy: PolicyFair, Weights: map[string]int{"x": 3, "a": 2}}, keys: true},
+		config{name: "fair/keys/uniform", o: Options{Policy: PolicyFair, Weights: map[string]int{"y": 2}}, keys: true, uniform: true},
+		config{name: "fair/keycap", o: Options{Policy: PolicyFair, KeyCap: 3}, keys: true},
+		config{name: "fair/keycap/uniform", o: Options{Policy: PolicyFair, KeyCap: 4, MaxQueue: 12}, keys: true, uniform: true},
+		config{name: "fair/keycap/tenantcap", o: Options{Policy: PolicyFair, KeyCap: 2, TenantCap: 3, Weights: weights}, keys: true},
+		config{name: "fair/keycap/notenantkeys", o: Options{Policy: PolicyFair, KeyCap: 2}},
+		config{name: "fair/quantum", o: Options{Policy: PolicyFair, Quantum: 3, Weights: weights}, keys: true},
+		config{name: "fair/quantum/uniform", o: Options{Policy: PolicyFair, Quantum: 2}, keys: true, uniform: true},
+		config{name: "fair/starvation", o: Options{Policy: PolicyFair, StarvationAge: 4 * time.Second, Weights: weights}, keys: true},
+		config{name: "fair/starvation/caps", o: Options{Policy: PolicyFair, StarvationAge: 2 * time.Second, KeyCap: 3, TenantCap: 4, Quantum: 2}, keys: true},
 	)
 	tenantNames := []string{"", "a", "b", "c", "d"}
 	sizeOf := map[string]int64{"": 1, "a": 2, "b": 1, "c": 3, "d": 1}
+	keyNames := []string{"", "x", "y"}
+	keySize := map[string]int64{"": 0, "x": 0, "y": 1}
 
 	for _, cf := range configs {
 		t.Run(cf.name, func(t *testing.T) {
@@ -542,14 +717,19 @@ func TestRandomPolicies(t *testing.T) {
 					switch op := r.IntN(100); {
 					case op < 38:
 						tn := tenantNames[r.IntN(len(tenantNames))]
+						key := ""
+						if cf.keys {
+							key = keyNames[r.IntN(len(keyNames))]
+						}
+						id := sid{tn, key}
 						n := 1 + r.Int64N(5)
 						if cf.uniform {
-							n = sizeOf[tn]
+							n = sizeOf[tn] + keySize[key]
 						}
-						req := Request{Slots: n, Tenant: tn, Priority: r.IntN(3) - 1, Value: step}
+						req := Request{Slots: n, Tenant: tn, Key: key, Priority: r.IntN(3) - 1, Value: step}
 						vt := m.vtime(req.Priority)
-						invalid := n > m.capacity || (m.o.TenantCap > 0 && n > m.o.TenantCap)
-						now := !invalid && m.grantable(tn, n, vt)
+						invalid := n > m.capacity || (m.o.TenantCap > 0 && n > m.o.TenantCap) || (m.o.KeyCap > 0 && n > m.o.KeyCap)
+						now := !invalid && m.grantable(id, n, vt)
 						if r.IntN(4) == 0 {
 							w, err := p.TryAcquireRequest(req)
 							switch {
@@ -562,11 +742,10 @@ func TestRandomPolicies(t *testing.T) {
 									fail(step, "TryAcquireRequest(%+v) = %v, %v; want ErrWouldWait", req, w, err)
 								}
 							default:
-								if err != nil || w == nil || !w.Granted() || w.Tenant != tn {
+								if err != nil || w == nil || !w.Granted() || w.Tenant != tn || w.Key != key {
 									fail(step, "TryAcquireRequest(%+v) = %+v, %v; want granted", req, w, err)
 								}
-								m.inUse += n
-								m.held[tn] += n
+								m.take(id, n)
 								held = append(held, w)
 							}
 							break
@@ -586,7 +765,7 @@ func TestRandomPolicies(t *testing.T) {
 								wantDropped = m.queue[0] // the first to arrive
 								m.remove(wantDropped, false)
 								wantLet = m.grant()
-								now = m.grantable(tn, n, vt)
+								now = m.grantable(id, n, vt)
 								full = false
 							}
 							if a.Dropped != wantDropped || !sameWaiters(a.Let, wantLet) {
@@ -605,11 +784,10 @@ func TestRandomPolicies(t *testing.T) {
 								fail(step, "EnqueueRequest(%+v) = %v, %v; want ErrExceedsCapacity", req, w, err)
 							}
 						case now:
-							if err != nil || !granted || pos != 0 || w.Tenant != tn || w.Priority != req.Priority || !w.Granted() {
+							if err != nil || !granted || pos != 0 || w.Tenant != tn || w.Key != key || w.Priority != req.Priority || !w.Granted() {
 								fail(step, "EnqueueRequest(%+v) = %+v, %t, %d, %v; want granted at once", req, w, granted, pos, err)
 							}
-							m.inUse += n
-							m.held[tn] += n
+							m.take(id, n)
 							held = append(held, w)
 						case m.o.FailFast:
 							if !errors.Is(err, ErrWouldWait) || w != nil {
@@ -620,7 +798,7 @@ func TestRandomPolicies(t *testing.T) {
 								fail(step, "EnqueueRequest(%+v) = %v, %v; want ErrQueueFull", req, w, err)
 							}
 						default:
-							if err != nil || granted || w.Tenant != tn || w.Priority != req.Priority || w.Granted() {
+							if err != nil || granted || w.Tenant != tn || w.Key != key || w.Priority != req.Priority || w.Granted() {
 								fail(step, "EnqueueRequest(%+v) = %+v, %t, %d, %v; want queued", req, w, granted, pos, err)
 							}
 							m.push(w, vt)
@@ -639,11 +817,11 @@ func TestRandomPolicies(t *testing.T) {
 						i := r.IntN(len(held))
 						w := held[i]
 						held = slices.Delete(held, i, i+1)
-						got := p.ReleaseFor(w.Tenant, w.Slots)
-						want := m.release(w.Tenant, w.Slots)
+						got := p.ReleaseKey(w.Tenant, w.Key, w.Slots)
+						want := m.release(sidOf(w), w.Slots)
 						settled = true
 						if !sameWaiters(got, want) {
-							fail(step, "ReleaseFor(%q, %d) granted %v, want %v", w.Tenant, w.Slots, values(got), values(want))
+							fail(step, "ReleaseKey(%q, %q, %d) granted %v, want %v\n%s", w.Tenant, w.Key, w.Slots, values(got), values(want), dumpFair(p))
 						}
 						held = append(held, got...)
 					case op < 78:
@@ -694,17 +872,17 @@ func TestRandomPolicies(t *testing.T) {
 						held = append(held, got...)
 					case op < 93:
 						tn := tenantNames[r.IntN(len(tenantNames))]
+						key := ""
+						if cf.keys {
+							key = keyNames[r.IntN(len(keyNames))]
+						}
 						n := 1 + r.Int64N(2)
-						if c := m.o.TenantCap; c > 0 && m.held[tn]+n > c {
+						if m.capped(sid{tn, key}, n) {
 							continue
 						}
-						p.RestoreFor(tn, n)
-						m.inUse += n
-						m.held[tn] += n
-						if m.o.Policy == PolicyFair && len(m.tenantQueue(tn)) > 0 {
-							m.update(tn)
-						}
-						held = append(held, &Waiter{Slots: n, Tenant: tn})
+						p.RestoreKey(tn, key, n)
+						m.take(sid{tn, key}, n)
+						held = append(held, &Waiter{Slots: n, Tenant: tn, Key: key})
 						settled = false
 					default:
 						clock.Advance(time.Duration(r.IntN(5000)) * time.Millisecond)
@@ -731,19 +909,23 @@ func dumpFair(p *Pool) string {
 	if !ok {
 		return ""
 	}
-	s := fmt.Sprintf("capacity %d, in use %d, tenant cap %d\nround:", p.capacity, p.inUse, p.opts.TenantCap)
+	s := fmt.Sprintf("capacity %d, in use %d, tenant cap %d, key cap %d\nround:", p.capacity, p.inUse, p.opts.TenantCap, p.opts.KeyCap)
 	for e := f.ring.Front(); e != nil; e = e.Next() {
-		t := e.Value.(*tenant)
-		s += fmt.Sprintf(" %q(weight %d, deficit %d, started %t)", t.name, t.weight, t.deficit, t.started)
+		sh := e.Value.(*share)
+		s += fmt.Sprintf(" %q/%q(quantum %d, deficit %d, started %t)", sh.t.name, sh.key, sh.quantum, sh.deficit, sh.started)
 	}
 	all := []*tenant{&p.anon}
 	for _, name := range slices.Sorted(maps.Keys(p.tenants)) {
 		all = append(all, p.tenants[name])
 	}
 	for _, t := range all {
-		s += fmt.Sprintf("\n  %q in use %d, queued:", t.name, t.inUse)
-		for e := t.waiters.Front(); e != nil; e = e.Next() {
-			s += fmt.Sprintf(" %d", e.Value.(*Waiter).Slots)
+		s += fmt.Sprintf("\n  %q in use %d", t.name, t.inUse)
+		for e := t.shares.Front(); e != nil; e = e.Next() {
+			sh := e.Value.(*share)
+			s += fmt.Sprintf("\n    key %q in use %d, queued:", sh.key, sh.inUse)
+			for e := sh.waiters.Front(); e != nil; e = e.Next() {
+				s += fmt.Sprintf(" %d", e.Value.(*Waiter).Slots)
+			}
 		}
 	}
 	return s

@@ -47,9 +47,14 @@ func mustGrant(t testing.TB, p *Pool, r Request) *Waiter {
 }
 
 func tenantsOf(ws []*Waiter) string {
+	return joinWaiters(ws, func(w *Waiter) string { return w.Tenant })
+}
+
+// joinWaiters concatenates what name says of each waiter.
+func joinWaiters(ws []*Waiter, name func(*Waiter) string) string {
 	var b strings.Builder
 	for _, w := range ws {
-		b.WriteString(w.Tenant)
+		b.WriteString(name(w))
 	}
 	return b.String()
 }

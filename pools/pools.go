@@ -32,17 +32,24 @@ const (
 	stateRejected                     // removed by SetCapacity (Slots > capacity), SetRate, or Admit (dropped)
 )
 
-// Waiter is one request. Value is the caller's, opaque to the pool. Tenant
-// and Priority are copied from the Request and must not be changed: a
-// granted waiter's slots are given back with ReleaseFor(w.Tenant, w.Slots).
+// Waiter is one request. Value is the caller's, opaque to the pool. Tenant,
+// Key and Priority are copied from the Request and must not be changed: a
+// granted waiter's slots are given back with
+// ReleaseKey(w.Tenant, w.Key, w.Slots).
 type Waiter struct {
 	Slots    int64
 	Value    any
 	Tenant   string
+	Key      string
 	Priority int
+	// Started is when a pool with a start rate took the waiter's tokens,
+	// on the pool's clock (Options.Now): the time the rate was counted
+	// at, however late the caller reads a clock of its own. Zero without
+	// a rate.
+	Started time.Time
 
 	pool *Pool
-	// elem is w's element in Pool.waiters (fifo) or in its tenant's queue
+	// elem is w's element in Pool.waiters (fifo) or in its share's queue
 	// (fair); non-nil exactly while queued under those policies.
 	elem *list.Element
 	// ready gets one token when the waiter leaves the queue by a grant or
@@ -50,9 +57,11 @@ type Waiter struct {
 	// waiters are private to Acquire, never returned to callers, and
 	// recycled with their channel (see acquirers).
 	ready chan struct{}
-	seq   uint64  // enqueue order, strictly increasing along the queue
-	vt    int64   // priority: virtual time, see Pool.vtime
-	t     *tenant // w's tenant while queued, else nil
+	seq   uint64 // enqueue order, strictly increasing along the queue
+	// vt is, under priority, w's virtual time (Pool.vtime); under fair,
+	// when w was queued (Pool.stamp).
+	vt int64
+	t  *tenant // w's tenant while queued, else nil
 
 	// priority: w's node in priorityQueue's treap.
 	left, right *Waiter
@@ -83,10 +92,11 @@ type Pool struct {
 	//   - waiters are granted only as q.next() names them, and q.next(),
 	//     when not nil, does not fit (capacity-inUse < Slots): every
 	//     operation that frees slots or changes the queue grants before
-	//     returning. Exception: a RestoreFor that caps a fair tenant may
+	//     returning. Exception: a RestoreKey that caps a fair share may
 	//     leave a grantable waiter for the next Release, Cancel or
 	//     SetCapacity (RestoreFor cannot return grants).
-	//   - every queued waiter has 0 < Slots <= capacity (and <= TenantCap).
+	//   - every queued waiter has 0 < Slots <= capacity (and <= TenantCap,
+	//     KeyCap).
 	//   - queued == number of queued waiters; queuedSlots == sum of their
 	//     Slots, kept so Stats is O(1).
 	//   - inUse == sum of tenant.inUse over anon and tenants; the same for
@@ -98,10 +108,10 @@ type Pool struct {
 	waiters     list.List // fifo, lifo: the queue in arrival order, of *Waiter; empty under other policies
 	seq         uint64    // last Waiter.seq handed out
 
-	opts   Options // normalized; only SetRate changes it (Rate, Burst)
-	bucket *bucket // the start rate's tokens; nil without a rate
-	q      queue   // the policy's service order
-	epoch  time.Time
+	opts   Options   // normalized; only SetRate changes it (Rate, Burst)
+	bucket *bucket   // the start rate's tokens; nil without a rate
+	q      queue     // the policy's service order
+	epoch  time.Time // dates of priorities and of StarvationAge count from here
 
 	// anon is the tenant "", kept outside the map so that requests without
 	// a tenant cost no lookup or allocation. tenants holds every other
@@ -110,10 +120,9 @@ type Pool struct {
 	tenants map[string]*tenant
 }
 
-// tenant is the accounting of one tenant key.
+// tenant is the accounting of one tenant.
 type tenant struct {
-	name   string
-	weight int // fair quantum: slots credited per round
+	name string
 
 	// inUse >= 0 and, under the fair policy with a cap, inUse <= TenantCap
 	// except after RestoreFor. queued and queuedSlots count the queued
@@ -122,20 +131,22 @@ type tenant struct {
 	queued      int
 	queuedSlots int64
 
-	// Fair policy only; see fairQueue.
-	waiters list.List     // this tenant's queued *Waiter, FIFO
-	ring    *list.Element // in fairQueue.ring, or nil
-	deficit int64         // slots this tenant may still be granted this round
-	started bool          // this tenant's turn has begun: deficit includes its quantum
+	// Fair policy only: this tenant's shares (see fairQueue) with slots
+	// held or requests queued: own for requests without a key, keyed by
+	// key for the others; shares lists them all in the order they came.
+	own    *share
+	keyed  map[string]*share
+	shares list.List
 }
 
 // queue is a policy's service order over the queued waiters. Pool keeps
 // the counts; a queue only orders. All methods run under Pool.mu.
 type queue interface {
 	// first reports whether a new request of n slots from t (nil: a tenant
-	// with nothing held or queued) would be the next in service order,
-	// capacity aside, were it queued now. vt is its virtual time.
-	first(t *tenant, n int64, vt int64) bool
+	// with nothing held or queued) with fairness key key would be the next
+	// in service order, capacity aside, were it queued now. vt is its
+	// virtual time.
+	first(t *tenant, key string, n int64, vt int64) bool
 	// push queues a new waiter; w.t is set and already counts it.
 	push(w *Waiter)
 	// remove takes a queued waiter out. granted reports that w was the
@@ -144,8 +155,10 @@ type queue interface {
 	// next returns the next waiter in service order, or nil if no waiter
 	// may be granted (the queue is empty, or every tenant is at its cap).
 	next() *Waiter
-	// update is called after t's slots in use changed.
-	update(t *tenant)
+	// took is called after t's slots in use of key changed by n (negative:
+	// given back) other than by a grant from the queue: a grant at once, a
+	// RestoreFor, a release. t.inUse already counts it.
+	took(t *tenant, key string, n int64)
 	// rank returns the 1-based position of a queued waiter (see Position).
 	rank(w *Waiter) int
 	// each calls f for every queued waiter. f must not change the queue.
@@ -180,7 +193,6 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
-	p.anon.weight = p.weightOf("")
 	switch o.Policy {
 	case PolicyFIFO:
 		p.q = fifoQueue{p}
@@ -190,6 +202,7 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 		p.q = &priorityQueue{}
 		p.epoch = o.Now()
 	case PolicyFair:
+		p.epoch = o.Now()
 		p.q = &fairQueue{p: p}
 	}
 	return p, nil
@@ -241,9 +254,9 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 		return nil, false, 0, err
 	}
 	vt := p.vtime(r.Priority)
-	if p.grantable(r.Tenant, r.Slots, vt) {
-		p.start(r.Tenant, r.Slots)
-		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, true, 0, nil
+	if p.grantable(r.Tenant, r.Key, r.Slots, vt) {
+		p.start(r.Tenant, r.Key, r.Slots)
+		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, true, 0, nil
 	}
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
@@ -258,10 +271,10 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 func (p *Pool) TryAcquire(n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.check(n) != nil || !p.grantable("", n, p.vtime(0)) {
+	if p.check(n) != nil || !p.grantable("", "", n, p.vtime(0)) {
 		return false
 	}
-	p.start("", n)
+	p.start("", "", n)
 	return true
 }
 
@@ -275,12 +288,12 @@ func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 	if err := p.check(r.Slots); err != nil {
 		return nil, err
 	}
-	if !p.grantable(r.Tenant, r.Slots, p.vtime(r.Priority)) {
+	if !p.grantable(r.Tenant, r.Key, r.Slots, p.vtime(r.Priority)) {
 		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
-	p.start(r.Tenant, r.Slots)
-	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Priority: r.Priority, pool: p, state: stateGranted}, nil
+	p.start(r.Tenant, r.Key, r.Slots)
+	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, nil
 }
 
 // Acquire blocks until n slots are granted or ctx is done. On success it
@@ -309,8 +322,8 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	default:
 	}
 	vt := p.vtime(0)
-	if p.grantable("", n, vt) {
-		p.start("", n)
+	if p.grantable("", "", n, vt) {
+		p.start("", "", n)
 		p.mu.Unlock()
 		return nil
 	}
@@ -349,7 +362,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 				// Granted after ctx was done. Pretend we weren't and give the
 				// slots back.
 				<-w.ready // sent under the lock with the state
-				p.release("", n)
+				p.release("", "", n)
 				p.grant(nil)
 			case stateRejected:
 				<-w.ready
@@ -401,20 +414,25 @@ func (p *Pool) Release(n int64) []*Waiter {
 	return p.ReleaseFor("", n)
 }
 
-// ReleaseFor returns n slots held by tenant and grants waiters in service
-// order while they fit, returning them in that order (nil if none). It
-// panics if n is negative, or more than the slots in use, in all or by
-// tenant.
+// ReleaseFor is ReleaseKey(tenant, "", n).
 func (p *Pool) ReleaseFor(tenant string, n int64) []*Waiter {
+	return p.ReleaseKey(tenant, "", n)
+}
+
+// ReleaseKey returns n slots held by tenant under fairness key key and
+// grants waiters in service order while they fit, returning them in that
+// order (nil if none). It panics if n is negative, or more than the slots
+// in use, in all, by tenant or (fair policy) by tenant and key.
+func (p *Pool) ReleaseKey(tenant, key string, n int64) []*Waiter {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.release(tenant, n)
+	p.release(tenant, key, n)
 	return p.grant(nil)
 }
 
 // Cancel removes a queued waiter. removed is false when w was already
 // granted (the caller owns its slots and must give them back with
-// ReleaseFor(w.Tenant, w.Slots)) or already removed. Removing the next waiter in service order may let the waiters
+// ReleaseKey(w.Tenant, w.Key, w.Slots)) or already removed. Removing the next waiter in service order may let the waiters
 // behind it fit: those are granted and returned in service order.
 func (p *Pool) Cancel(w *Waiter) (removed bool, granted []*Waiter) {
 	if w == nil {
@@ -436,14 +454,19 @@ func (p *Pool) Restore(n int64) {
 	p.RestoreFor("", n)
 }
 
-// RestoreFor adds n slots in use by tenant without queue, capacity or
-// tenant cap checks. The manager uses it to rebuild state from stored
-// leases after a restart, before it queues requests. In use may then exceed
-// capacity or the tenant cap; nothing is granted until it is back below. It
-// grants nothing itself: under the fair policy, capping a tenant whose
-// request was next may let another waiter fit, and that waiter is granted
-// by the next ReleaseFor, Cancel or SetCapacity. It panics if n is negative.
+// RestoreFor is RestoreKey(tenant, "", n).
 func (p *Pool) RestoreFor(tenant string, n int64) {
+	p.RestoreKey(tenant, "", n)
+}
+
+// RestoreKey adds n slots in use by tenant under fairness key key without
+// queue, capacity or cap checks. The manager uses it to rebuild state from stored
+// leases after a restart, before it queues requests. In use may then exceed
+// capacity or the caps; nothing is granted until it is back below. It
+// grants nothing itself: under the fair policy, capping a share whose
+// request was next may let another waiter fit, and that waiter is granted
+// by the next release, Cancel or SetCapacity. It panics if n is negative.
+func (p *Pool) RestoreKey(tenant, key string, n int64) {
 	if n < 0 {
 		panic("pools: restore of negative slots")
 	}
@@ -452,10 +475,7 @@ func (p *Pool) RestoreFor(tenant string, n int64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.take(tenant, n)
-	if t := p.lookup(tenant); t.queued > 0 {
-		p.q.update(t)
-	}
+	p.take(tenant, key, n)
 }
 
 // SetCapacity changes the capacity. Queued waiters that ask for more than c

@@ -80,7 +80,7 @@ func merge(a, b *Waiter) *Waiter {
 	}
 }
 
-func (q *priorityQueue) first(_ *tenant, _ int64, vt int64) bool {
+func (q *priorityQueue) first(_ *tenant, _ string, _ int64, vt int64) bool {
 	// A new request has the largest seq, so it goes first only with a
 	// strictly smaller virtual time.
 	h := q.next()
@@ -128,7 +128,7 @@ func (q *priorityQueue) next() *Waiter {
 	return w
 }
 
-func (q *priorityQueue) update(*tenant) {}
+func (q *priorityQueue) took(*tenant, string, int64) {}
 
 func (q *priorityQueue) rank(w *Waiter) int {
 	r := 1

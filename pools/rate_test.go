@@ -305,3 +305,30 @@ func TestRateKeepsThePolicyOrder(t *testing.T) {
 		t.Fatalf("priority order under a rate: %v, want [1 0 -1]", order)
 	}
 }
+
+// A waiter granted under a start rate says when the rate counted it, on
+// the pool's clock: a caller that stamps its own clock later (the manager,
+// descheduled on a busy machine) would show grants closer together than
+// the rate allowed them.
+func TestRateGrantSaysWhenItStarted(t *testing.T) {
+	p, clk := ratePool(t, 10, pools.Options{Rate: pools.Rate{Slots: 10, Per: time.Second}, Burst: 1})
+	w, ok, _, err := p.EnqueueRequest(pools.Request{Slots: 1})
+	if err != nil || ok {
+		t.Fatalf("first request on an empty bucket: granted %v, %v; want it queued", ok, err)
+	}
+	d, _ := p.NextGrant()
+	clk.add(d)
+	at := clk.Now()
+	if got := p.Refill(); len(got) != 1 || got[0] != w || !w.Started.Equal(at) {
+		t.Fatalf("refill granted %v, started %v; want the waiter, started %v", got, w.Started, at)
+	}
+	clk.add(100 * time.Millisecond)
+	w2, err := p.TryAcquireRequest(pools.Request{Slots: 1})
+	if err != nil || !w2.Started.Equal(clk.Now()) {
+		t.Fatalf("try: %v, started %v; want granted at %v", err, w2.Started, clk.Now())
+	}
+	free, _ := pools.NewWithOptions(1, pools.Options{})
+	if w3, _, _, _ := free.EnqueueRequest(pools.Request{Slots: 1}); !w3.Started.IsZero() {
+		t.Fatalf("a pool without a rate says its grant started %v, want zero", w3.Started)
+	}
+}

@@ -54,6 +54,7 @@ type Stats struct {
 	OnFull    OnFull `json:"on_full,omitempty"`
 	FailFast  bool   `json:"fail_fast,omitempty"`
 	TenantCap int64  `json:"tenant_cap,omitempty"`
+	KeyCap    int64  `json:"key_cap,omitempty"`
 	// Rate (e.g. "60/m"), Burst and Tokens (whole slots in the bucket now)
 	// describe a start rate; omitted without one.
 	Rate   string `json:"rate,omitempty"`
@@ -74,6 +75,7 @@ func (p *Pool) Stats() Stats {
 		QueuedSlots:    p.queuedSlots,
 		MaxQueue:       p.opts.MaxQueue,
 		TenantCap:      p.opts.TenantCap,
+		KeyCap:         p.opts.KeyCap,
 	}
 	if p.opts.Policy != PolicyFIFO {
 		s.Policy = p.opts.Policy
@@ -135,7 +137,7 @@ func (p *Pool) Tenants() []TenantStats {
 		}
 		s := TenantStats{Tenant: t.name, InUse: t.inUse, QueuedRequests: t.queued, QueuedSlots: t.queuedSlots}
 		if p.opts.Policy == PolicyFair {
-			s.Weight = t.weight
+			s.Weight = p.weightOf(t.name)
 		}
 		out = append(out, s)
 	}

@@ -44,6 +44,7 @@ type runFlags struct {
 	node        string
 	priority    string
 	tenant      string
+	key         string
 	noWait      bool
 }
 
@@ -71,6 +72,7 @@ func runSetup(cmd *cobra.Command) action {
 	fs.StringVar(&f.node, "node", "", "node whose lease manager to ask (default NODE_ID)")
 	fs.StringVar(&f.priority, "priority", "normal", "high, normal, low or an integer (pools with the priority policy)")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
+	fs.StringVar(&f.key, "key", "", "fairness key: fair pools share slots by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagDirname("dir")
@@ -165,7 +167,7 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	if err != nil {
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
-	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant))
+	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key))
 	if f.noWait {
 		opts = append(opts, lease.NoWait())
 	}

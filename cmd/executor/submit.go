@@ -121,6 +121,7 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 	fs.Var(&env, "env", "KEY=VALUE for the job's environment (repeatable)")
 	fs.Var(&writable, "writable", "an absolute path the job may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
+	fs.StringVar(&s.Key, "key", "", "fairness key of the job's lease: fair pools share by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
 	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
 	words(cmd, "priority", "high", "normal", "low")

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -92,6 +93,34 @@ func nodePools(ctx context.Context, nc *nats.Conn, prefix, node string) (lease.N
 	return c.NodePools(ctx)
 }
 
+// printKeys prints a fair pool's shares that have a fairness key (the
+// tenant rows above show the others), as the scheduler sees them.
+func printKeys(w io.Writer, sc *pools.SchedulerStats) {
+	if sc == nil {
+		return
+	}
+	for _, k := range sc.Keys {
+		if k.Key == "" {
+			continue
+		}
+		name := k.Key
+		if k.Tenant != "" {
+			name = k.Tenant + "/" + k.Key
+		}
+		state := fmt.Sprintf("weight=%d deficit=%d ready=%d", k.Weight, k.Deficit, k.Ready)
+		if k.Capped {
+			state += " capped"
+		}
+		if k.OldestReadyAgeMs > 0 {
+			state += fmt.Sprintf(" oldest_ready=%v", time.Duration(k.OldestReadyAgeMs)*time.Millisecond)
+		}
+		fmt.Fprintf(w, "\t  key %s\t\t%d\t\t%d\t%d\t%s\n", name, k.InUse, k.Queued, k.QueuedSlots, state)
+	}
+	if sc.MoreKeys > 0 {
+		fmt.Fprintf(w, "\t  (%d more keys)\t\t\t\t\t\t\n", sc.MoreKeys)
+	}
+}
+
 // printCounts prints how the pools' requests and leases ended
 // (lease.PoolCounts), a table of its own after the figures; nothing if no
 // manager reported counts (a version before them).
@@ -150,6 +179,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if s.TenantCap > 0 {
 				policy += fmt.Sprintf(" tenant_cap=%d", s.TenantCap)
 			}
+			if s.KeyCap > 0 {
+				policy += fmt.Sprintf(" key_cap=%d", s.KeyCap)
+			}
 			if s.Rate != "" {
 				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
 			}
@@ -174,6 +206,7 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 				}
 				fmt.Fprintf(tw, "\t  tenant %s\t\t%d\t\t%d\t%d\t%s\n", name, t.InUse, t.QueuedRequests, t.QueuedSlots, strings.TrimSpace(weight))
 			}
+			printKeys(tw, s.Scheduler)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -63,10 +63,14 @@ func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
 		granted <- err
 	}()
 	eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, pool) == 1 })
-	// The pool counts are stored within a second of the grant: there
-	// before the bucket's keys are compared.
-	eventually(t, 30*time.Second, "the pool counts stored", func() bool { return strings.Contains(managerState(t, mgr, node), node+".counts") })
-	before := managerState(t, mgr, node)
+	// Its queue entry is written once it has waited 50 ms, and the pool
+	// counts within a second of the grant: the state to keep is the one
+	// with the entry stored beside the lease, and the counts stored.
+	var before string
+	eventually(t, 30*time.Second, "the waiter's queue entry and the pool counts stored", func() bool {
+		before = managerState(t, mgr, node)
+		return storedKeys(before, jetstream.NamesFor(lease.DefaultPrefix).Leases) == 2 && strings.Contains(before, node+".counts")
+	})
 
 	nonce := nuid.Next()
 	spy := harness.SpyOnManagers(t, mgr, nonce)
@@ -149,4 +153,14 @@ func managerState(t *testing.T, mgr *nats.Conn, node string) string {
 		fmt.Fprintf(&b, "leader: %v\n", err)
 	}
 	return b.String()
+}
+
+// storedKeys counts the keys managerState lists for bucket.
+func storedKeys(state, bucket string) int {
+	_, rest, ok := strings.Cut(state, bucket+" keys [")
+	if !ok {
+		return 0
+	}
+	list, _, _ := strings.Cut(rest, "]")
+	return len(strings.Fields(list))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/test/harness"
 )
 
 // nuidDigits are a NUID's base-62 digits, in order.
@@ -89,13 +90,9 @@ func TestSecretGuessesReleaseNothing(t *testing.T) {
 	}
 
 	// What the attacker sees: the granted event, with the lease id and token.
-	msg, err := events.NextMsg(30 * time.Second)
-	if err != nil {
-		t.Fatalf("no granted event: %v", err)
-	}
-	var granted lease.Event
-	if err := json.Unmarshal(msg.Data, &granted); err != nil || granted.LeaseID != held.ID() {
-		t.Fatalf("granted event %s: %v, want lease %s", msg.Data, err, held.ID())
+	granted, _, err := harness.ReadEvents(events).Next(30 * time.Second)
+	if err != nil || granted.LeaseID != held.ID() {
+		t.Fatalf("granted event %+v: %v, want lease %s", granted, err, held.ID())
 	}
 
 	replies := make(chan *nats.Msg, guesses)

@@ -95,6 +95,11 @@ export interface AcquireOptions {
   /** Tenant in a pool with the fair policy. */
   tenant?: string;
   /**
+   * Fairness key in a pool with the fair policy: slots are shared by key
+   * within a tenant, and POOL_KEY_LIMITS caps the slots in flight per key.
+   */
+  key?: string;
+  /**
    * The request id: retrying with the same id after a lost reply or a crash
    * returns the same lease (with the same secret). A fresh one otherwise.
    */
@@ -370,6 +375,7 @@ export class Client implements LeaseHost {
     if (pollMs > 0) req.poll_ms = pollMs;
     if (opts.priority !== undefined && opts.priority !== 0) req.priority = opts.priority;
     if (opts.tenant !== undefined && opts.tenant !== "") req.tenant = opts.tenant;
+    if (opts.key !== undefined && opts.key !== "") req.key = opts.key;
     if (opts.noWait === true) req.no_wait = true;
     // Each send names the connection it goes on (fast release).
     const body = (): string => {

@@ -35,6 +35,8 @@ export interface LeaseRecord {
   manager?: string;
   secret?: string;
   tenant?: string;
+  /** The acquire's fairness key, if it gave one. */
+  key?: string;
   priority?: number;
   conn_server?: string;
   conn_id?: number;
@@ -65,15 +67,42 @@ export interface PoolStats {
   /** true for a pool without a queue (POOL_MAX_QUEUE=<pool>=0). */
   fail_fast?: boolean;
   tenant_cap?: number;
+  /** A fair pool's POOL_KEY_LIMITS: most slots in flight per fairness key. */
+  key_cap?: number;
   tenants?: TenantStats[];
   rate?: string;
   burst?: number;
   tokens?: number;
   weights?: Record<string, number>;
   default_weight?: number;
+  /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
+  scheduler?: SchedulerStats;
   /** How the pool's requests and leases ended, carried across restarts
    * (docs/protocol.md, section 2.5); absent from older managers. */
   counts?: PoolCounts;
+}
+
+/** What a fair pool's deficit round robin holds now. */
+export interface SchedulerStats {
+  strategy: string;
+  quantum: number;
+  starvation_age_ms?: number;
+  keys: KeyStats[];
+  more_keys?: number;
+}
+
+/** One share of a fair pool: a tenant's requests with one fairness key ("" without one). */
+export interface KeyStats {
+  tenant: string;
+  key: string;
+  weight: number;
+  deficit: number;
+  in_use: number;
+  queued: number;
+  queued_slots: number;
+  ready: number;
+  capped?: boolean;
+  oldest_ready_age_ms?: number;
 }
 
 /** A pool's counts (stats `counts`): each event counted in one field. */

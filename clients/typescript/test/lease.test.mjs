@@ -36,8 +36,15 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1",
-    env: { POOL_MAX_QUEUE: "qf=1,drop=1", POOL_ON_FULL: "drop=drop_oldest", POOL_RATES: "rated=1/m", CLUSTER_POOLS: "capi=1" },
+    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3",
+    env: {
+      POOL_MAX_QUEUE: "qf=1,drop=1",
+      POOL_ON_FULL: "drop=drop_oldest",
+      POOL_RATES: "rated=1/m",
+      CLUSTER_POOLS: "capi=1",
+      POOL_POLICIES: "keys=fair",
+      POOL_KEY_LIMITS: "keys=1",
+    },
   });
   client = await mgr.connect();
 });
@@ -128,6 +135,31 @@ test("a multi-slot head is not jumped", async () => {
   const [h, s] = await Promise.all([head, small]);
   assert.deepEqual(granted.sort(), ["head", "small"]);
   await Promise.all([h.release(), s.release()]);
+});
+
+test("fairness keys: a key at its limit waits without holding up another key", async () => {
+  const a1 = await client.acquire("keys", { key: "cust-a" });
+  assert.equal(a1.record.key, "cust-a");
+  let queuedAt;
+  const queued = new Promise((r) => (queuedAt = r));
+  const a2 = client.acquire("keys", { key: "cust-a", onQueued: (p) => queuedAt(p) });
+  assert.equal(await queued, 1, "a second request of cust-a waits: its key holds its limit of 1, 2 slots free");
+  const b1 = await client.acquire("keys", { key: "cust-b" }); // granted at once, though cust-a waits
+  assert.equal(b1.record.key, "cust-b");
+  const st = await client.stats("keys");
+  assert.equal(st.key_cap, 1);
+  assert.equal(st.policy, "fair");
+  assert.equal(st.in_use, 2);
+  assert.equal(st.queued, 1);
+  assert.deepEqual(
+    st.scheduler.keys.map((k) => [k.key, k.in_use, k.queued, k.capped ?? false]),
+    [["cust-a", 1, 1, true], ["cust-b", 1, 0, false]],
+  );
+  await a1.release();
+  const a2l = await a2; // cust-a's own release lets its next go
+  assert.equal(a2l.record.key, "cust-a");
+  await Promise.all([a2l.release(), b1.release()]);
+  await assert.rejects(client.acquire("keys", { key: "k".repeat(129) }), BadRequestError);
 });
 
 test("wait expiry", async () => {

@@ -1,0 +1,46 @@
+package manager
+
+import (
+	"github.com/slotlease/slotlease/lease"
+)
+
+// The exits of a request's life. An answer a handler returns leaves
+// through the outbox's serve (respond.go); every later answer leaves
+// through here: a grant stored, a request told it waits, a request that
+// ends without a lease, a renewal stored or refused.
+
+// endLocked ends r, a request that leaves without a lease: out of the
+// waiting requests and its connection's and credential's counts, its wait
+// deadline stopped, its queue entry deleted, its queued span ended, its
+// holder told e, and watchers an event of kind (none if kind is empty: the
+// pool's name came from a stored entry of a pool that is gone). Slots it
+// was given are the caller's to give back first, so that the event
+// carries the pool's figures after it.
+func (m *Manager) endLocked(r *request, e *lease.Error, kind lease.EventKind) {
+	r.stopTimer()
+	m.waiters.drop(r)
+	m.journal.dropLocked(r)
+	r.trace.EndQueued(string(e.Code))
+	m.out.respond(r.reply, errReply(e))
+	if kind != "" {
+		m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Code: e.Code, Message: e.Message})
+	}
+}
+
+// grantedLocked tells r's holder of its stored lease, and watchers.
+func (m *Manager) grantedLocked(r *request, rec lease.Record, waitMs int64) {
+	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
+	m.out.emit(r.pool, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant,
+		Token: rec.Token, WaitMs: waitMs})
+}
+
+// tellQueued tells r's holder it waits at position, and watchers.
+func (o *outbox) tellQueued(r *request, position int) {
+	o.respond(r.reply, lease.Reply{Status: lease.StatusQueued, Position: position})
+	o.emit(r.pool, lease.Event{Kind: lease.EventQueued, RequestID: r.id, Holder: r.holder, Slots: r.slots, Position: position})
+}
+
+// answerLater sends an answer that does not come back from its handler: a
+// renewal's, once stored or refused (and the "bound" before it), or a
+// grant's that cannot be given.
+func (o *outbox) answerLater(reply string, r lease.Reply) { o.respond(reply, r) }
