@@ -15,6 +15,19 @@ import (
 	"github.com/slotlease/slotlease/test/harness"
 )
 
+// cycle acquires a slot of pool p and releases it: granted, completed.
+func cycle(t *testing.T, c *lease.Client) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // counts is pool p's counts as n's manager reports them.
 func counts(t *testing.T, n *harness.Node) lease.PoolCounts {
 	t.Helper()
@@ -151,17 +164,7 @@ func TestPoolCountsSurviveATakeover(t *testing.T) {
 	b := startCandidate(t, srv.URL, "b", leaderTTL, &overlap, pool)
 	c := harness.Client(t, srv.URL, node, lease.WithRequestTimeout(300*time.Millisecond), lease.WithPollInterval(300*time.Millisecond))
 	ctx := context.Background()
-	cycle := func() {
-		t.Helper()
-		l, err := c.Acquire(ctx, "p", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle()
+	cycle(t, c)
 	if _, err := c.Acquire(ctx, "p", 2); !errors.Is(err, lease.ErrExceedsCapacity) {
 		t.Fatalf("2 slots of 1: %v, want exceeds_capacity", err)
 	}
@@ -188,7 +191,7 @@ func TestPoolCountsSurviveATakeover(t *testing.T) {
 		return lease.PoolCounts{}
 	}
 	harness.Eventually(t, 30*time.Second, "b reports a's counts", func() bool { return reported() == want })
-	cycle()
+	cycle(t, c)
 	want.Granted, want.Completed = 2, 2
 	harness.Eventually(t, 30*time.Second, "b counts on and stores them", func() bool {
 		return reported() == want && storedCounts(t, ps) == want
@@ -234,17 +237,7 @@ func TestPoolCountsOfALaterTermDeposeTheWriter(t *testing.T) {
 	srv, n := startFenced(t, newTestFence(5), nil)
 	ctx := context.Background()
 	c := harness.Client(t, srv.URL, node)
-	cycle := func() {
-		t.Helper()
-		l, err := c.Acquire(ctx, "p", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle()
+	cycle(t, c)
 	ps := n.Config.PoolStore // the store itself, not the manager's fenced view
 	harness.Eventually(t, 30*time.Second, "the counts stored", func() bool {
 		return storedCounts(t, ps) == lease.PoolCounts{Granted: 1, Completed: 1}
@@ -253,7 +246,7 @@ func TestPoolCountsOfALaterTermDeposeTheWriter(t *testing.T) {
 	if _, err := ps.Put(ctx, node+".counts", []byte(successor)); err != nil {
 		t.Fatal(err)
 	}
-	cycle() // counted, and so written within a second
+	cycle(t, c) // counted, and so written within a second
 	select {
 	case <-n.Manager.Deposed():
 	case <-time.After(30 * time.Second):
