@@ -84,6 +84,9 @@ export interface SchedulerStats {
   strategy: string;
   quantum: number;
   starvation_age_ms?: number;
+  selected: number;
+  deferred: number;
+  starvation_promotions: number;
   keys: KeyStats[];
   more_keys?: number;
 }
@@ -100,6 +103,8 @@ export interface KeyStats {
   ready: number;
   capped?: boolean;
   oldest_ready_age_ms?: number;
+  selected: number;
+  deferred: number;
 }
 
 /** The one reply shape (docs/protocol.md, section 2.7). */
@@ -139,6 +144,8 @@ export interface LeaseEvent {
   holder?: string;
   slots?: number;
   tenant?: string;
+  /** The request's or lease's fairness key, when it has one. */
+  key?: string;
   token?: number;
   position?: number;
   wait_ms?: number;
