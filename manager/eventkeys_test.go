@@ -34,7 +34,7 @@ func TestEventsCarryTheKey(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	_, errc, _ := harness.QueuedAcquire(t, c, cctx, "f", 1, lease.WithKey("b")) // requested, queued
-	cancel()                                                                   // cancelled
+	cancel()                                                                    // cancelled
 	<-errc
 	if _, err := c.Acquire(ctx, "f", 1, lease.WithKey("c"), lease.WithWait(100*time.Millisecond)); !errors.Is(err, lease.ErrWaitExpired) {
 		t.Fatalf("c: %v, want wait_expired", err) // requested, queued, rejected
