@@ -63,6 +63,9 @@ func (s *NATSSource) Snapshots(ctx context.Context, nodes []string, history bool
 	return out
 }
 
+// recentSlack is how many messages more than asked RecentEvents reads.
+const recentSlack = 32
+
 // RecentEvents implements ClusterSource: the last limit events of every
 // node from the event stream, oldest first, read with direct gets (package
 // eventstream), which a reader's account may make too.
@@ -70,7 +73,9 @@ func (s *NATSSource) RecentEvents(ctx context.Context, limit int) ([]lease.Event
 	if s.stream == "" {
 		return nil, errors.New("no event stream is kept (EVENT_RETENTION=0)")
 	}
-	stored, err := eventstream.Last(ctx, s.nc, s.stream, lease.EventFilter(s.prefix, "", "", ""), limit)
+	// A few messages more than limit: the messages of one batch of
+	// several subjects may hold events out of their order of time.
+	stored, err := eventstream.Last(ctx, s.nc, s.stream, lease.EventFilter(s.prefix, "", "", ""), limit+recentSlack)
 	if err != nil {
 		return nil, fmt.Errorf("event stream %q: %w", s.stream, err)
 	}

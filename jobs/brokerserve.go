@@ -102,6 +102,13 @@ func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 		return nil, fmt.Errorf("jobs: broker: %w", err)
 	}
 	_ = b.sub.SetPendingLimits(1<<14, 64<<20)
+	// Serving once the server has the subscription: a request sent right
+	// after StartBroker returns must not meet "no responders" (seen on a
+	// busy machine).
+	if err := cfg.Conn.FlushWithContext(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("jobs: broker: subscribing: %w", err)
+	}
 	return b, nil
 }
 

@@ -243,6 +243,9 @@ type PoolStats struct {
 	// weight, credit, slots in flight and queue; omitted for other pools.
 	// One reply lists at most MaxStatsKeys shares over all its pools.
 	Scheduler *pools.SchedulerStats `json:"scheduler,omitempty"`
+	// Counts are how the pool's requests and leases ended (PoolCounts);
+	// nil from a manager of a version before them.
+	Counts *PoolCounts `json:"counts,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.

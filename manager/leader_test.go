@@ -50,8 +50,12 @@ func startCandidateTTL(t *testing.T, url, instance string, leaderTTL, leaseTTL t
 	if err != nil {
 		t.Fatal(err)
 	}
+	poolStore, err := jetstream.OpenLeaseStore(setup, nc, jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Pools})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &candidate{nc: nc, cancel: cancel, done: make(chan struct{})}
-	mcfg := manager.Config{Node: node, TTL: leaseTTL, Pools: pools, Conn: nc, Store: store,
+	mcfg := manager.Config{Node: node, TTL: leaseTTL, Pools: pools, Conn: nc, Store: store, PoolStore: poolStore,
 		Events: jetstream.NewEvents(nc, "lease", nil), Logger: harness.Logger(), Instance: instance, StoreTimeout: time.Second}
 	serve := func(ctx context.Context, fence manager.Fence) error {
 		mc := mcfg

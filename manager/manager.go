@@ -158,6 +158,8 @@ type Manager struct {
 	disc    *discovery   // admin endpoints and history (discovery.go): own locks
 	records *recordCheck // which stored records are honoured (records.go): own lock
 	deltas  *deltaStore  // stored pool changes (pooldelta.go); nil without PoolStore
+	tally   *tally       // the pools' outcome counts (tally.go): own lock
+	counts  *countStore  // stored pool counts (tallystore.go); nil without PoolStore
 	grants  *grantStore  // a grant's writes (grant.go): stateless
 }
 
@@ -195,7 +197,11 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.out = &outbox{conn: cfg.Conn, rule: rule, events: cfg.Events, lead: m.lead, node: cfg.Node, log: m.log}
+	m.tally = newTally(cfg.Events) // counts every event on its way out
+	if m.cfg.PoolStore != nil {
+		m.counts = &countStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, check: m.records, tally: m.tally, timeout: cfg.StoreTimeout, log: m.log}
+	}
+	m.out = &outbox{conn: cfg.Conn, rule: rule, events: m.tally, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
@@ -235,6 +241,14 @@ func (m *Manager) start(ctx context.Context) error {
 				m.log.Info("runtime pool changes applied over the configured pools", "set", d.Set, "rates", d.Rates, "removed", d.Removed)
 			}
 		}
+	}
+	if m.counts != nil {
+		// The counts carry on from the stored ones: read before the
+		// rebuild, which may publish events.
+		if err := m.counts.load(ctx); err != nil {
+			return err
+		}
+		m.counts.start() // Close stops it
 	}
 	// Every record in the store is counted before any request is served.
 	if err := m.watch.start(ctx, m.ctx); err != nil {
@@ -324,6 +338,9 @@ func (m *Manager) Close() error {
 	m.journal.wait()                         // after the watch: restoring the queue may drop entries
 	m.out.flushEvents()                      // after the last event
 	_ = m.cfg.Conn.FlushTimeout(time.Second) // bounded: a partition must not hold Close
+	if m.counts != nil {
+		m.counts.close() // after the last event too: a successor carries on from every count
+	}
 	return err
 }
 

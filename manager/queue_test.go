@@ -259,10 +259,11 @@ func TestToldItWaitsAfterTheEntryDelay(t *testing.T) {
 		t.Fatalf("r2 told it waits after %v, before the %v delay", waited, delay)
 	}
 	wantQueued(t, "r3", r3, 2)
+	queuedEvents := harness.ReadEvents(queued)
 	for _, id := range []string{"r2", "r3"} {
-		msg, err := queued.NextMsg(5 * time.Second)
-		if err != nil || !strings.Contains(string(msg.Data), `"request_id":"`+id+`"`) {
-			t.Fatalf("%s's queued event: %v, %v", id, msg, err)
+		ev, _, err := queuedEvents.Next(5 * time.Second)
+		if err != nil || ev.RequestID != id {
+			t.Fatalf("%s's queued event: %+v, %v", id, ev, err)
 		}
 	}
 	var at2, at3 int64

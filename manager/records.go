@@ -46,13 +46,16 @@ const (
 	// RefusedPoolDelta: stored runtime pool changes that no manager wrote
 	// (resize.go) were not applied.
 	RefusedPoolDelta = "pool_delta"
+	// RefusedPoolCounts: stored pool counts that no manager wrote
+	// (tallystore.go) were not carried on; the counts start at zero.
+	RefusedPoolCounts = "pool_counts"
 	// RefusedCandidate: a cluster pool candidate's record that no
 	// candidate wrote was not reported (package candidacy).
 	RefusedCandidate = "candidate"
 )
 
 // RefusalReasons lists every refusal reason, for pre-creating metric series.
-var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, RefusedNoTTL, RefusedForeign, RefusedStaleLeader, RefusedPoolDelta, RefusedCandidate}
+var RefusalReasons = []string{RefusedUnreadable, RefusedShape, RefusedKey, RefusedNoTTL, RefusedForeign, RefusedStaleLeader, RefusedPoolDelta, RefusedPoolCounts, RefusedCandidate}
 
 // maxLoggedKey bounds a refused record's key in a log line: the key was
 // chosen by whoever wrote the record.

@@ -230,7 +230,7 @@ func (m *Manager) handleResize(msg *nats.Msg) {
 	}
 	m.delta = d
 	m.applyLocked(target, false)
-	m.disc.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: poolStats(m.pools)})
+	m.disc.respondResize(msg.Reply, lease.Reply{Status: lease.StatusOK, Node: m.cfg.Node, Pools: poolStats(m.pools, m.tally)})
 }
 
 func validateResize(req *lease.ResizeRequest) *lease.Error {

@@ -31,7 +31,7 @@ func (m *Manager) Snapshot(history bool) lease.NodeSnapshot {
 		}
 	}
 	snap := lease.NodeSnapshot{Node: m.cfg.Node, Time: now, Pools: make([]lease.PoolSnapshot, 0, len(m.pools))}
-	for _, st := range poolStats(m.pools) {
+	for _, st := range poolStats(m.pools, m.tally) {
 		p := m.pools[st.Name]
 		ps := lease.PoolSnapshot{PoolStats: st}
 		hs := holders[p]

@@ -122,8 +122,31 @@ func printKeys(w io.Writer, sc *pools.SchedulerStats) {
 	}
 }
 
+// printCounts prints how the pools' requests and leases ended
+// (lease.PoolCounts), a table of its own after the figures; nothing if no
+// manager reported counts (a version before them).
+func printCounts(w io.Writer, nodes []lease.NodePools) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := false
+	for _, n := range nodes {
+		for _, s := range n.Pools {
+			c := s.Counts
+			if c == nil {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(tw, "\nNODE\tPOOL\tGRANTED\tCOMPLETED\tFAILED\tREJECTED\tDROPPED\tCANCELLED")
+				header = true
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", n.Node, s.Name, c.Granted, c.Completed, c.Failed, c.Rejected, c.Dropped, c.Cancelled)
+		}
+	}
+	return tw.Flush()
+}
+
 // printPools prints the pools of nodes in one table, the cluster pools
-// (node "cluster") among them, and then what their managers warned of.
+// (node "cluster") among them, then their counts (printCounts), and then
+// what their managers warned of.
 func printPools(w io.Writer, nodes ...lease.NodePools) error {
 	for i := range nodes {
 		if c := nodes[i].Cluster; c != nil {
@@ -188,6 +211,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 		}
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printCounts(w, nodes); err != nil {
 		return err
 	}
 	for _, n := range notes {

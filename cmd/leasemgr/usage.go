@@ -22,8 +22,10 @@ type commandDoc struct {
 var commandHelp = []commandDoc{
 	{"run", "Serve this node's pools (the default command)", "[run]", `Serves this node's pools (standby if another manager leads the node), on
 an embedded NATS server unless NATS_URL is set. The default command.`, config.ReadByManager},
-	{"pools", "Print pools", "pools [--json] [--node N] [--all]", `Prints pools: capacity, in use, available, queued, policy (--all: every
-node, found by NATS micro service discovery).`, config.ReadByClients},
+	{"pools", "Print pools", "pools [--json] [--node N] [--all]", `Prints pools: capacity, in use, available, queued, policy, then how their
+requests and leases ended, counted across restarts (granted, completed,
+failed, rejected, dropped, cancelled; docs/protocol.md 2.5). --all: every
+node, found by NATS micro service discovery.`, config.ReadByClients},
 	{"watch", "Print lease events live", "watch [--node N|'*'] [--pool P] [--kind K] [--since 1h] [--json]", `Prints lease events live (--since replays the stored events first).`, config.ReadByClients},
 	{"resize", "Change pools at runtime", "resize [--rate P=60/m|P=off]... [--burst P=N]... [--remove P]... [--force] [--reset] [--node N] [name=capacity]...",
 		`Changes pools at runtime; the change is stored and applied at every start.`, config.ReadByClients},

@@ -19,6 +19,10 @@
 //	lease.releases        lease_releases_total{node,pool}              leases released
 //	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
+//	lease.pool_outcomes   lease_pool_outcomes_total{node,pool,outcome} how the pool's requests and leases ended
+//	                                                                   (granted, completed, failed, rejected, dropped,
+//	                                                                   cancelled: lease.PoolCounts), as the serving
+//	                                                                   manager reports them, carried across restarts
 //	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
 //	                                                                   manager.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
@@ -44,6 +48,15 @@
 // (otelsetup.DeclareHistograms: an OpenTelemetry histogram has no data
 // point before its first observation). The histograms are in seconds,
 // Prometheus' base unit (they were _milliseconds before).
+//
+// lease_pool_outcomes_total is observed, not counted here: it reads the
+// counts the serving manager reports (lease.PoolCounts), which the node's
+// managers keep in the pool bucket. So it carries on across a restart or
+// a takeover, where the event counters above start again at 0 with the
+// process; it has series only while this process serves the node
+// (SetPoolSource), and a crash can set it back by the counts of the
+// manager's last unwritten second (manager.CountsInterval), which
+// Prometheus takes as a counter reset.
 package leasemetrics
 
 import (
@@ -69,6 +82,8 @@ const (
 	// KeyReason labels lease_records_refused_total and
 	// lease_secrets_refused_total.
 	KeyReason = attribute.Key("reason")
+	// KeyOutcome labels lease_pool_outcomes_total (lease.Outcomes).
+	KeyOutcome = attribute.Key("outcome")
 )
 
 // Buckets of both histograms, in seconds: from the sub-millisecond cost of
@@ -110,6 +125,9 @@ type poolState struct {
 	stats   pools.Stats // from the last event
 	attrs   *attrs
 	rejects map[lease.Code]*attrs // attribute sets of rejections, by code
+	// outcomes are the attribute sets of lease_pool_outcomes_total, in
+	// lease.Outcomes' order.
+	outcomes []*attrs
 }
 
 // rejectAttrs returns the attribute set of the pool's rejections with code,
@@ -191,6 +209,11 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	outcomes, err := meter.Int64ObservableCounter("lease.pool_outcomes", metric.WithUnit("{request}"),
+		metric.WithDescription("How the pool's requests and leases ended, by outcome (granted, completed, failed, rejected, dropped, cancelled), as its manager counts them: carried across restarts and takeovers."))
+	if err != nil {
+		return nil, err
+	}
 	if m.sched, err = newSched(meter); err != nil {
 		return nil, err
 	}
@@ -219,12 +242,18 @@ func New(meter metric.Meter) (*Metrics, error) {
 				// A pool met here first (at start, after a resize) gets
 				// its counters at 0 now: the SDK runs callbacks before it
 				// reads the counters, so they are in this very collection.
-				observe(m.pool(node, ps.Name).attrs, ps.Stats)
+				p := m.pool(node, ps.Name)
+				observe(p.attrs, ps.Stats)
+				if ps.Counts != nil {
+					for i, oc := range lease.Outcomes {
+						o.ObserveInt64(outcomes, int64(*ps.Counts.Field(oc)), p.outcomes[i].observe...)
+					}
+				}
 				m.sched.observe(o, node, &ps)
 			}
 		}
 		return nil
-	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens)...)
+	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +311,9 @@ func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
 		p.rejects = make(map[lease.Code]*attrs, len(AcquireCodes))
 		for _, c := range AcquireCodes {
 			p.rejects[c] = p.rejectAttrs(node, pool, c)
+		}
+		for _, o := range lease.Outcomes {
+			p.outcomes = append(p.outcomes, newAttrs(KeyNode.String(node), KeyPool.String(pool), KeyOutcome.String(string(o))))
 		}
 		m.pools[k] = p
 		created = true

@@ -386,6 +386,15 @@ func TestMetricsFromARealManager(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
+	// The outcome counts as the manager reports them, every outcome with
+	// a series.
+	for o, want := range map[lease.Outcome]float64{lease.OutcomeGranted: 2, lease.OutcomeCompleted: 2, lease.OutcomeFailed: 0,
+		lease.OutcomeRejected: 0, lease.OutcomeDropped: 0, lease.OutcomeCancelled: 0} {
+		s := series(fams, "lease_pool_outcomes_total", "node", "n1", "pool", "gpu", "outcome", string(o))
+		if s == nil || s.Counter.GetValue() != want {
+			t.Errorf("lease_pool_outcomes_total{outcome=%s} = %v, want %v", o, s, want)
+		}
+	}
 	count, _, _ := histogram(t, fams, "lease_queue_wait_seconds", "node", "n1", "pool", "gpu")
 	if count != 2 {
 		t.Errorf("queue wait observations = %d, want 2", count)

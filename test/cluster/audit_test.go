@@ -281,7 +281,8 @@ func TestAuditWriters(t *testing.T) {
 		Instances: map[string]bool{"m1": true},
 		Leases:    []Observation{put("n1.p.a", 4*time.Second, rec("a", "m1"))},
 		Leaders:   []Observation{put("n1", time.Second, leader("m1")), put("cluster.candidates.m1", time.Second, leader("m1"))},
-		Pools:     []Observation{put("n1.delta", 0, []byte(`{"manager":"m1","set":{"p":1}}`))},
+		Pools: []Observation{put("n1.delta", 0, []byte(`{"manager":"m1","set":{"p":1}}`)),
+			put("n1.counts", 0, []byte(`{"manager":"m1","pools":{"p":{"granted":1}}}`))},
 	}
 	if r := Audit(good); len(r.Violations) > 0 {
 		t.Fatalf("records the run's managers wrote: %v", r.Violations)
@@ -297,8 +298,10 @@ func TestAuditWriters(t *testing.T) {
 		"unknown leader":       {func(in *AuditInput) { in.Leaders[0].Data = leader("mallory") }, `names instance "mallory"`},
 		"candidate of another": {func(in *AuditInput) { in.Leaders[1].Data = leader("m2") }, `candidate record cluster.candidates.m1`},
 		"stray leaders key":    {func(in *AuditInput) { in.Leaders[1].Key = "n1.forged" }, "neither a node's key nor a candidate's"},
-		"legacy pool change":   {func(in *AuditInput) { in.Pools[0].Key = "n1" }, "pool change n1"},
-		"forged pool change":   {func(in *AuditInput) { in.Pools[0].Data = []byte(`{"set":{"p":99}}`) }, "pool change n1.delta"},
+		"legacy pool change":   {func(in *AuditInput) { in.Pools[0].Key = "n1" }, "pool bucket value n1 "},
+		"forged pool change":   {func(in *AuditInput) { in.Pools[0].Data = []byte(`{"set":{"p":99}}`) }, "pool bucket value n1.delta"},
+		"forged pool counts":   {func(in *AuditInput) { in.Pools[1].Data = []byte(`{"pools":{"p":{}}}`) }, "pool bucket value n1.counts"},
+		"stray pool key":       {func(in *AuditInput) { in.Pools[1].Key = "n1.forged" }, "pool bucket value n1.forged"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			in := good

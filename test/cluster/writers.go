@@ -14,8 +14,8 @@ import (
 // the run did not start, or under a key that is not its node, pool and
 // id; a leadership key without a TTL or naming an unknown instance; a
 // cluster pool candidate's record without a TTL or under another
-// instance's key; a pool change not under <node>.delta or naming no
-// manager of the run. It checks nothing without in.Instances.
+// instance's key; a pool bucket value (pool changes, pool counts) not
+// under <node>.delta or <node>.counts, or naming no manager of the run. It checks nothing without in.Instances.
 func checkWriters(in AuditInput, r *Report) {
 	if in.Instances == nil {
 		return
@@ -65,8 +65,9 @@ func checkWriters(in AuditInput, r *Report) {
 		var v struct {
 			Manager string `json:"manager"`
 		}
-		if !strings.HasSuffix(o.Key, ".delta") || json.Unmarshal(o.Data, &v) != nil || !in.Instances[v.Manager] {
-			r.violate("KV: pool change %s revision %d was not written by a manager of the run: %.100s", o.Key, o.Rev, o.Data)
+		pooled := strings.HasSuffix(o.Key, ".delta") || strings.HasSuffix(o.Key, ".counts")
+		if !pooled || json.Unmarshal(o.Data, &v) != nil || !in.Instances[v.Manager] {
+			r.violate("KV: pool bucket value %s revision %d was not written by a manager of the run: %.100s", o.Key, o.Rev, o.Data)
 		}
 	}
 }

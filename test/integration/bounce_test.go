@@ -63,12 +63,13 @@ func TestJetStreamAnswersCannotReachLeaseState(t *testing.T) {
 		granted <- err
 	}()
 	eventually(t, 10*time.Second, "the waiter to queue", func() bool { return queuedIn(t, httpAddr, pool) == 1 })
-	// Its queue entry is written once it has waited 50 ms: the state to
-	// keep is the one with the entry stored beside the lease.
+	// Its queue entry is written once it has waited 50 ms, and the pool
+	// counts within a second of the grant: the state to keep is the one
+	// with the entry stored beside the lease, and the counts stored.
 	var before string
-	eventually(t, 10*time.Second, "the waiter's queue entry stored", func() bool {
+	eventually(t, 30*time.Second, "the waiter's queue entry and the pool counts stored", func() bool {
 		before = managerState(t, mgr, node)
-		return storedKeys(before, jetstream.NamesFor(lease.DefaultPrefix).Leases) == 2
+		return storedKeys(before, jetstream.NamesFor(lease.DefaultPrefix).Leases) == 2 && strings.Contains(before, node+".counts")
 	})
 
 	nonce := nuid.Next()

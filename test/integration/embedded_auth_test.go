@@ -245,6 +245,9 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 		return keys
 	}
 	buckets := []string{jetstream.NamesFor(lease.DefaultPrefix).Leases, jetstream.NamesFor(lease.DefaultPrefix).Leaders, jetstream.NamesFor(lease.DefaultPrefix).Pools}
+	// The pool counts the manager stores within a second of the lease
+	// cycle above: there before the keys are compared, and a target.
+	eventually(t, 30*time.Second, "the pool counts stored", func() bool { return slices.Contains(kvKeys(buckets[2]), "sec.counts") })
 	before := map[string][]string{}
 	for _, b := range buckets {
 		before[b] = kvKeys(b)
@@ -276,6 +279,7 @@ func TestEmbeddedServerSecureByDefault(t *testing.T) {
 	for _, b := range buckets {
 		writes = append(writes, "$KV."+b+".sec.gpu.forged", "$JS.API.STREAM.PURGE.KV_"+b, "$JS.API.STREAM.INFO.KV_"+b)
 	}
+	writes = append(writes, "$KV."+buckets[2]+".sec.counts")
 	readerWrites := append([]string{
 		"lease.sec.gpu.acquire", "lease.sec.gpu.release", "lease.jobs.queue.gpu.normal",
 		"$KV.lease_job_results.x", "$JS.API.STREAM.INFO.lease_jobs",

@@ -77,6 +77,9 @@ export interface PoolStats {
   default_weight?: number;
   /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
   scheduler?: SchedulerStats;
+  /** How the pool's requests and leases ended, carried across restarts
+   * (docs/protocol.md, section 2.5); absent from older managers. */
+  counts?: PoolCounts;
 }
 
 /** What a fair pool's deficit round robin holds now. */
@@ -105,6 +108,16 @@ export interface KeyStats {
   oldest_ready_age_ms?: number;
   selected: number;
   deferred: number;
+}
+
+/** A pool's counts (stats `counts`): each event counted in one field. */
+export interface PoolCounts {
+  granted: number;
+  completed: number;
+  failed: number;
+  rejected: number;
+  dropped: number;
+  cancelled: number;
 }
 
 /** The one reply shape (docs/protocol.md, section 2.7). */

@@ -351,7 +351,8 @@
     const p = x.p;
     $('detail-name').textContent = selected;
     $('detail-figures').textContent = p.in_use + ' of ' + slotleaseFormat.capacity(p.capacity) + ' slots in use, ' + p.queued + ' queued (' +
-      slotleaseFormat.policy(p) + ')' + (x.n.stale ? '; node stale, as last seen' : '');
+      slotleaseFormat.policy(p) + ')' + (p.counts ? '; so far ' + slotleaseFormat.counts(p.counts) : '') +
+      (x.n.stale ? '; node stale, as last seen' : '');
     const hb = document.querySelector('#holders tbody');
     hb.replaceChildren(...p.holders.map((h) => {
       const tr = document.createElement('tr');

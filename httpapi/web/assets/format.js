@@ -25,5 +25,13 @@ const slotleaseFormat = (function () {
     return out;
   }
 
-  return { two: two, clock: clock, capacity: capacity, policy: policy };
+  // counts is how a pool's requests and leases ended (its stats' counts,
+  // docs/protocol.md section 2.5): "granted 41, completed 36, failed 2,
+  // rejected 5, dropped 0, cancelled 1"; "" for a manager without them.
+  function counts(c) {
+    if (!c) return '';
+    return ['granted', 'completed', 'failed', 'rejected', 'dropped', 'cancelled'].map((k) => k + ' ' + (c[k] || 0)).join(', ');
+  }
+
+  return { two: two, clock: clock, capacity: capacity, policy: policy, counts: counts };
 })();
