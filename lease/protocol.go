@@ -326,21 +326,24 @@ var EventKinds = []EventKind{
 
 // Event is published for every transition, carrying the pool's stats after it.
 type Event struct {
-	Kind      EventKind   `json:"kind"`
-	Time      time.Time   `json:"time"`
-	Node      string      `json:"node"`
-	Pool      string      `json:"pool"`
-	RequestID string      `json:"request_id,omitempty"`
-	LeaseID   string      `json:"lease_id,omitempty"`
-	Holder    string      `json:"holder,omitempty"`
-	Slots     int64       `json:"slots,omitempty"`
-	Tenant    string      `json:"tenant,omitempty"`
-	Token     uint64      `json:"token,omitempty"`
-	Position  int         `json:"position,omitempty"`
-	WaitMs    int64       `json:"wait_ms,omitempty"`
-	Code      Code        `json:"code,omitempty"`
-	Message   string      `json:"message,omitempty"`
-	Stats     pools.Stats `json:"stats"`
+	Kind      EventKind `json:"kind"`
+	Time      time.Time `json:"time"`
+	Node      string    `json:"node"`
+	Pool      string    `json:"pool"`
+	RequestID string    `json:"request_id,omitempty"`
+	LeaseID   string    `json:"lease_id,omitempty"`
+	Holder    string    `json:"holder,omitempty"`
+	Slots     int64     `json:"slots,omitempty"`
+	Tenant    string    `json:"tenant,omitempty"`
+	// Key is the fairness key of the request or lease the event is about,
+	// when it has one.
+	Key      string      `json:"key,omitempty"`
+	Token    uint64      `json:"token,omitempty"`
+	Position int         `json:"position,omitempty"`
+	WaitMs   int64       `json:"wait_ms,omitempty"`
+	Code     Code        `json:"code,omitempty"`
+	Message  string      `json:"message,omitempty"`
+	Stats    pools.Stats `json:"stats"`
 }
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it

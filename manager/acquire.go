@@ -142,7 +142,7 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 		return nil, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed")
 	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
-	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant})
+	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key})
 	return r, nil
 }
 

@@ -169,6 +169,9 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if e.Tenant != "" {
 		b = appendStringField(b, "tenant", e.Tenant)
 	}
+	if e.Key != "" {
+		b = appendStringField(b, "key", e.Key)
+	}
 	if e.Token != 0 {
 		b = appendUintField(b, "token", e.Token)
 	}

@@ -137,7 +137,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 		return
 	}
 	granted := h.pool.p.ReleaseKey(h.rec.Tenant, h.rec.Key, h.rec.Slots)
-	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Token: h.rec.Token, Code: code})
+	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Key: h.rec.Key, Token: h.rec.Token, Code: code})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
 	}

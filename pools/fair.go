@@ -49,6 +49,14 @@ type fairQueue struct {
 	p    *Pool
 	ring list.List // of *share, in turn order
 	aged shareHeap // with StarvationAge: the shares in ring, oldest head first
+
+	// What the scheduler decided since the pool was made (see
+	// SchedulerStats): the sums of every share's selected and deferred,
+	// forgotten shares included, and the grants that were starvation
+	// promotions. promoted is the waiter next last returned, when that was
+	// a promotion: it is one if it is granted before next is called again.
+	selected, deferred, promotions int64
+	promoted                       *Waiter
 }
 
 // share is the fair policy's accounting of one tenant's requests with one
@@ -71,6 +79,12 @@ type share struct {
 	started bool          // this share's turn has begun: deficit includes its quantum
 	elem    *list.Element // in t.shares
 	heapAt  int           // index in fairQueue.aged, -1 when not there
+
+	// selected counts this share's requests the scheduler granted, and
+	// deferred the times it passed the share over while it had a request
+	// waiting (see KeyStats), since the share was made: a share is
+	// forgotten, its counts with it, once it holds and queues nothing.
+	selected, deferred int64
 }
 
 func head(s *share) *Waiter { return s.waiters.Front().Value.(*Waiter) }
@@ -158,6 +172,9 @@ func (f *fairQueue) update(s *share) {
 	case !in && s.ring != nil:
 		f.ring.Remove(s.ring)
 		s.ring, s.deficit, s.started = nil, 0, false
+		if s.queued > 0 { // out with requests waiting: a cap holds its head back
+			f.defer1(s, 1)
+		}
 	}
 	if f.p.opts.StarvationAge > 0 {
 		f.aged.set(s, in)
@@ -184,6 +201,9 @@ func (f *fairQueue) push(w *Waiter) {
 	w.elem = s.waiters.PushBack(w)
 	if s.queued == 1 {
 		f.update(s) // s's first request: it may join the round
+		if s.ring == nil {
+			f.defer1(s, 1) // or a cap holds it back
+		}
 	}
 	f.next() // settle the turn, so the invariants hold between operations
 }
@@ -193,6 +213,11 @@ func (f *fairQueue) remove(w *Waiter, granted bool) {
 	if granted {
 		s.deficit -= w.Slots // next() returned w: covered, or aged past StarvationAge
 		s.inUse += w.Slots
+		f.selected++
+		s.selected++
+		if w == f.promoted {
+			f.promotions++
+		}
 	}
 	wasHead := s.waiters.Front() == w.elem
 	s.waiters.Remove(w.elem)
@@ -221,14 +246,30 @@ func (f *fairQueue) took(t *tenant, key string, n int64) {
 // whose turn it is, once settled, unless an older ready head has waited
 // StarvationAge.
 func (f *fairQueue) next() *Waiter {
+	f.promoted = nil
 	w := f.settle()
 	if w == nil || f.p.opts.StarvationAge <= 0 {
 		return w
 	}
 	if h := head(f.aged[0]); h != w && f.p.since(h.vt) >= int64(f.p.opts.StarvationAge) {
+		f.promoted = h
 		return h
 	}
 	return w
+}
+
+// grantedAtOnce counts a request of tenant t with key key granted on
+// arrival (Pool.start): a share with nothing queued and an empty round
+// starts its turn at once, so the scheduler selected it.
+func (f *fairQueue) grantedAtOnce(t *tenant, key string) {
+	f.selected++
+	shareOf(t, key).selected++ // it holds the slots just taken
+}
+
+// defer1 counts n times the scheduler passed s over with a request waiting.
+func (f *fairQueue) defer1(s *share, n int64) {
+	f.deferred += n
+	s.deferred += n
 }
 
 // settle plays the round until the share whose turn it is can pay for its
@@ -254,6 +295,7 @@ func (f *fairQueue) settle() *Waiter {
 		}
 		s.started = false
 		f.ring.MoveToBack(e)
+		f.defer1(s, 1) // its turn ends: the credit left does not cover its head
 		failed++
 	}
 }
@@ -276,6 +318,7 @@ func (f *fairQueue) skipRounds() {
 	for e := f.ring.Front(); e != nil; e = e.Next() {
 		s := e.Value.(*share)
 		s.deficit += (r - 1) * s.quantum // < head's Slots: no overflow
+		f.defer1(s, r-1)                 // the turns skipped end as the last did
 	}
 }
 

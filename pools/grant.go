@@ -63,6 +63,9 @@ func (p *Pool) tokens(n int64) bool {
 // taken from the start rate's bucket. p.mu must be held.
 func (p *Pool) start(name, key string, n int64) {
 	p.take(name, key, n)
+	if f, ok := p.q.(*fairQueue); ok {
+		f.grantedAtOnce(p.lookup(name), key)
+	}
 	if p.bucket != nil {
 		p.bucket.take(n)
 	}

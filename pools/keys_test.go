@@ -197,10 +197,11 @@ func TestScheduler(t *testing.T) {
 	mustQueue(t, p, Request{Slots: 1, Tenant: "v", Key: "c"}) // ready: no slot free
 	clock.Advance(1500 * time.Millisecond)
 	got := p.Scheduler(10)
-	want := SchedulerStats{Strategy: "deficit_round_robin", Quantum: 2, StarvationAgeMs: 60000, Keys: []KeyStats{
-		{Tenant: "t", Key: "a", Weight: 1, InUse: 1, Queued: 1, QueuedSlots: 1, Capped: true},
-		{Tenant: "t", Key: "b", Weight: 3, InUse: 1},
-		{Tenant: "u", Key: "", Weight: 1, InUse: 1},
+	// Three grants on arrival; a's second request was deferred by its cap.
+	want := SchedulerStats{Strategy: "deficit_round_robin", Quantum: 2, StarvationAgeMs: 60000, Selected: 3, Deferred: 1, Keys: []KeyStats{
+		{Tenant: "t", Key: "a", Weight: 1, InUse: 1, Queued: 1, QueuedSlots: 1, Capped: true, Selected: 1, Deferred: 1},
+		{Tenant: "t", Key: "b", Weight: 3, InUse: 1, Selected: 1},
+		{Tenant: "u", Key: "", Weight: 1, InUse: 1, Selected: 1},
 		{Tenant: "v", Key: "c", Weight: 1, Deficit: 2, Queued: 1, QueuedSlots: 1, Ready: 1, OldestReadyAgeMs: 1500},
 	}}
 	if got == nil || fmt.Sprintf("%+v", *got) != fmt.Sprintf("%+v", want) {
@@ -208,5 +209,46 @@ func TestScheduler(t *testing.T) {
 	}
 	if s := p.Scheduler(1); len(s.Keys) != 1 || s.MoreKeys != 3 || s.Keys[0].Key != "a" {
 		t.Errorf("Scheduler(1) = %+v, want a's share and 3 more", s)
+	}
+}
+
+// TestSchedulerCounts: a share is selected for each grant and deferred for
+// each turn its credit cannot pay for; a request that waited the
+// starvation age goes first and is counted as a promotion; a forgotten
+// share's counts stay in the pool's totals.
+func TestSchedulerCounts(t *testing.T) {
+	clock := newClock()
+	p := mustNew(t, 1, Options{Policy: PolicyFair, StarvationAge: time.Minute, Now: clock.Now})
+	mustGrant(t, p, Request{Slots: 1, Key: "h"})
+	mustQueue(t, p, Request{Slots: 1, Key: "b"})
+	mustQueue(t, p, Request{Slots: 1, Key: "b"})
+	clock.Advance(time.Second)
+	mustQueue(t, p, Request{Slots: 1, Key: "a"})
+	clock.Advance(time.Minute)
+	b1 := p.ReleaseKey("", "h", 1) // b's turn: its first request
+	if keysOf(b1) != "b" {
+		t.Fatalf("granted %q, want b", keysOf(b1))
+	}
+	// b's credit cannot pay for its second request: its turn ends (a
+	// deferral) and a's begins, but b's request waited longer than the
+	// starvation age and came before a's: promoted.
+	b2 := p.ReleaseKey("", "b", 1)
+	if keysOf(b2) != "b" {
+		t.Fatalf("granted %q, want b (promoted)", keysOf(b2))
+	}
+	if s := p.Scheduler(10); s.StarvationPromotions != 1 || len(s.Keys) != 2 || s.Keys[1].Key != "b" ||
+		s.Keys[1].Selected != 2 || s.Keys[1].Deferred != 1 {
+		t.Errorf("Scheduler = %+v; want 1 promotion, b selected twice and deferred once", s)
+	}
+	a := p.ReleaseKey("", "b", 1)
+	if keysOf(a) != "a" {
+		t.Fatalf("granted %q, want a", keysOf(a))
+	}
+	got := p.Scheduler(10)
+	if got.Selected != 4 || got.Deferred != 1 || got.StarvationPromotions != 1 || len(got.Keys) != 1 {
+		t.Fatalf("Scheduler = %+v; want 4 selected, 1 deferred, 1 promotion, only a listed", got)
+	}
+	if k := got.Keys[0]; k.Key != "a" || k.Selected != 1 || k.Deferred != 0 || k.Deficit != 0 {
+		t.Errorf("a's share = %+v; want selected once, never deferred, its quantum spent", k)
 	}
 }

@@ -1,6 +1,7 @@
 package pools
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -290,6 +291,13 @@ type pmodel struct {
 	ring    []sid
 	deficit map[sid]int64
 	started map[sid]bool
+
+	// fair: the scheduler's counts (SchedulerStats): per share while it
+	// is listed, and in total; promoted is next's last pick when that was
+	// a starvation promotion.
+	selected, deferred         map[sid]int64
+	totSel, totDef, promotions int64
+	promoted                   *Waiter
 }
 
 // sid names a share: a tenant and a key.
@@ -300,7 +308,8 @@ func sidOf(w *Waiter) sid { return sid{w.Tenant, w.Key} }
 func newModel(capacity int64, o Options) *pmodel {
 	o, _ = o.normalize()
 	return &pmodel{o: o, epoch: o.Now(), capacity: capacity, held: map[string]int64{}, vt: map[*Waiter]int64{}, at: map[*Waiter]time.Time{},
-		heldKey: map[sid]int64{}, order: map[string][]string{}, deficit: map[sid]int64{}, started: map[sid]bool{}}
+		heldKey: map[sid]int64{}, order: map[string][]string{}, deficit: map[sid]int64{}, started: map[sid]bool{},
+		selected: map[sid]int64{}, deferred: map[sid]int64{}}
 }
 
 func (m *pmodel) weight(name string) int64 {
@@ -365,6 +374,9 @@ func (m *pmodel) update(id sid) {
 	case !in && m.inRing(id):
 		m.ring = slices.DeleteFunc(m.ring, func(s sid) bool { return s == id })
 		m.deficit[id], m.started[id] = 0, false
+		if len(q) > 0 {
+			m.deferOnce(id) // a cap holds its head back
+		}
 	}
 }
 
@@ -385,6 +397,21 @@ func (m *pmodel) activate(id sid) {
 func (m *pmodel) forget(id sid) {
 	if m.heldKey[id] == 0 && len(m.shareQueue(id)) == 0 {
 		m.order[id.t] = slices.DeleteFunc(m.order[id.t], func(k string) bool { return k == id.k })
+		delete(m.selected, id)
+		delete(m.deferred, id)
+	}
+}
+
+func (m *pmodel) deferOnce(id sid) {
+	m.deferred[id]++
+	m.totDef++
+}
+
+// select1 counts a grant of share id by the fair scheduler.
+func (m *pmodel) select1(id sid) {
+	if m.o.Policy == PolicyFair {
+		m.selected[id]++
+		m.totSel++
 	}
 }
 
@@ -414,6 +441,7 @@ func (m *pmodel) next() *Waiter {
 		}
 		return best
 	case PolicyFair:
+		m.promoted = nil
 		w := m.settle()
 		if w == nil || m.o.StarvationAge == 0 {
 			return w
@@ -425,6 +453,9 @@ func (m *pmodel) next() *Waiter {
 			}
 		}
 		if m.o.Now().Sub(m.at[oldest]) >= m.o.StarvationAge {
+			if oldest != w {
+				m.promoted = oldest
+			}
 			return oldest
 		}
 		return w
@@ -447,6 +478,7 @@ func (m *pmodel) settle() *Waiter {
 		}
 		m.started[id] = false
 		m.ring = append(m.ring[1:], id)
+		m.deferOnce(id)
 	}
 	panic("model: round robin does not terminate")
 }
@@ -478,6 +510,9 @@ func (m *pmodel) push(w *Waiter, vt int64) {
 		m.activate(id)
 		if len(m.shareQueue(id)) == 1 {
 			m.update(id)
+			if !m.inRing(id) {
+				m.deferOnce(id)
+			}
 		}
 		m.next()
 	}
@@ -492,6 +527,10 @@ func (m *pmodel) remove(w *Waiter, granted bool) {
 	if m.o.Policy == PolicyFair {
 		switch {
 		case granted:
+			m.select1(id)
+			if w == m.promoted {
+				m.promotions++
+			}
 			m.deficit[id] -= w.Slots
 			m.heldKey[id] += w.Slots
 			m.changed(id)
@@ -535,6 +574,21 @@ func (m *pmodel) release(id sid, n int64) []*Waiter {
 		m.forget(id)
 	}
 	return m.grant()
+}
+
+// scheduler is the model's SchedulerStats: the totals, and per share the
+// counts, the rest of each KeyStats as Pool's, which the model does not
+// play (Scheduler's other figures are checked in TestScheduler).
+func (m *pmodel) scheduler() SchedulerStats {
+	st := SchedulerStats{Selected: m.totSel, Deferred: m.totDef, StarvationPromotions: m.promotions}
+	for tn, keys := range m.order {
+		for _, k := range keys {
+			id := sid{tn, k}
+			st.Keys = append(st.Keys, KeyStats{Tenant: tn, Key: k, Selected: m.selected[id], Deferred: m.deferred[id]})
+		}
+	}
+	slices.SortFunc(st.Keys, func(a, b KeyStats) int { return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key)) })
+	return st
 }
 
 // rank is Position by brute force: fifo and priority sort; fair plays the
@@ -746,6 +800,7 @@ func TestRandomPolicies(t *testing.T) {
 									fail(step, "TryAcquireRequest(%+v) = %+v, %v; want granted", req, w, err)
 								}
 								m.take(id, n)
+								m.select1(id)
 								held = append(held, w)
 							}
 							break
@@ -788,6 +843,7 @@ func TestRandomPolicies(t *testing.T) {
 								fail(step, "EnqueueRequest(%+v) = %+v, %t, %d, %v; want granted at once", req, w, granted, pos, err)
 							}
 							m.take(id, n)
+							m.select1(id)
 							held = append(held, w)
 						case m.o.FailFast:
 							if !errors.Is(err, ErrWouldWait) || w != nil {
@@ -892,6 +948,18 @@ func TestRandomPolicies(t *testing.T) {
 					}
 					if got, want := p.Tenants(), m.tenants(); !slices.Equal(got, want) {
 						fail(step, "Tenants = %+v, want %+v", got, want)
+					}
+					if m.o.Policy == PolicyFair {
+						got, want := *p.Scheduler(1000), m.scheduler()
+						keys := make([]KeyStats, len(got.Keys))
+						for i, k := range got.Keys {
+							keys[i] = KeyStats{Tenant: k.Tenant, Key: k.Key, Selected: k.Selected, Deferred: k.Deferred}
+						}
+						if got.Selected != want.Selected || got.Deferred != want.Deferred ||
+							got.StarvationPromotions != want.StarvationPromotions || !slices.Equal(keys, want.Keys) {
+							fail(step, "Scheduler counts = %d/%d/%d %+v, want %d/%d/%d %+v", got.Selected, got.Deferred, got.StarvationPromotions, keys,
+								want.Selected, want.Deferred, want.StarvationPromotions, want.Keys)
+						}
 					}
 					checkPolicy(t, p, settled)
 					if t.Failed() {

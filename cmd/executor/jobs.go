@@ -23,7 +23,7 @@ func jobsSetup(cmd *cobra.Command) action {
 	fs := cmd.Flags()
 	limit := fs.Int("limit", 20, "show at most this many recent jobs (0: all)")
 	state := fs.String("state", "", "show only jobs in this state: queued, running, failed, succeeded, dead or cancelled")
-	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"jobs\": [...]}")
+	asJSON := fs.Bool("json", false, "print JSON: {\"queues\": [...], \"pools\": [...], \"scheduler\": [...], \"jobs\": [...]}")
 	states := make([]string, len(jobStates))
 	for i, s := range jobStates {
 		states[i] = string(s)
@@ -44,7 +44,7 @@ func jobsSetup(cmd *cobra.Command) action {
 // jobsCommand prints the queues' depths, the pools' loads and the recent
 // jobs in state (any if "").
 func jobsCommand(ctx context.Context, state jobs.State, limit int, asJSON bool, stdout io.Writer) (int, error) {
-	_, nc, q, err := connectQueue(ctx, "executor jobs", false)
+	cfg, nc, q, err := connectQueue(ctx, "executor jobs", false)
 	if err != nil && !errors.Is(err, jobs.ErrNoQueue) {
 		return codeOf(err), err
 	}
@@ -52,7 +52,9 @@ func jobsCommand(ctx context.Context, state jobs.State, limit int, asJSON bool, 
 	var out struct {
 		Queues []jobs.Depth    `json:"queues"`
 		Pools  []jobs.PoolLoad `json:"pools"`
-		Jobs   []jobs.Record   `json:"jobs"`
+		// Scheduler: the fair pools among the jobs' (jobssched.go).
+		Scheduler []poolScheduler `json:"scheduler"`
+		Jobs      []jobs.Record   `json:"jobs"`
 	}
 	if q != nil {
 		if out.Queues, err = q.Depths(ctx); err != nil {
@@ -65,6 +67,7 @@ func jobsCommand(ctx context.Context, state jobs.State, limit int, asJSON bool, 
 		out.Pools = jobs.Loads(all, time.Now())
 		out.Jobs = selectJobs(all, state, limit)
 	}
+	out.Scheduler = schedulers(ctx, nc, cfg.SubjectPrefix, cfg.NodeID, jobPools(out.Queues, out.Pools))
 	if asJSON {
 		if out.Queues == nil {
 			out.Queues = []jobs.Depth{}
@@ -86,6 +89,7 @@ func jobsCommand(ctx context.Context, state jobs.State, limit int, asJSON bool, 
 	}
 	fmt.Fprintln(tw)
 	printLoads(tw, out.Pools)
+	printSchedulers(tw, out.Scheduler)
 	fmt.Fprintln(tw, "JOB\tSTATE\tPOOL\tPRIORITY\tATTEMPTS\tNODE\tEXIT\tDURATION\tUPDATED")
 	for _, r := range out.Jobs {
 		exit, dur := "-", "-"

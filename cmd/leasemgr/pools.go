@@ -114,6 +114,7 @@ func printKeys(w io.Writer, sc *pools.SchedulerStats) {
 		if k.OldestReadyAgeMs > 0 {
 			state += fmt.Sprintf(" oldest_ready=%v", time.Duration(k.OldestReadyAgeMs)*time.Millisecond)
 		}
+		state += fmt.Sprintf(" selected=%d deferred=%d", k.Selected, k.Deferred)
 		fmt.Fprintf(w, "\t  key %s\t\t%d\t\t%d\t%d\t%s\n", name, k.InUse, k.Queued, k.QueuedSlots, state)
 	}
 	if sc.MoreKeys > 0 {

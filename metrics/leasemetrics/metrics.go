@@ -34,6 +34,9 @@
 //	lease.grant_latency   lease_grant_latency_seconds{node,pool}       histogram: what the manager reports through
 //	                                                                   ObserveGrantLatency (arrival to stored grant)
 //
+// and the fair scheduler's lease_scheduler_* families, with at most
+// MaxSchedulerKeys keys per pool (see scheduler.go).
+//
 // The gauges show each pool's figures as its manager reports them at
 // collection time (SetPoolSource), or else as carried by the last event seen
 // for the pool; the counters count events of their kind. Every per-pool
@@ -105,6 +108,7 @@ type Metrics struct {
 	jobRecordsRefused                                                            metric.Int64Counter
 	queueWait, grantLatency                                                      metric.Float64Histogram
 	reg                                                                          metric.Registration
+	sched                                                                        *schedInstruments
 
 	undeclare func() // removes zeroHistograms from /metrics
 
@@ -210,6 +214,9 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.sched, err = newSched(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		observe := func(a *attrs, st pools.Stats) {
 			o.ObserveInt64(capacity, st.Capacity, a.observe...)
@@ -242,10 +249,11 @@ func New(meter metric.Meter) (*Metrics, error) {
 						o.ObserveInt64(outcomes, int64(*ps.Counts.Field(oc)), p.outcomes[i].observe...)
 					}
 				}
+				m.sched.observe(o, node, &ps)
 			}
 		}
 		return nil
-	}, capacity, inUse, queued, queuedSlots, tokens, outcomes)
+	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,8 @@ func TestKeyLimitAsAUserRunsIt(t *testing.T) {
 
 	code, out := runLeasemgr(t, env, "pools")
 	if code != 0 || !regexp.MustCompile(`keys\s+gpu\s+4\s+2\s+2\s+1\s+1\s+fair key_cap=2`).MatchString(out) ||
-		!regexp.MustCompile(`key cust-a\s+2\s+1\s+1\s+weight=1 deficit=0 ready=0 capped`).MatchString(out) {
-		t.Fatalf("leasemgr pools: exit %d, want gpu with 2 in use, 1 waiting, fair key_cap=2, and cust-a capped:\n%s", code, out)
+		!regexp.MustCompile(`key cust-a\s+2\s+1\s+1\s+weight=1 deficit=0 ready=0 capped selected=2 deferred=1`).MatchString(out) {
+		t.Fatalf("leasemgr pools: exit %d, want gpu with 2 in use, 1 waiting, fair key_cap=2, and cust-a capped (selected twice, deferred by its cap once):\n%s", code, out)
 	}
 	if sc := httpPools(t, httpAddr)["gpu"].Scheduler; sc == nil || sc.Quantum != 2 || sc.StarvationAgeMs != 60000 || len(sc.Keys) != 1 || !sc.Keys[0].Capped {
 		t.Fatalf("/v1/pools gpu scheduler: %+v, want quantum 2, age 60000 ms, cust-a capped", sc)

@@ -23,7 +23,8 @@ func TestMetricsPassPromtool(t *testing.T) {
 	t.Parallel()
 	tool := promtool.Ensure(t)
 	const node = "prom"
-	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3", "15s")
+	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3,fair=2", "15s")
+	env = append(env, "POOL_POLICIES=fair=fair") // the fair scheduler's families too
 	startManager(t, env, httpAddr)
 
 	// The first scrape, before any traffic: the histograms of every pool
@@ -35,6 +36,8 @@ func TestMetricsPassPromtool(t *testing.T) {
 		`lease_queue_wait_seconds_bucket{node="prom",pool="idle",le="+Inf"} 0`,
 		`lease_grant_latency_seconds_count{node="prom",pool="idle"} 0`,
 		`lease_grant_latency_seconds_sum{node="prom",pool="default"} 0`,
+		`lease_scheduler_selections_total{key="_other",node="prom",pool="fair",tenant="_other"} 0`,
+		`lease_scheduler_starvation_promotions_total{node="prom",pool="fair"} 0`,
 		`slotlease_build_info{`,
 	} {
 		if !strings.Contains(first, want) {
@@ -44,12 +47,28 @@ func TestMetricsPassPromtool(t *testing.T) {
 	promtoolCheck(t, tool, first)
 
 	holder := start(t, env, "executor", "run", "--pool", "gpu", "--", "sleep", "2")
+	keyed := start(t, env, "executor", "run", "--pool", "fair", "--key", "acme", "--", "sleep", "2")
 	eventually(t, 15*time.Second, "the first run to hold the gpu slot", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 1 })
+	eventually(t, 15*time.Second, "the keyed run to hold a slot of the fair pool", func() bool { return httpPools(t, httpAddr)["fair"].InUse == 1 })
+	held := scrapeMetrics(t, httpAddr)
+	for _, want := range []string{
+		`lease_scheduler_selections_total{key="acme",node="prom",pool="fair",tenant=""} 1`,
+		`lease_scheduler_deferrals_total{key="acme",node="prom",pool="fair",tenant=""} 0`,
+		`lease_scheduler_deficit{key="acme",node="prom",pool="fair",tenant=""} 0`,
+	} {
+		if !strings.Contains(held, want) {
+			t.Errorf("/metrics while a keyed run holds a slot has no line %q", want)
+		}
+	}
+	promtoolCheck(t, tool, held)
 	if code, out := runExecutor(t, env, "run", "--pool", "gpu", "--wait", "25s", "--", "true"); code != 0 {
 		t.Fatalf("executor run that waits for the slot: exit %d\n%s", code, out)
 	}
 	if code := holder.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("the holding run: exit %d\n%s", code, holder.Output())
+	}
+	if code := keyed.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("the keyed run: exit %d\n%s", code, keyed.Output())
 	}
 	if code, _ := runExecutor(t, env, "run", "--pool", "gpu", "--slots", "2", "--", "true"); code == 0 {
 		t.Fatal("executor run for 2 slots of a 1-slot pool succeeded")

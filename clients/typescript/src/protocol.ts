@@ -87,6 +87,9 @@ export interface SchedulerStats {
   strategy: string;
   quantum: number;
   starvation_age_ms?: number;
+  selected: number;
+  deferred: number;
+  starvation_promotions: number;
   keys: KeyStats[];
   more_keys?: number;
 }
@@ -103,6 +106,8 @@ export interface KeyStats {
   ready: number;
   capped?: boolean;
   oldest_ready_age_ms?: number;
+  selected: number;
+  deferred: number;
 }
 
 /** A pool's counts (stats `counts`): each event counted in one field. */
@@ -152,6 +157,8 @@ export interface LeaseEvent {
   holder?: string;
   slots?: number;
   tenant?: string;
+  /** The request's or lease's fairness key, when it has one. */
+  key?: string;
   token?: number;
   position?: number;
   wait_ms?: number;
