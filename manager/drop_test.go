@@ -101,6 +101,9 @@ func TestFailFastPool(t *testing.T) {
 	if err := hold.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A release is answered before its delete is stored; the slot is free
+	// once it is.
+	harness.Eventually(t, 30*time.Second, "the released slot free", func() bool { return harness.PoolStats(t, n.Manager, "p").InUse == 0 })
 	l, err := c.Acquire(ctx, "p", 1)
 	if err != nil {
 		t.Fatalf("acquire on a free fail-fast pool: %v", err)
