@@ -154,7 +154,7 @@ func TestRestartKeepsRunningWork(t *testing.T) {
 	restarted := time.Now()
 	mgr = startManager(t, env, httpAddr)
 	t.Logf("leasemgr down %v, serving again %v after its start", gap, time.Since(restarted).Round(time.Millisecond))
-	if !strings.Contains(mgr.Output(), "leases_restored=6") {
+	if !strings.Contains(servingLine(t, mgr), "leases_restored=6") {
 		t.Fatalf("the restarted manager did not restore the six leases:\n%s", mgr.Output())
 	}
 	eventually(t, 10*time.Second, "the leases to move to the new server's connections", func() bool {
@@ -288,7 +288,7 @@ func TestCrashedManagerKeepsRunningWork(t *testing.T) {
 	mgr.Wait(t, 10*time.Second)
 	time.Sleep(2 * time.Second) // leasemgr is down this long: the fault itself
 	mgr = startManager(t, env, httpAddr)
-	if !strings.Contains(mgr.Output(), "leases_restored=3") {
+	if !strings.Contains(servingLine(t, mgr), "leases_restored=3") {
 		t.Fatalf("the restarted manager did not restore the three leases:\n%s", mgr.Output())
 	}
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o666); err != nil {
@@ -305,4 +305,13 @@ func TestCrashedManagerKeepsRunningWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve.Wait(t, 30*time.Second)
+}
+
+// servingLine waits for the manager's "lease manager serving" line, which
+// it may write just after it is ready (startManager), and returns its
+// output.
+func servingLine(t *testing.T, mgr *proc) string {
+	t.Helper()
+	eventually(t, 30*time.Second, "the manager's serving line", func() bool { return strings.Contains(mgr.Output(), "leases_restored=") })
+	return mgr.Output()
 }
