@@ -102,18 +102,15 @@ type Stores struct {
 
 // OpenStores creates or binds the three buckets, retrying while the
 // cluster cannot answer (a meta leader election, a server restarting).
+// Each try is bounded, as leasemgr's set-up bounds each create (3s,
+// doubling to 10s): nats-server can leave a create on a just-formed
+// cluster unanswered, and a try bounded only by ctx then waited out the
+// whole of it (CI: two minutes, then "context deadline exceeded").
 func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) {
 	var st Stores
 	var last error // the last error that was not ctx's end, for the report
-	for {
-		var err error
-		st.Leases, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Leases, Replicas: s.Replicas})
-		if err == nil {
-			st.Leaders, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Leaders, Replicas: s.Replicas})
-		}
-		if err == nil {
-			st.Pools, err = jetstream.OpenLeaseStore(ctx, nc, jetstream.BucketConfig{Name: jetstream.NamesFor(s.Prefix).Pools, Replicas: s.Replicas})
-		}
+	for attempt := 1; ; attempt++ {
+		err := openStores(ctx, nc, s, tryTimeout(attempt), &st)
 		if err == nil {
 			return st, nil
 		}
@@ -129,6 +126,38 @@ func OpenStores(ctx context.Context, nc *nats.Conn, s Settings) (Stores, error) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// openStores makes one try at the buckets not yet opened in st, each
+// create bounded by limit.
+func openStores(ctx context.Context, nc *nats.Conn, s Settings, limit time.Duration, st *Stores) error {
+	names := jetstream.NamesFor(s.Prefix)
+	for _, b := range []struct {
+		store **jetstream.LeaseStore
+		name  string
+	}{{&st.Leases, names.Leases}, {&st.Leaders, names.Leaders}, {&st.Pools, names.Pools}} {
+		if *b.store != nil {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, limit)
+		store, err := jetstream.OpenLeaseStore(tctx, nc, jetstream.BucketConfig{Name: b.name, Replicas: s.Replicas})
+		cancel()
+		if err != nil {
+			return err
+		}
+		*b.store = store
+	}
+	return nil
+}
+
+// tryTimeout is the bound of the n-th try (n = 1, 2, ...) at one create:
+// 3s doubled n-1 times, at most 10s.
+func tryTimeout(n int) time.Duration {
+	d := 3 * time.Second
+	for i := 1; i < n && d < 10*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Second)
 }
 
 // Term is one period during which a candidate served its node.

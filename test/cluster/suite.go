@@ -446,9 +446,22 @@ func Provision(ctx context.Context, url string, auth natsconn.Auth, st Settings)
 	if _, err := OpenStores(ctx, nc, st); err != nil {
 		return err
 	}
-	return jetstream.EnsureAuditStream(ctx, nc, jetstream.AuditConfig{
-		Stream: jetstream.NamesFor(st.Prefix).Events, Subjects: st.Prefix + ".events.>", MaxAge: time.Hour, Replicas: st.Replicas,
-	})
+	// The audit stream's create is bounded per try like the buckets'.
+	for attempt := 1; ; attempt++ {
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout(attempt))
+		err := jetstream.EnsureAuditStream(tctx, nc, jetstream.AuditConfig{
+			Stream: jetstream.NamesFor(st.Prefix).Events, Subjects: st.Prefix + ".events.>", MaxAge: time.Hour, Replicas: st.Replicas,
+		})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("audit stream: %w (before that: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (s *suite) logf(format string, args ...any) {
