@@ -14,7 +14,9 @@ import (
 // Linux's ephemeral ports (32768 up), so that no outgoing connection of a
 // parallel test takes a port between its choice and its use, and give each
 // test package that runs beside others a range of its own: a port is never
-// handed out twice by one Ports, and packages are separate processes. In
+// handed out twice by one Ports, packages are separate processes, and a
+// port handed out is claimed for the machine (portclaim.go), so that a
+// second copy of the suite running at the same time skips it. In
 // use: test/integration 20000-25999, test/cluster 26000-31999, the
 // TypeScript client's suite 14000-19999, test/deploy 11000-11999.
 type Ports struct {
@@ -52,15 +54,17 @@ func (p *Ports) FreeRun(n int) (int, error) {
 		base := p.Lo + rand.IntN(p.Hi-p.Lo-n+1)
 		free := true
 		for port := base; port < base+n && free; port++ {
+			if p.given[port] || !claimPort(port) {
+				free = false
+				break
+			}
+			p.given[port] = true // claimed (portclaim.go): never handed out by anyone else
 			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-			if free = err == nil && !p.given[port]; ln != nil {
+			if free = err == nil; ln != nil {
 				ln.Close()
 			}
 		}
 		if free {
-			for port := base; port < base+n; port++ {
-				p.given[port] = true
-			}
 			return base, nil
 		}
 	}
