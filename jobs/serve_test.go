@@ -21,6 +21,7 @@ import (
 	"github.com/slotlease/slotlease/manager"
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/test/harness"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 func TestMain(m *testing.M) {
@@ -30,6 +31,7 @@ func TestMain(m *testing.M) {
 	}
 	// The tests wait on jobs and servers, each with its own: six at once.
 	harness.DefaultParallel("6")
+	raceexit.Set() // the sandbox's helper stages exit at once
 	os.Exit(m.Run())
 }
 

@@ -128,7 +128,7 @@ func (r *runner) runHelper(marker string, v nsVariant, cfg initConfig, id *Ident
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{initArgv0},
-		Env:         []string{initEnvVar + "=" + marker},
+		Env:         helperEnv(initEnvVar + "=" + marker),
 		Dir:         "/",
 		ExtraFiles:  []*os.File{cfgF, statusW, hoR},
 		SysProcAttr: attr,

@@ -23,8 +23,9 @@ import (
 // exec, and setting them on the executor itself would affect the executor.
 // Run therefore re-executes the current binary (/proc/self/exe, so it works
 // even if the file was replaced or deleted) with only initEnvVar in its
-// environment. Init, called first thing in main, recognises that marker and
-// turns the process into the supervisor (supervise_linux.go), which:
+// environment (and GORACE in -race builds: raceenv_race.go). Init, called
+// first thing in main, recognises that marker and turns the process into
+// the supervisor (supervise_linux.go), which:
 //
 //  1. waits for the executor's handover on fd 5: the executor writes the
 //     user namespace's id maps, if there is one, and then sends the

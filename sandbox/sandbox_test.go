@@ -18,12 +18,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 const executorEnv = "SANDBOX_TEST_EXECUTOR"
 
 func TestMain(m *testing.M) {
 	Init()
+	raceexit.Set() // the helper stages exit at once (raceenv_race.go)
 	if v := os.Getenv(dumpEnv); v != "" {
 		victim(v == "0")
 	}

@@ -244,7 +244,7 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{initArgv0},
-		Env:         []string{initEnvVar + "=" + initEnvValue},
+		Env:         helperEnv(initEnvVar + "=" + initEnvValue),
 		Dir:         r.workdir,
 		Stdout:      r.outW,
 		Stderr:      r.errW,

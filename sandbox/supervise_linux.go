@@ -161,7 +161,7 @@ func startExecStage(cfg initConfig) int {
 		helperFail("supervisor: config for the exec stage: %v", err)
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{initArgv0}, &syscall.ProcAttr{
-		Env:   []string{initEnvVar + "=" + initExecValue},
+		Env:   helperEnv(initEnvVar + "=" + initExecValue),
 		Files: []uintptr{0, 1, 2, f.Fd(), statusFD},
 		// If the supervisor itself is killed, the worker goes too.
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},

@@ -25,6 +25,7 @@ import (
 	"testing"
 
 	"github.com/slotlease/slotlease/test/debpkg"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // Kinds of user New makes.
@@ -118,7 +119,7 @@ func New(t testing.TB, kind, uid, subStart int) *User {
 // Command runs name as the user, with exactly env as its environment
 // (plus PATH, HOME and TMPDIR unless env sets them).
 func (u *User) Command(env []string, name string, args ...string) *exec.Cmd {
-	full := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + u.Home, "TMPDIR=" + u.Tmp}
+	full := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + u.Home, "TMPDIR=" + u.Tmp, raceexit.Env()}
 	full = append(full, env...)
 	if !u.Dropped {
 		cmd := exec.Command(name, args...)

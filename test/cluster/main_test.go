@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/slotlease/slotlease/test/harness"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // The tests spend their time waiting on TTLs, graces and restarts, not on
@@ -12,6 +13,7 @@ import (
 // one at a time among them (docs/testing.md).
 func TestMain(m *testing.M) {
 	harness.DefaultParallel("4")
+	raceexit.Set() // the -race binaries exit at once
 	os.Exit(m.Run())
 }
 

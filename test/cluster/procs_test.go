@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/test/harness"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // buildBinaries builds leasemgr and executor, with the race detector as the
@@ -59,7 +60,7 @@ func startProcess(t *testing.T, label, bin, name string, env []string, args ...s
 func launch(t *testing.T, label, bin, name string, env []string, args ...string) (*process, error) {
 	p := &process{name: label, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(bin, name), args...)
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), raceexit.Env()}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // --version prints what the version command prints, exit 0, on both
@@ -144,7 +146,7 @@ func TestCLICompletion(t *testing.T) {
 			}
 		}
 		cmd := exec.Command("bash", "-c", `source <("$BIN" completion bash)`)
-		cmd.Env = []string{"BIN=" + filepath.Join(binDir, bin), "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+		cmd.Env = []string{"BIN=" + filepath.Join(binDir, bin), "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), raceexit.Env()}
 		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 			t.Errorf("bash -c 'source <(%s completion bash)': %v, want no error and no output:\n%s", bin, err, out)
 		}
@@ -172,7 +174,7 @@ tab leasemgr watch --kind ""
 tab leasemgr nats-context --ro
 `
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"), raceexit.Env()}
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("completing: %v\n%s", err, out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/test/asuser"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // holderScript holds mount namespaces (in user namespaces of its own: no
@@ -192,6 +193,6 @@ func command(u *asuser.User, env []string, prog string, args ...string) *exec.Cm
 		return u.Command(env, prog, args...)
 	}
 	cmd := exec.Command(prog, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), raceexit.Env()}, env...)
 	return cmd
 }

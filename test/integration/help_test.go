@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // runHelp runs a binary of binDir with args and returns its stdout,
@@ -17,7 +18,7 @@ import (
 func runHelp(t *testing.T, name string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
-	cmd.Env = []string{"HOME=" + t.TempDir()}
+	cmd.Env = []string{"HOME=" + t.TempDir(), raceexit.Env()}
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	var ee *exec.ExitError

@@ -17,6 +17,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/natsconn"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // runExecutor runs one executor command to its end.
@@ -125,7 +126,7 @@ func TestJobsCLI(t *testing.T) {
 
 	// A spec on stdin.
 	cmd := exec.Command(filepath.Join(binDir, "executor"), "submit", "--spec", "-")
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), raceexit.Env()}, env...)
 	cmd.Stdin = strings.NewReader(`{"pool":"p","priority":"low","max_attempts":1,"command":["sh","-c","echo no >&2; exit 4"]}`)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

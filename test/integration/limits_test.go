@@ -19,6 +19,7 @@ import (
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // The limits per account (issue 38, docs/security.md "Limits per
@@ -309,7 +310,7 @@ func TestExecutorConnectionsAreBounded(t *testing.T) {
 func managerCommand(t *testing.T, env []string, descriptors int) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", `ulimit -n "$1" && exec "$0"`, filepath.Join(binDir, "leasemgr"), strconv.Itoa(descriptors))
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), raceexit.Env()}, env...)
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/slotlease/slotlease/sandbox"
 	"github.com/slotlease/slotlease/test/asuser"
 	"github.com/slotlease/slotlease/test/harness"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 var binDir string
@@ -39,6 +40,7 @@ func TestMain(m *testing.M) {
 	// Most tests wait on the binaries they start, each with its own server
 	// and ports (freePort): four at once (docs/testing.md).
 	harness.DefaultParallel("4")
+	raceexit.Set() // the -race binaries and their sandbox stages exit at once
 	dir, err := os.MkdirTemp("", "slotlease-bin-")
 	if err == nil {
 		// The binaries run as ordinary users too (asuser).
@@ -97,7 +99,7 @@ func (p *proc) Wait(t *testing.T, timeout time.Duration) int {
 func start(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), raceexit.Env()}, env...)
 	return launch(t, cmd)
 }
 

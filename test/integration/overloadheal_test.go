@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotlease/slotlease/config"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // healDescriptors is the descriptor limit leasemgr runs with in
@@ -161,7 +162,7 @@ func TestNodeHealsAfterDescriptorExhaustion(t *testing.T) {
 func leasemgrWithDescriptors(t *testing.T, env []string, n int) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", `ulimit -n "$1" && exec "$0"`, filepath.Join(binDir, "leasemgr"), strconv.Itoa(n))
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), raceexit.Env()}, env...)
 	return cmd
 }
 

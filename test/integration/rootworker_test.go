@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // Issue 38: a worker never runs as uid 0 or gid 0, whatever the
@@ -74,7 +76,7 @@ func TestExecutorRefusesWorkersWithGroupZero(t *testing.T) {
 		cmd := exec.Command("setpriv", append(ids, exe, "run", "--pool", "gpu", "--", "true")...)
 		// No credentials to find (the executor refuses before it
 		// connects): HOME is no one's.
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "NATS_AUTH_DIR=" + filepath.Join(home, "none"), "NATS_LISTEN=127.0.0.1:1"}
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), raceexit.Env(), "HOME=" + home, "NATS_AUTH_DIR=" + filepath.Join(home, "none"), "NATS_LISTEN=127.0.0.1:1"}
 		out := refusal(t, cmd)
 		if !strings.Contains(out, "a worker never runs as uid 0 or gid 0") || !strings.Contains(out, c.says) {
 			t.Errorf("executor run as uid %s %s: want a refusal saying %q:\n%s", uid, c.name, c.says, out)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // docBlock is one fenced block of a Markdown document.
@@ -161,7 +163,7 @@ func TestProtocolWorkedExample(t *testing.T) {
 	env := []string{
 		"PATH=" + binDir + ":" + natsDir + ":" + os.Getenv("PATH"),
 		"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", freePort(t)), raceexit.Env(),
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	fields := strings.Fields(setup[0])

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slotlease/slotlease/test/asuser"
+	"github.com/slotlease/slotlease/test/raceexit"
 )
 
 // attackSetup is a host with secrets where a worker could look for them:
@@ -246,7 +247,7 @@ func workerAttack(t *testing.T, u *asuser.User, attacker string) {
 		ctlEnv = append(ctlEnv, k+"="+v)
 	}
 	ctl := exec.Command(attacker)
-	ctl.Env = append([]string{"PATH=" + os.Getenv("PATH")}, ctlEnv...)
+	ctl.Env = append([]string{"PATH=" + os.Getenv("PATH"), raceexit.Env()}, ctlEnv...)
 	if u != nil {
 		ctl = u.Command(ctlEnv, attacker)
 	}
@@ -382,7 +383,7 @@ func TestExecutorRefusesWhereWorkersCannotBeConfined(t *testing.T) {
 	script := `echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all "$@"`
 	noNamespaces := func(extra []string, args ...string) (string, int) {
 		cmd := exec.Command("unshare", append([]string{"-Ur", "sh", "-c", script, "sh", exe}, args...)...)
-		cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH")}, env...), extra...)
+		cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH"), raceexit.Env()}, env...), extra...)
 		outb, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
