@@ -85,18 +85,27 @@ func TestWalkthrough(t *testing.T) {
 	eventually(t, 10*time.Second, "watch to subscribe", func() bool { return strings.Contains(watch.Output(), "watching") })
 
 	dir := sharedDir(t)
-	script := `echo "$LEASE_POOL $LEASE_SLOTS $LEASE_NODE $LEASE_TOKEN" > "$OUT/$NAME.env"; date +%s.%N > "$OUT/$NAME.start"; sleep 1; date +%s.%N > "$OUT/$NAME.end"`
+	// Each run holds its slot until the test has seen the second queued
+	// (the file "go"), at most a minute: a fixed second let a loaded
+	// machine end the first run before the second executor had asked.
+	script := `echo "$LEASE_POOL $LEASE_SLOTS $LEASE_NODE $LEASE_TOKEN" > "$OUT/$NAME.env"; date +%s.%N > "$OUT/$NAME.start"; i=0; while [ ! -e "$OUT/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; date +%s.%N > "$OUT/$NAME.end"`
 	first := start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "OUT="+dir, "--env", "NAME=first", "--", "sh", "-c", script)
 	eventually(t, 10*time.Second, "first executor to hold the slot", func() bool { return httpPools(t, httpAddr)["gpu"].InUse == 1 })
 	second := start(t, env, "executor", "run", "--pool", "gpu", "--writable", dir, "--env", "OUT="+dir, "--env", "NAME=second", "--", "sh", "-c", script)
+	// The manager tells a waiter it is queued once it has waited a moment
+	// (manager.Config.QueueEntryDelay): the second says so before the
+	// first lets go.
+	eventually(t, time.Minute, "the second executor to report its place in the queue", func() bool {
+		return strings.Contains(second.Output(), "position 1 in queue")
+	})
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if code := first.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("first executor exit %d", code)
 	}
 	if code := second.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("second executor exit %d", code)
-	}
-	if !strings.Contains(second.Output(), "position 1 in queue") {
-		t.Fatalf("second executor did not report its queue position:\n%s", second.Output())
 	}
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))
