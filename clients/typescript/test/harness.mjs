@@ -3,7 +3,7 @@
 // its own embedded NATS server, ports and directories.
 
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, existsSync, mkdirSync } from "node:fs";
+import { mkdtempSync, rmSync, existsSync, mkdirSync, readFileSync, writeFileSync, linkSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
@@ -37,24 +37,71 @@ export function bins() {
  * Linux's ephemeral ports, so no outgoing connection takes it before the
  * program given it binds it, and apart from the Go test packages' ranges
  * (test/harness's Ports), which run beside this suite. Never the same one
- * twice in this process.
+ * twice, in this process or in the suite's other files, which run at the
+ * same time (package.json, --test-concurrency): each port handed out is
+ * claimed by a file in a directory every test process shares, created
+ * exclusively and naming the claiming process, and removed as it exits; a
+ * claim whose process has gone (killed) is taken over.
  */
-const given = new Set();
+const portClaims = join(tmpdir(), `slotlease-ts-ports-${process.getuid?.() ?? "user"}`);
+mkdirSync(portClaims, { recursive: true, mode: 0o700 });
+const given = new Set(); // the ports this process claimed, given back at its exit
+process.on("exit", () => {
+  for (const port of given) rmSync(join(portClaims, String(port)), { force: true });
+});
 export async function freePort() {
   for (let i = 0; i < 1000; i++) {
     const port = 14000 + Math.floor(Math.random() * 6000);
-    if (given.has(port)) continue;
+    if (given.has(port) || !claimPort(port)) continue;
+    given.add(port); // claimed: kept even if something else listens there now
     const free = await new Promise((res) => {
       const s = createServer();
       s.once("error", () => res(false));
       s.listen(port, "127.0.0.1", () => s.close(() => res(true)));
     });
-    if (free) {
-      given.add(port);
-      return port;
-    }
+    if (free) return port;
   }
   throw new Error("no free loopback port in 14000-19999");
+}
+
+/** Claims port for this process: true unless a live process holds it. */
+function claimPort(port) {
+  const f = join(portClaims, String(port));
+  for (let tries = 0; tries < 2; tries++) {
+    // Written aside, then linked: a claim is never seen without its pid.
+    const mine = `${f}.${process.pid}`;
+    writeFileSync(mine, String(process.pid));
+    try {
+      linkSync(mine, f);
+      return true;
+    } catch (err) {
+      if (err.code !== "EEXIST") throw err;
+    } finally {
+      rmSync(mine, { force: true });
+    }
+    const owner = Number.parseInt(readFileSyncOr(f), 10);
+    if (owner === process.pid || alive(owner)) return false;
+    rmSync(f, { force: true }); // its process is gone: take it over
+  }
+  return false;
+}
+
+function readFileSyncOr(f) {
+  try {
+    return readFileSync(f, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+function alive(pid) {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === "EPERM";
+  }
 }
 
 /** Polls cond every 20 ms until it holds; fails after timeoutMs naming what it waited for. */
