@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,7 +54,12 @@ func treeProcs(m [4]string) []int {
 	})
 }
 
-// liveProcs lists the live processes (not zombies) whose argv matches.
+// liveProcs lists the live processes whose argv matches: not zombies, and
+// not killed. A process with SIGKILL pending never runs another
+// instruction of its own (the kernel ends it on its way back from the
+// kernel), but on a loaded machine it can wait a while for the CPU to
+// exit: a fork bomb's last sleeps, killed in time, were still listed 800 ms
+// later beside three other agents' test runs (load 20-25).
 func liveProcs(match func(args []string) bool) []int {
 	var pids []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -65,6 +71,9 @@ func liveProcs(match func(args []string) bool) []int {
 		stat, err := os.ReadFile(d + "/stat")
 		if err != nil || strings.Contains(string(stat[strings.LastIndexByte(string(stat), ')')+1:]), " Z ") {
 			continue // gone or a zombie
+		}
+		if killPending(d) {
+			continue
 		}
 		if match(strings.Split(string(cmdline), "\x00")) {
 			var pid int
@@ -160,4 +169,24 @@ func TestKilledExecutorServeLeavesNoJob(t *testing.T) {
 			killAndCheckTree(t, serve, m, 4)
 		})
 	}
+}
+
+// killPending reports whether the process of /proc directory d has a
+// SIGKILL pending, to it (SigPnd) or to its thread group (ShdPnd).
+func killPending(d string) bool {
+	status, err := os.ReadFile(d + "/status")
+	if err != nil {
+		return false
+	}
+	const sigkill = 1 << (9 - 1) // bit n-1 of the masks is signal n
+	for _, line := range strings.Split(string(status), "\n") {
+		name, mask, ok := strings.Cut(line, ":")
+		if !ok || (name != "SigPnd" && name != "ShdPnd") {
+			continue
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64); err == nil && v&sigkill != 0 {
+			return true
+		}
+	}
+	return false
 }
