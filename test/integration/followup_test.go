@@ -161,7 +161,9 @@ sleep 30`
 // time limits and one attempt submits a follow-up asking for none of
 // that; the follow-up's record holds the parent's limits, and it runs
 // with them: only loopback, the memory and process limits in force,
-// stopped at the parent's timeout after its one attempt. (The parent
+// stopped at the parent's timeout after its one attempt. The timeout is
+// 15 s: the probe must write its report before it, and beside three other
+// agents' test runs 4 s were not enough for its dozen commands. (The parent
 // submits with an executor built without -race: where the memory limit
 // is RLIMIT_DATA, the race detector's writable shadow mappings exceed any
 // sane one.)
@@ -175,7 +177,7 @@ func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
 		t.Fatalf("building executor without -race: %v\n%s", err, b)
 	}
 	parent := `"$SUBMITTER" submit --pool p --writable "$OUT" --env OUT="$OUT" -- sh -c "$PROBE" > "$OUT/child-id"`
-	code, o := runExecutor(t, env, "submit", "--pool", "p", "--no-network", "--memory", "1G", "--max-procs", "64", "--timeout", "4s",
+	code, o := runExecutor(t, env, "submit", "--pool", "p", "--no-network", "--memory", "1G", "--max-procs", "64", "--timeout", "15s",
 		"--max-attempts", "1", "--writable", out, "--env", "OUT="+out, "--env", "PROBE="+limitsProbe, "--env", "SUBMITTER="+submitter, "--", "sh", "-c", parent)
 	if code != 0 {
 		t.Fatalf("submit: exit %d\n%s", code, o)
@@ -196,8 +198,8 @@ func TestFollowUpIsNoLooserThanItsParent(t *testing.T) {
 		rec = record(q, child)
 		return rec.State.Final()
 	})
-	if s := rec.Spec; !s.NoNetwork || s.MemoryBytes != 1<<30 || s.MaxProcs != 64 || s.Timeout != jobs.Duration(4*time.Second) || s.MaxAttempts != 1 {
-		t.Errorf("the follow-up's record: no_network %v, memory_bytes %d, max_procs %d, timeout %v, max_attempts %d; want the parent's true, %d, 64, 4s, 1",
+	if s := rec.Spec; !s.NoNetwork || s.MemoryBytes != 1<<30 || s.MaxProcs != 64 || s.Timeout != jobs.Duration(15*time.Second) || s.MaxAttempts != 1 {
+		t.Errorf("the follow-up's record: no_network %v, memory_bytes %d, max_procs %d, timeout %v, max_attempts %d; want the parent's true, %d, 64, 15s, 1",
 			s.NoNetwork, s.MemoryBytes, s.MaxProcs, time.Duration(s.Timeout), s.MaxAttempts, 1<<30)
 	}
 	if rec.State != jobs.StateDead || rec.Attempts != 1 || rec.StoppedBy != "timeout" {
