@@ -224,3 +224,22 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// Settling returns how units settled now would count in the budget's
+// window (see Spent), and false without a budget. A caller that must
+// store a settlement before it happens stores this.
+func (p *Pool) Settling(units int64) (Spent, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.budget == nil {
+		return Spent{}, false
+	}
+	return Spent{Until: p.budget.until(p.opts.Now()), Units: min(max(0, units), MaxUnits)}, true
+}
+
+// HasBudget reports whether the pool has a usage budget.
+func (p *Pool) HasBudget() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.budget != nil
+}
