@@ -29,3 +29,15 @@ func (l *Lease) ReleaseUsage(ctx context.Context, units int64) error {
 	l.usage.Store(&units)
 	return l.Release(ctx)
 }
+
+// ReleaseUsage is Release that settles units, what the work actually
+// used, in the budget of every pool of the set (Lease.ReleaseUsage).
+func (s *LeaseSet) ReleaseUsage(ctx context.Context, units int64) error {
+	if units < 0 || units > MaxUnits {
+		return errorf(CodeBadRequest, "units must be between 0 and %d, got %d", int64(MaxUnits), units)
+	}
+	for _, l := range s.leases {
+		l.usage.Store(&units)
+	}
+	return s.Release(ctx)
+}
