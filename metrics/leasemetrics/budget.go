@@ -31,3 +31,8 @@ func (b budgetMetrics) observe(o metric.Observer, st pools.Stats, opts []metric.
 	o.ObserveInt64(b.used, st.BudgetUsed, opts...)
 	o.ObserveInt64(b.reserved, st.BudgetReserved, opts...)
 }
+
+// instruments are the gauges, for the callback's registration.
+func (b budgetMetrics) instruments() []metric.Observable {
+	return []metric.Observable{b.limit, b.window, b.used, b.reserved}
+}

@@ -259,7 +259,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			}
 		}
 		return nil
-	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
+	}, append(append(m.sched.instruments(), budget.instruments()...), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
 	if err != nil {
 		return nil, err
 	}
