@@ -184,7 +184,7 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	for _, l := range leases {
 		fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
 	}
-	usage, lend, env, err := runUsage(f, hide, workerEnv(leases, f.env))
+	usage, lend, env, err := newRunUsage(f, hide, workerEnv(leases, f.env))
 	if err != nil {
 		_ = set.Release(context.WithoutCancel(ctx))
 		err = notIsolated(err)

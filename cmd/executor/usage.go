@@ -34,7 +34,7 @@ may write what it used, a decimal, to the file $LEASE_USAGE_FILE names,
 which is settled at release (else the estimate, and stderr says why).`, []string{config.EnvExecutorUnconfined}},
 	{"submit", "Store jobs in the durable job queue", `submit --pool P [--slots K] [--also-pool P[=K]]... [--priority high|normal|low]
     [--max-attempts N] [--timeout D] [--env K=V]... [--id ID] [--batch NAME] [--tenant T] [--key K]
-    [flags] -- CMD ARGS...
+    [--units N] [flags] -- CMD ARGS...
 submit [--batch NAME] [--no-pool-check] --spec FILE|-  |  --specs FILE|-   (JSON Lines: many jobs)`,
 		`Stores job(s) in the durable job queue and prints their ids. --batch
 NAME puts them in a batch. Inside a job, submit goes through the job's
