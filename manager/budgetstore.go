@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,14 +50,9 @@ type storedBudget struct {
 const maxStoredSlices = 4096
 
 func parseBudget(data []byte) (storedBudget, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s storedBudget
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("does not decode: %w", err)
-	}
-	if dec.More() {
-		return s, errors.New("trailing data")
+	if err := decodeStored(data, &s); err != nil {
+		return s, err
 	}
 	if s.Manager == "" {
 		return s, errors.New("names no manager")
