@@ -38,6 +38,7 @@ var Vars = []Var{
 	{EnvNodeID, "the host name, other characters than A-Za-z0-9_- made '-'", "this node's name in subjects and keys", ReadByAll},
 	{EnvPoolCapacities, "empty", "node pools, name=capacity pairs, e.g. gpu=1,io=16", ReadByManager},
 	{EnvClusterPools, "empty", "pools shared by every node, same syntax, e.g. api=50", ReadByManager},
+	{EnvPoolBudgets, "none", "usage budgets, units per sliding window, e.g. openai=100000/m (units s, m, h)", ReadByManager},
 	{EnvPoolRates, "none", "start rates, e.g. api=60/m,embed=5/s (units s, m, h)", ReadByManager},
 	{EnvPoolRateBurst, "one second's worth, at least 1", "per rated pool, most slots started at once, e.g. api=5", ReadByManager},
 	{EnvExecutorMaxConcurrency, "4", "capacity of the default pool", ReadByManager},

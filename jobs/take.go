@@ -136,7 +136,7 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 // and, with further pools, all of them or none (lease.Client.AcquireAll).
 func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uint64) (*lease.LeaseSet, error) {
 	opts := []lease.AcquireOption{lease.WithRequestID(job.ID + "-d" + strconv.FormatUint(delivery, 10)),
-		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key)}
+		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key), lease.WithUnits(job.Spec.Units)}
 	if len(job.Spec.Pools) == 0 {
 		l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots, opts...)
 		if err != nil {

@@ -205,6 +205,7 @@ type acquireOptions struct {
 	priority  int
 	tenant    string
 	key       string
+	units     int64 // usage.go
 	noWait    bool
 	wait      time.Duration
 	onQueued  func(position int)
@@ -316,7 +317,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		pollMs = 0 // polls rarer than the protocol's bound: promise nothing
 	}
 	req := AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, Key: o.key, NoWait: o.noWait, PollMs: pollMs}
+		Priority: o.priority, Tenant: o.tenant, Key: o.key, NoWait: o.noWait, PollMs: pollMs, Units: o.units}
 	// Each send names the connection it goes on (fast release).
 	body := func() []byte {
 		cn := c.live.identity()

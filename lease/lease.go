@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotlease/slotlease/telemetry/natstrace"
@@ -44,6 +45,9 @@ type Lease struct {
 	boundSince time.Time
 	err        error // guarded by mu; set once, before done closes
 	stopOnce   sync.Once
+	// usage is the actual units ReleaseUsage settles (usage.go); nil
+	// settles the estimate.
+	usage atomic.Pointer[int64]
 }
 
 // ID returns the lease id (the acquire's request id).
@@ -156,7 +160,7 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) sendRelease(ctx context.Context) (err error) {
 	ctx, span := natstrace.StartClient(ctx, l.c.tracing.tracer, natstrace.SpanRelease, natstrace.Node(l.rec.Node), natstrace.Pool(l.rec.Pool), natstrace.LeaseID(l.rec.ID), natstrace.Token(l.rec.Token))
 	defer func() { natstrace.End(span, err) }()
-	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, Units: l.usage.Load()})
 	return err
 }
 

@@ -124,6 +124,12 @@ type AcquireRequest struct {
 	Key string `json:"key,omitempty"`
 	// NoWait refuses with would_wait instead of queueing (try-acquire).
 	NoWait bool `json:"no_wait,omitempty"`
+	// Units is the request's estimate of its usage (tokens, cents: the
+	// budget's unit), 1..MaxUnits: a pool with a budget (POOL_BUDGETS)
+	// requires it, reserves it while the lease is held, and the release
+	// settles the actual (ReleaseRequest.Units). Pools without a budget
+	// ignore it.
+	Units int64 `json:"units,omitempty"`
 	// ConnServer and ConnID name the NATS connection the request was sent
 	// on (the server's id and the client id it gave the connection). With
 	// them, a manager with fast release frees the lease soon after that
@@ -157,7 +163,15 @@ type ReleaseRequest struct {
 	LeaseID string `json:"lease_id"`
 	Token   uint64 `json:"token"`
 	Secret  string `json:"secret,omitempty"`
+	// Units, if given, is what the lease actually used, 0..MaxUnits, for
+	// a pool with a budget: it replaces the estimate in the budget's
+	// window (less is given back at once, more is debited). Left out, the
+	// estimate is settled. Pools without a budget ignore it.
+	Units *int64 `json:"units,omitempty"`
 }
+
+// MaxUnits bounds an estimate and an actual of units (pools.MaxUnits).
+const MaxUnits = pools.MaxUnits
 
 // CancelRequest withdraws an acquire: a queued request leaves the queue, and
 // a grant that raced the cancel is released by the manager.
@@ -282,6 +296,9 @@ type Record struct {
 	Tenant   string `json:"tenant,omitempty"`
 	Key      string `json:"key,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// Units is the acquire's estimate (AcquireRequest.Units), reserved
+	// from the pool's budget while the lease is held.
+	Units int64 `json:"units,omitempty"`
 	// ConnServer and ConnID name the holder's connection the lease is
 	// bound to, and DisconnectGraceMs (> 0 only then) is how long after
 	// that connection closes the manager frees the lease: the holder must
@@ -337,13 +354,20 @@ type Event struct {
 	Tenant    string    `json:"tenant,omitempty"`
 	// Key is the fairness key of the request or lease the event is about,
 	// when it has one.
-	Key      string      `json:"key,omitempty"`
-	Token    uint64      `json:"token,omitempty"`
-	Position int         `json:"position,omitempty"`
-	WaitMs   int64       `json:"wait_ms,omitempty"`
-	Code     Code        `json:"code,omitempty"`
-	Message  string      `json:"message,omitempty"`
-	Stats    pools.Stats `json:"stats"`
+	Key      string `json:"key,omitempty"`
+	Token    uint64 `json:"token,omitempty"`
+	Position int    `json:"position,omitempty"`
+	WaitMs   int64  `json:"wait_ms,omitempty"`
+	// Units is, in a granted event, the estimate the grant reserved from
+	// its pool's budget; Settled, in a released, cancelled or expired
+	// event of a pool with a budget, the units the lease's end settled
+	// (the actual the holder gave, else the estimate). Settled is a
+	// pointer so that a settlement of 0 shows.
+	Units   int64       `json:"units,omitempty"`
+	Settled *int64      `json:"settled,omitempty"`
+	Code    Code        `json:"code,omitempty"`
+	Message string      `json:"message,omitempty"`
+	Stats   pools.Stats `json:"stats"`
 }
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it

@@ -133,8 +133,11 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 	if e := exceeds(p, req.Slots); e != nil {
 		return nil, e
 	}
+	if e := overBudget(p, req.Units); e != nil {
+		return nil, e
+	}
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
+		slots: req.Slots, units: req.Units, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
 		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID}}
 	r.lastSeen = r.since.UnixNano()
 	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
@@ -238,6 +241,8 @@ func enqueueError(p *pool, slots int64, err error, ttl time.Duration) *lease.Err
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(lease.CodeExceedsCapacity, "%v", err)
+	case errors.Is(err, pools.ErrInvalidUnits):
+		return errorf(lease.CodeBadRequest, "%v", err)
 	default:
 		return errorf(lease.CodeInternal, "%v", err)
 	}
@@ -281,6 +286,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	}
 	if req.WaitMs < 0 || req.WaitMs > lease.MaxWaitMs {
 		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
+	}
+	if e := checkUnits(req.Units); e != nil {
+		return e
 	}
 	return checkConn(req.ConnServer, req.ConnID)
 }

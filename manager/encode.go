@@ -111,6 +111,9 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 	if r.Priority != 0 {
 		b = appendIntField(b, "priority", int64(r.Priority))
 	}
+	if r.Units != 0 {
+		b = appendIntField(b, "units", r.Units)
+	}
 	if r.ConnServer != "" {
 		b = appendStringField(b, "conn_server", r.ConnServer)
 	}
@@ -181,6 +184,12 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if e.WaitMs != 0 {
 		b = appendIntField(b, "wait_ms", e.WaitMs)
 	}
+	if e.Units != 0 {
+		b = appendIntField(b, "units", e.Units)
+	}
+	if e.Settled != nil {
+		b = appendIntField(b, "settled", *e.Settled)
+	}
 	if e.Code != "" {
 		b = appendStringField(b, "code", string(e.Code))
 	}
@@ -221,6 +230,7 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if s.Tokens != 0 {
 		b = appendIntField(b, "tokens", s.Tokens)
 	}
+	b = appendBudgetStats(b, s)
 	return append(b, '}', '}')
 }
 

@@ -31,7 +31,7 @@ func (m *Manager) endLocked(r *request, e *lease.Error, kind lease.EventKind) {
 func (m *Manager) grantedLocked(r *request, rec lease.Record, waitMs int64) {
 	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
 	m.out.emit(r.pool, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key,
-		Token: rec.Token, WaitMs: waitMs})
+		Token: rec.Token, WaitMs: waitMs, Units: rec.Units})
 }
 
 // tellQueued tells r's holder it waits at position, and watchers.

@@ -119,7 +119,7 @@ func (j *journal) entryLocked(r *request) (storedValue, time.Duration, bool) {
 	}
 	v := storedValue{
 		Record: lease.Record{ID: r.id, Node: j.node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: j.lead.term(), Manager: j.lead.instance,
-			Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority},
+			Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units},
 		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
 	}
 	return v, j.entryTTL(r), true

@@ -51,16 +51,25 @@ type storedCounts struct {
 	Pools   map[string]lease.PoolCounts `json:"pools"`
 }
 
-// parseCounts decodes and checks a stored value.
-func parseCounts(data []byte) (storedCounts, error) {
+// decodeStored decodes a value of the pool bucket strictly into v: no
+// unknown field, nothing after it.
+func decodeStored(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var s storedCounts
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("does not decode: %w", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("does not decode: %w", err)
 	}
 	if dec.More() {
-		return s, errors.New("trailing data")
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// parseCounts decodes and checks a stored value.
+func parseCounts(data []byte) (storedCounts, error) {
+	var s storedCounts
+	if err := decodeStored(data, &s); err != nil {
+		return s, err
 	}
 	if s.Manager == "" {
 		return s, errors.New("names no manager")

@@ -42,6 +42,9 @@ type Waiter struct {
 	Tenant   string
 	Key      string
 	Priority int
+	// Units is the request's estimate, reserved from the pool's budget
+	// while granted (Request.Units).
+	Units int64
 	// Started is when a pool with a start rate took the waiter's tokens,
 	// on the pool's clock (Options.Now): the time the rate was counted
 	// at, however late the caller reads a clock of its own. Zero without
@@ -110,6 +113,7 @@ type Pool struct {
 
 	opts   Options   // normalized; only SetRate changes it (Rate, Burst)
 	bucket *bucket   // the start rate's tokens; nil without a rate
+	budget *budget   // the usage budget; nil without one
 	q      queue     // the policy's service order
 	epoch  time.Time // dates of priorities and of StarvationAge count from here
 
@@ -193,6 +197,11 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
+	if o.Budget != (Rate{}) {
+		if p.budget, err = newBudget(o.Budget); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
 	switch o.Policy {
 	case PolicyFIFO:
 		p.q = fifoQueue{p}
@@ -250,13 +259,12 @@ func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int,
 
 // enqueue is EnqueueRequest. p.mu must be held.
 func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err error) {
-	if err := p.check(r.Slots); err != nil {
+	if err := p.checkRequest(r); err != nil {
 		return nil, false, 0, err
 	}
 	vt := p.vtime(r.Priority)
-	if p.grantable(r.Tenant, r.Key, r.Slots, vt) {
-		p.start(r.Tenant, r.Key, r.Slots)
-		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, true, 0, nil
+	if p.grantable(r, vt) {
+		return p.granted(r), true, 0, nil
 	}
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
@@ -271,7 +279,7 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 func (p *Pool) TryAcquire(n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.check(n) != nil || !p.grantable("", "", n, p.vtime(0)) {
+	if p.check(n) != nil || p.budget != nil || !p.grantable(Request{Slots: n}, p.vtime(0)) {
 		return false
 	}
 	p.start("", "", n)
@@ -285,15 +293,14 @@ func (p *Pool) TryAcquire(n int64) bool {
 func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.check(r.Slots); err != nil {
+	if err := p.checkRequest(r); err != nil {
 		return nil, err
 	}
-	if !p.grantable(r.Tenant, r.Key, r.Slots, p.vtime(r.Priority)) {
+	if !p.grantable(r, p.vtime(r.Priority)) {
 		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
-	p.start(r.Tenant, r.Key, r.Slots)
-	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, nil
+	return p.granted(r), nil
 }
 
 // Acquire blocks until n slots are granted or ctx is done. On success it
@@ -309,7 +316,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	done := ctx.Done()
 
 	p.mu.Lock()
-	if err := p.check(n); err != nil {
+	if err := p.checkRequest(Request{Slots: n}); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -322,7 +329,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	default:
 	}
 	vt := p.vtime(0)
-	if p.grantable("", "", n, vt) {
+	if p.grantable(Request{Slots: n}, vt) {
 		p.start("", "", n)
 		p.mu.Unlock()
 		return nil
@@ -403,7 +410,7 @@ func (p *Pool) recheck() (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bucket == nil {
-		return 0, false
+		return 0, false // a budget's waiter is not Acquire's: it has no units
 	}
 	r := p.bucket.rate
 	return min(max(r.Per/time.Duration(r.Slots), 10*time.Millisecond), time.Second), true

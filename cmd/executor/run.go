@@ -46,6 +46,7 @@ type runFlags struct {
 	tenant      string
 	key         string
 	noWait      bool
+	units       int64 // the estimate for pools with a budget; 0 none (usagefile.go)
 }
 
 // runSetup defines run's flags; its action parses and checks them into
@@ -74,6 +75,7 @@ func runSetup(cmd *cobra.Command) action {
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
 	fs.StringVar(&f.key, "key", "", "fairness key: fair pools share slots by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
+	fs.Int64Var(&f.units, "units", 0, "estimated usage for pools with a budget (POOL_BUDGETS); the command may write the actual to $LEASE_USAGE_FILE")
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagDirname("dir")
 	_ = cmd.MarkFlagDirname("writable")
@@ -92,6 +94,9 @@ func (f *runFlags) check(pools poolFlags, slotsSet bool, cmd []string) error {
 	}
 	if f.slots <= 0 {
 		return fmt.Errorf("--slots %d: must be a positive integer", f.slots)
+	}
+	if err := checkUnitsFlag(f.units); err != nil {
+		return err
 	}
 	var err error
 	if f.pools, err = pools.resolve(f.slots, slotsSet); err != nil {
@@ -167,7 +172,7 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	if err != nil {
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
-	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key))
+	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key), lease.WithUnits(f.units))
 	if f.noWait {
 		opts = append(opts, lease.NoWait())
 	}
@@ -179,21 +184,27 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	for _, l := range leases {
 		fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
 	}
+	usage, lend, env, err := newRunUsage(f, hide, workerEnv(leases, f.env))
+	if err != nil {
+		_ = set.Release(context.WithoutCancel(ctx))
+		err = notIsolated(err)
+		return codeOf(err), err
+	}
 	defer func() {
 		// The caller's context may be done (a signal): release on a fresh,
 		// bounded one so the slots come back now rather than at the TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := set.Release(rctx); err != nil {
+		if err := usage.release(rctx, set, stderr); err != nil {
 			fmt.Fprintf(stderr, "executor: %v (it expires on its own)\n", err)
 		}
 	}()
 
 	res, err := sandbox.Run(ctx, sandbox.Spec{
-		Command: cmd, Env: workerEnv(leases, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
+		Command: cmd, Env: env, Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
-		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()),
+		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()), Lend: lend,
 	}, set.Done())
 	if err != nil {
 		err = notIsolated(fmt.Errorf("running %q: %w", cmd[0], err))

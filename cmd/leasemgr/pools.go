@@ -186,6 +186,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if s.Rate != "" {
 				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
 			}
+			if s.Budget != "" {
+				policy += fmt.Sprintf(" budget=%s used=%d reserved=%d", s.Budget, s.BudgetUsed, s.BudgetReserved)
+			}
 			capacity, available := strconv.FormatInt(s.Capacity, 10), strconv.FormatInt(s.Available, 10)
 			if s.Capacity == pools.MaxCapacity {
 				capacity, available = "unlimited", "-" // a pool with only a rate

@@ -161,6 +161,9 @@ func formatEvent(ev lease.Event) string {
 	if s.Rate != "" {
 		fmt.Fprintf(&b, " tokens=%d/%d", s.Tokens, s.Burst)
 	}
+	if s.Budget != "" {
+		fmt.Fprintf(&b, " budget=%d+%d/%d", s.BudgetUsed, s.BudgetReserved, s.BudgetLimit)
+	}
 	b.WriteString("]")
 	return b.String()
 }

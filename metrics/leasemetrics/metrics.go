@@ -12,6 +12,10 @@
 //	lease.queued_slots    lease_queued_slots{node,pool}                gauge, slots they want
 //	lease.rate_tokens     lease_rate_tokens{node,pool}                 gauge, slots the start rate's bucket
 //	                                                                   allows now (pools with a rate only)
+//	lease.budget_limit    lease_budget_limit{node,pool}                gauge, units a budget allows per window,
+//	lease.budget_window   lease_budget_window_seconds{node,pool}       its window, the units settled in it and
+//	lease.budget_used     lease_budget_used{node,pool}                 those the open leases reserved (pools
+//	lease.budget_reserved lease_budget_reserved{node,pool}             with a budget only)
 //	lease.requests        lease_requests_total{node,pool}              new acquire requests
 //	lease.enqueued        lease_enqueued_total{node,pool}              requests that waited 50 ms or more
 //	lease.grants          lease_grants_total{node,pool}                grants stored and sent
@@ -206,6 +210,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	queued := gauge("lease.queued", "{request}", "Acquire requests waiting.")
 	queuedSlots := gauge("lease.queued_slots", "{slot}", "Slots wanted by the waiting requests.")
 	tokens := gauge("lease.rate_tokens", "{slot}", "Slots the start rate's bucket allows now (pools with a rate only).")
+	budget := budgetGauges(gauge)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +231,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			if st.Rate != "" {
 				o.ObserveInt64(tokens, st.Tokens, a.observe...)
 			}
+			budget.observe(o, st, a.observe)
 		}
 		m.mu.Lock()
 		sources := maps.Clone(m.sources)
@@ -253,7 +259,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			}
 		}
 		return nil
-	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
+	}, append(append(m.sched.instruments(), budget.instruments()...), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import {
   UnknownPoolError,
   WaitExpiredError,
 } from "./errors.js";
-import { Lease, LeaseSet, margin, releaseAll, type LeaseHost } from "./lease.js";
+import { checkUnits, Lease, LeaseSet, margin, releaseAll, type LeaseHost } from "./lease.js";
 import { newSecret } from "./secret.js";
 import { Liveness, type Conn } from "./liveness.js";
 import {
@@ -99,6 +99,13 @@ export interface AcquireOptions {
    * within a tenant, and POOL_KEY_LIMITS caps the slots in flight per key.
    */
   key?: string;
+  /**
+   * The estimate of the work's usage (tokens, cents: the budget's unit),
+   * 1 to 2^40: a pool with a budget (POOL_BUDGETS) requires it and
+   * reserves it while the lease is held; settle the actual with
+   * Lease.releaseUsage. Pools without a budget ignore it.
+   */
+  units?: number;
   /**
    * The request id: retrying with the same id after a lost reply or a crash
    * returns the same lease (with the same secret). A fresh one otherwise.
@@ -376,6 +383,7 @@ export class Client implements LeaseHost {
     if (opts.priority !== undefined && opts.priority !== 0) req.priority = opts.priority;
     if (opts.tenant !== undefined && opts.tenant !== "") req.tenant = opts.tenant;
     if (opts.key !== undefined && opts.key !== "") req.key = opts.key;
+    if (opts.units !== undefined && opts.units !== 0) req.units = checkUnits(opts.units, 1);
     if (opts.noWait === true) req.no_wait = true;
     // Each send names the connection it goes on (fast release).
     const body = (): string => {

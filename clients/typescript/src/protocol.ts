@@ -16,6 +16,8 @@ export const MAX_TENANT_LEN = 128;
 export const MAX_WAIT_MS = 30 * 24 * 60 * 60 * 1000;
 /** poll_ms's bound: 24 hours. */
 export const MAX_POLL_MS = 24 * 60 * 60 * 1000;
+/** Bound of an estimate and an actual of units (2^40; Go: lease.MaxUnits). */
+export const MAX_UNITS = 2 ** 40;
 const MAX_TOKEN_LEN = 64;
 
 /** The lease record (docs/protocol.md, section 3), as granted and renewed. */
@@ -38,6 +40,8 @@ export interface LeaseRecord {
   /** The acquire's fairness key, if it gave one. */
   key?: string;
   priority?: number;
+  /** The acquire's estimate, reserved from a budget pool while the lease lives. */
+  units?: number;
   conn_server?: string;
   conn_id?: number;
   disconnect_grace_ms?: number;
@@ -73,6 +77,14 @@ export interface PoolStats {
   rate?: string;
   burst?: number;
   tokens?: number;
+  /** A usage budget (POOL_BUDGETS), e.g. "100000/m", and its figures (docs/protocol.md, section 7.2). */
+  budget?: string;
+  budget_limit?: number;
+  budget_window_ms?: number;
+  /** Units settled in the window now. */
+  budget_used?: number;
+  /** The estimates of the leases held now. */
+  budget_reserved?: number;
   weights?: Record<string, number>;
   default_weight?: number;
   /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
@@ -162,6 +174,10 @@ export interface LeaseEvent {
   token?: number;
   position?: number;
   wait_ms?: number;
+  /** granted: the estimate the grant reserved from its pool's budget. */
+  units?: number;
+  /** released, expired, cancelled of a budget pool's lease: the units settled. */
+  settled?: number;
   code?: string;
   message?: string;
   stats: Omit<PoolStats, "name" | "tenants">;

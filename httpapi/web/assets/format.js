@@ -17,11 +17,13 @@ const slotleaseFormat = (function () {
   // capacity is a pool's capacity, "unlimited" for a pool with only a rate.
   function capacity(c) { return c === MAX_CAPACITY ? 'unlimited' : String(c); }
 
-  // policy is a pool's queue policy and, if it has one, its start rate:
-  // "fifo, rate 60/m (3 of 5 tokens)".
+  // policy is a pool's queue policy and, if it has them, its start rate
+  // and its budget: "fifo, rate 60/m (3 of 5 tokens), budget 100000/m
+  // (41200 used, 8000 reserved)".
   function policy(s) {
     let out = s.policy || 'fifo';
     if (s.rate) out += ', rate ' + s.rate + ' (' + (s.tokens || 0) + ' of ' + s.burst + ' tokens)';
+    if (s.budget) out += ', budget ' + s.budget + ' (' + (s.budget_used || 0) + ' used, ' + (s.budget_reserved || 0) + ' reserved)';
     return out;
   }
 
