@@ -44,6 +44,15 @@ type Lease struct {
 	boundSince time.Time
 	err        error // guarded by mu; set once, before done closes
 	stopOnce   sync.Once
+
+	// asked is closed when a renewal's answer carried a stop request
+	// (notice, guarded by mu): a newer request of the lease's group came
+	// (groupstop.go). poke renews at once: a stop_requested event named
+	// the lease.
+	asked     chan struct{}
+	notice    *StopNotice
+	askedOnce sync.Once
+	poke      chan struct{}
 }
 
 // ID returns the lease id (the acquire's request id).
@@ -169,6 +178,7 @@ func (l *Lease) sendRelease(ctx context.Context) (err error) {
 // connection changed, so the lease moves to the new one.
 func (l *Lease) heartbeat() {
 	defer close(l.hbDone)
+	defer l.c.unwatchStops(l)
 	ttl := l.rec.TTL()
 	interval := ttl / 3
 	retry := min(interval, 250*time.Millisecond)
@@ -211,6 +221,7 @@ func (l *Lease) heartbeat() {
 				continue
 			}
 		case <-woken:
+		case <-l.poke:
 		case <-next.C:
 		}
 		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
@@ -233,7 +244,7 @@ func (l *Lease) heartbeat() {
 			if l.grace > 0 && l.c.live.isLameDuck(l.boundConn()) {
 				next.Reset(retry)
 			}
-		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool):
+		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool), errors.Is(err, ErrSuperseded):
 			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
 		default:

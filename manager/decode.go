@@ -80,6 +80,10 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 			d.uint64(10, &req.ConnID)
 		case "key":
 			d.ident(11, &req.Key, lease.MaxKeyLen)
+		case "group":
+			d.ident(12, &req.Group, lease.MaxGroupLen)
+		case "on_group":
+			d.ident(13, &req.OnGroup, maxOnGroupLen)
 		default:
 			d.unknown()
 		}

@@ -34,6 +34,7 @@ type queueEntry struct {
 	QueuedAt  int64     `json:"queued_at,omitempty"` // enqueue order: unix ns, strictly increasing per manager
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	PollMs    int64     `json:"poll_ms,omitempty"` // the client's re-send promise
+	OnGroup   string    `json:"on_group,omitempty"` // its concurrency group's option (group.go)
 }
 
 // storedValue is any value of the lease bucket: a lease record, or a queue

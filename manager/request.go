@@ -46,6 +46,12 @@ type request struct {
 	tenant     string
 	key        string // fairness key
 	priority   int
+	// group, groupOwner and onGroup are its concurrency group, scope and
+	// option; stop and stopAt a stop request that came while its grant
+	// was being stored (group.go).
+	group, groupOwner, onGroup string
+	stop                       *lease.StopNotice
+	stopAt                     time.Time
 	slots      int64
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
@@ -114,6 +120,10 @@ type held struct {
 	// restored: counted from the store while rebuilding, not granted in
 	// this term (see the retry in acquire.go).
 	restored bool
+	// stop is the stop request of a newer request of its group, and
+	// stopAt when the first came (group.go).
+	stop   *lease.StopNotice
+	stopAt time.Time
 }
 
 // poolToken returns the pool token of a request subject
