@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/rules"
 )
@@ -128,6 +129,13 @@ type Spec struct {
 	// within a tenant, and POOL_KEY_LIMITS caps the slots in flight per
 	// key (at most lease.MaxKeyLen bytes).
 	Key string `json:"key,omitempty"`
+	// Group is the concurrency group of each attempt's lease request, and
+	// OnGroup its option (lease.OnGroupCancelInProgress or
+	// lease.OnGroupCancelPending): an attempt stopped by a newer request
+	// of its group, or replaced while it waited for its lease, ends the
+	// job cancelled ("superseded: ..."; docs/jobs.md).
+	Group   string `json:"group,omitempty"`
+	OnGroup string `json:"on_group,omitempty"`
 	// IdempotencyKey, if set and ID is not, makes the id: the same key
 	// always names the same job (IDForKey), so a retried submit finds it.
 	// At most MaxIdempotencyKeyLen bytes.
@@ -369,6 +377,18 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.Key) > lease.MaxKeyLen || strings.IndexFunc(s.Key, unicode.IsControl) >= 0 || !utf8.ValidString(s.Key) {
 		bad("key: at most %d bytes of UTF-8, without control characters", lease.MaxKeyLen)
+	}
+	if len(s.Group) > lease.MaxGroupLen || strings.IndexFunc(s.Group, unicode.IsControl) >= 0 || !utf8.ValidString(s.Group) {
+		bad("group: at most %d bytes of UTF-8, without control characters", lease.MaxGroupLen)
+	}
+	switch s.OnGroup {
+	case "":
+	case lease.OnGroupCancelInProgress, lease.OnGroupCancelPending:
+		if s.Group == "" {
+			bad("on_group %q needs a group", s.OnGroup)
+		}
+	default:
+		bad("on_group: %q or %q, got %q", lease.OnGroupCancelInProgress, lease.OnGroupCancelPending, echo.Clip(s.OnGroup))
 	}
 	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)

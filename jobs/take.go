@@ -118,6 +118,9 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
 			s.fail(t, fmt.Sprintf("no lease on node %s: %v", s.node, err))
 			return handled
+		case errors.Is(err, lease.ErrSuperseded):
+			s.cancelled(t, "superseded: "+err.Error(), nil)
+			return handled
 		case ctx.Err() != nil:
 			s.giveBack(t, 0, "the executor is stopping")
 		default: // wait expired, or the manager is unavailable
@@ -137,6 +140,7 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uint64) (*lease.LeaseSet, error) {
 	opts := []lease.AcquireOption{lease.WithRequestID(job.ID + "-d" + strconv.FormatUint(delivery, 10)),
 		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key)}
+	opts = append(opts, groupOptions(job.Spec)...)
 	if len(job.Spec.Pools) == 0 {
 		l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots, opts...)
 		if err != nil {

@@ -59,7 +59,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 		return m.out.reject(span, p, poolName, req, e)
 	}
 	m.groupArrivedLocked(r) // group.go
-	return lease.Reply{} // granted or queued: answered later
+	return lease.Reply{}    // granted or queued: answered later
 }
 
 // retried answers a retried acquire from what is known: the lease h it

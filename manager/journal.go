@@ -33,7 +33,7 @@ type queueEntry struct {
 	ReplyTo   string    `json:"reply_to,omitempty"`
 	QueuedAt  int64     `json:"queued_at,omitempty"` // enqueue order: unix ns, strictly increasing per manager
 	WaitUntil time.Time `json:"wait_until,omitzero"`
-	PollMs    int64     `json:"poll_ms,omitempty"` // the client's re-send promise
+	PollMs    int64     `json:"poll_ms,omitempty"`  // the client's re-send promise
 	OnGroup   string    `json:"on_group,omitempty"` // its concurrency group's option (group.go)
 }
 

@@ -52,17 +52,17 @@ type request struct {
 	group, groupOwner, onGroup string
 	stop                       *lease.StopNotice
 	stopAt                     time.Time
-	slots      int64
-	pool       *pool
-	reply      string // where answers go; a retried acquire may move it
-	conn       conn   // the connection its latest send came on, if said
-	origin     origin // the connection its latest send came on, if the server vouched for it
-	owner      string // the connection it first came on, as counted (connqueue.go)
-	cred       string // the credential it first came with, as counted (connqueue.go)
-	since      time.Time
-	w          *pools.Waiter
-	timer      *time.Timer // wait deadline, nil if none
-	state      reqState
+	slots                      int64
+	pool                       *pool
+	reply                      string // where answers go; a retried acquire may move it
+	conn                       conn   // the connection its latest send came on, if said
+	origin                     origin // the connection its latest send came on, if the server vouched for it
+	owner                      string // the connection it first came on, as counted (connqueue.go)
+	cred                       string // the credential it first came with, as counted (connqueue.go)
+	since                      time.Time
+	w                          *pools.Waiter
+	timer                      *time.Timer // wait deadline, nil if none
+	state                      reqState
 	// pollMs is the client's re-send promise (AcquireRequest.PollMs), and
 	// lastSeen the unix ns of the latest send: see abandoned.
 	pollMs, lastSeen int64
