@@ -103,7 +103,10 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 		s.fail(t, fmt.Sprintf("needs %d slots, but pool %s on node %s has %d", job.Spec.Slots, pool, s.node, st.Capacity))
 		return handled
 	}
-	if job.Spec.Slots > st.Available {
+	// A job that cancels its group's run in progress asks for its slots
+	// all the same: its request stops the holders of its group, whose
+	// slots it is granted as they free (groupstop.go).
+	if job.Spec.Slots > st.Available && job.Spec.OnGroup != lease.OnGroupCancelInProgress {
 		s.giveBack(t, s.cfg.PollInterval, "not enough free slots on this node")
 		return idle
 	}

@@ -23,6 +23,7 @@ import {
   CLUSTER_NODE,
   DEFAULT_PREFIX,
   eventFilter,
+  MAX_GROUP_LEN,
   MAX_HOLDER_LEN,
   MAX_POLL_MS,
   MAX_SET_POOLS,
@@ -99,6 +100,18 @@ export interface AcquireOptions {
    * within a tenant, and POOL_KEY_LIMITS caps the slots in flight per key.
    */
   key?: string;
+  /**
+   * Concurrency group (at most 128 bytes), scoped to the pool on the
+   * manager that serves it, the tenant and the connection's credential.
+   */
+  group?: string;
+  /**
+   * What this request does to its group's older ones: "cancel_pending"
+   * replaces the queued ones (they reject with SupersededError);
+   * "cancel_in_progress" also asks the holders to stop (lease.stopSignal).
+   * Needs group.
+   */
+  onGroup?: "cancel_in_progress" | "cancel_pending";
   /**
    * The request id: retrying with the same id after a lost reply or a crash
    * returns the same lease (with the same secret). A fresh one otherwise.
@@ -377,6 +390,10 @@ export class Client implements LeaseHost {
     if (opts.tenant !== undefined && opts.tenant !== "") req.tenant = opts.tenant;
     if (opts.key !== undefined && opts.key !== "") req.key = opts.key;
     if (opts.noWait === true) req.no_wait = true;
+    const gp = groupProblem(opts.group, opts.onGroup);
+    if (gp !== undefined) throw new BadRequestError(gp);
+    if (opts.group !== undefined && opts.group !== "") req.group = opts.group;
+    if (opts.onGroup !== undefined) req.on_group = opts.onGroup;
     // Each send names the connection it goes on (fast release).
     const body = (): string => {
       const c: Conn | undefined = this.live.identity();
@@ -718,4 +735,14 @@ function checkWants(wants: Want[], requestId: string | undefined): void {
       if (ip !== undefined) throw new BadRequestError(`request id ${JSON.stringify(requestId)} with pool ${w.pool}: ${ip}`);
     }
   }
+}
+
+/** The group options' problem, or undefined. */
+function groupProblem(group: string | undefined, onGroup: string | undefined): string | undefined {
+  if (group !== undefined && new TextEncoder().encode(group).length > MAX_GROUP_LEN) return `group is longer than ${MAX_GROUP_LEN} bytes`;
+  if (onGroup !== undefined && onGroup !== "cancel_in_progress" && onGroup !== "cancel_pending") {
+    return `onGroup must be "cancel_in_progress" or "cancel_pending", got ${JSON.stringify(onGroup)}`;
+  }
+  if (onGroup !== undefined && (group === undefined || group === "")) return `onGroup ${JSON.stringify(onGroup)} needs a group`;
+  return undefined;
 }
