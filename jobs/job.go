@@ -16,7 +16,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/rules"
 )
@@ -381,14 +380,8 @@ func (s *Spec) Validate() error {
 	if len(s.Group) > lease.MaxGroupLen || strings.IndexFunc(s.Group, unicode.IsControl) >= 0 || !utf8.ValidString(s.Group) {
 		bad("group: at most %d bytes of UTF-8, without control characters", lease.MaxGroupLen)
 	}
-	switch s.OnGroup {
-	case "":
-	case lease.OnGroupCancelInProgress, lease.OnGroupCancelPending:
-		if s.Group == "" {
-			bad("on_group %q needs a group", s.OnGroup)
-		}
-	default:
-		bad("on_group: %q or %q, got %q", lease.OnGroupCancelInProgress, lease.OnGroupCancelPending, echo.Clip(s.OnGroup))
+	if e := lease.CheckGroup(s.Group, s.OnGroup); e != nil {
+		bad("%s", e.Message)
 	}
 	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)

@@ -143,7 +143,9 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uint64) (*lease.LeaseSet, error) {
 	opts := []lease.AcquireOption{lease.WithRequestID(job.ID + "-d" + strconv.FormatUint(delivery, 10)),
 		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key)}
-	opts = append(opts, groupOptions(job.Spec)...)
+	if job.Spec.Group != "" {
+		opts = append(opts, lease.InGroup(job.Spec.Group, job.Spec.OnGroup))
+	}
 	if len(job.Spec.Pools) == 0 {
 		l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots, opts...)
 		if err != nil {

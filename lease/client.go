@@ -307,7 +307,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if err := rules.ValidRequestID(o.requestID); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
-	if err := checkGroup(o.group, o.onGroup); err != nil {
+	if err := CheckGroup(o.group, o.onGroup); err != nil {
 		return nil, err
 	}
 	if o.wait > MaxWaitMs*time.Millisecond {

@@ -39,10 +39,22 @@ func CancelPending() AcquireOption {
 	return func(o *acquireOptions) { o.onGroup = OnGroupCancelPending }
 }
 
-// checkGroup checks the group options before anything is sent.
-func checkGroup(group, onGroup string) error {
+// InGroup sets the group and its on_group value as the protocol names it
+// (OnGroupCancelInProgress, OnGroupCancelPending or ""): WithGroup with
+// CancelInProgress or CancelPending, for callers that carry the option as
+// a value (a job spec).
+func InGroup(group, onGroup string) AcquireOption {
+	return func(o *acquireOptions) { o.group, o.onGroup = group, onGroup }
+}
+
+// CheckGroup checks an acquire's group and on_group as a manager does
+// (bad_request naming what is wrong), nil if they are fine.
+func CheckGroup(group, onGroup string) *Error {
 	if len(group) > MaxGroupLen {
 		return errorf(CodeBadRequest, "group is longer than %d bytes", MaxGroupLen)
+	}
+	if onGroup != "" && onGroup != OnGroupCancelInProgress && onGroup != OnGroupCancelPending {
+		return errorf(CodeBadRequest, "on_group must be %q or %q, got %q", OnGroupCancelInProgress, OnGroupCancelPending, onGroup)
 	}
 	if onGroup != "" && group == "" {
 		return errorf(CodeBadRequest, "on_group %q needs a group", onGroup)

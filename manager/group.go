@@ -47,19 +47,7 @@ func groupOwner(who requester) string {
 
 // validGroup checks an acquire's group fields.
 func validGroup(req *lease.AcquireRequest) *lease.Error {
-	if len(req.Group) > lease.MaxGroupLen {
-		return errorf(lease.CodeBadRequest, "group is longer than %d bytes", lease.MaxGroupLen)
-	}
-	switch req.OnGroup {
-	case "":
-	case lease.OnGroupCancelInProgress, lease.OnGroupCancelPending:
-		if req.Group == "" {
-			return errorf(lease.CodeBadRequest, "on_group %q needs a group", req.OnGroup)
-		}
-	default:
-		return errorf(lease.CodeBadRequest, "on_group must be %q or %q, got %q", lease.OnGroupCancelInProgress, lease.OnGroupCancelPending, req.OnGroup)
-	}
-	return nil
+	return lease.CheckGroup(req.Group, req.OnGroup)
 }
 
 // groupOf is a request's or lease's group with its scope.

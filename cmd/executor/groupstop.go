@@ -52,14 +52,7 @@ func (g *groupFlags) options() []lease.AcquireOption {
 	if g.group == "" {
 		return nil
 	}
-	opts := []lease.AcquireOption{lease.WithGroup(g.group)}
-	switch g.onGroup() {
-	case lease.OnGroupCancelInProgress:
-		opts = append(opts, lease.CancelInProgress())
-	case lease.OnGroupCancelPending:
-		opts = append(opts, lease.CancelPending())
-	}
-	return opts
+	return []lease.AcquireOption{lease.InGroup(g.group, g.onGroup())}
 }
 
 // stopOnRequest is ctx, cancelled when any lease of set is asked to stop

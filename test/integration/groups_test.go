@@ -138,10 +138,12 @@ func TestGroupCancelPendingReplacesTheQueuedOne(t *testing.T) {
 }
 
 // A job submitted with a group and --cancel-in-progress stops the running
-// job of its group, which ends cancelled (superseded), and runs.
+// job of its group, which ends cancelled (superseded), and runs. (An
+// executor takes a job only while its pool has a free slot: docs/jobs.md,
+// "Concurrency groups".)
 func TestGroupJobCancelsTheRunningJob(t *testing.T) {
 	t.Parallel()
-	env, httpAddr := managerEnv(t, "grj", "p=1", "15s")
+	env, httpAddr := managerEnv(t, "grj", "p=2", "15s")
 	startManager(t, env, httpAddr)
 	dir := sharedDir(t)
 	submit := func(name string, args ...string) string {
@@ -162,6 +164,7 @@ func TestGroupJobCancelsTheRunningJob(t *testing.T) {
 	waitFile(t, dir, "first-ran", serve)
 	second := submit("second", "--group", "g", "--cancel-in-progress")
 	eventually(t, time.Minute, "the second job to succeed", func() bool { return record(q, second).State == jobs.StateSucceeded })
+	eventually(t, 30*time.Second, "the first job to end", func() bool { return record(q, first).State.Final() })
 	rec := record(q, first)
 	if rec.State != jobs.StateCancelled || !strings.Contains(rec.Error, "superseded") {
 		t.Fatalf("first job: %s, %q; want cancelled (superseded)\n%s", rec.State, rec.Error, serve.Output())
