@@ -124,7 +124,7 @@ func (m *Manager) askHoldersLocked(r *request) {
 // stopNotice is what the holders r asks to stop are told.
 func (m *Manager) stopNotice(r *request) *lease.StopNotice {
 	return &lease.StopNotice{Code: lease.CodeSuperseded, Group: r.group, By: r.id,
-		Message: "asked to stop: request " + quote(r.id) + " of group " + quote(r.group) + " on node " + m.cfg.Node + " cancels the group's run in progress"}
+		Message: "request " + quote(r.id) + " of group " + quote(r.group) + " on node " + m.cfg.Node + " cancels the group's run in progress"}
 }
 
 // emitStopLocked publishes h's stop_requested event.
