@@ -377,8 +377,8 @@ func (s *Spec) Validate() error {
 	if len(s.Key) > lease.MaxKeyLen || strings.IndexFunc(s.Key, unicode.IsControl) >= 0 || !utf8.ValidString(s.Key) {
 		bad("key: at most %d bytes of UTF-8, without control characters", lease.MaxKeyLen)
 	}
-	if len(s.Group) > lease.MaxGroupLen || strings.IndexFunc(s.Group, unicode.IsControl) >= 0 || !utf8.ValidString(s.Group) {
-		bad("group: at most %d bytes of UTF-8, without control characters", lease.MaxGroupLen)
+	if strings.IndexFunc(s.Group, unicode.IsControl) >= 0 || !utf8.ValidString(s.Group) {
+		bad("group: UTF-8 without control characters")
 	}
 	if e := lease.CheckGroup(s.Group, s.OnGroup); e != nil {
 		bad("%s", e.Message)
