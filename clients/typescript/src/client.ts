@@ -193,6 +193,12 @@ export class Client implements LeaseHost {
   // clean stop, makes every lease renew at once (lease/wake.go).
   private readonly wakeN = new Notifier();
   private readonly stopSubs = new Map<string, Subscription>();
+  // A stop_requested event naming one of this client's leases (a newer
+  // request of its concurrency group) wakes the heartbeats too, at most
+  // once a second: the renewal's answer is what counts, so a forged event
+  // costs a renewal (lease/groupstop.go).
+  private readonly stopAskSubs = new Map<string, Subscription>();
+  private lastStopPoke = 0;
   private statusIter: { stop(): void } | undefined;
 
   constructor(nc: NatsConnection, opts: ClientOptions) {
@@ -297,6 +303,20 @@ export class Client implements LeaseHost {
         // through a manager restart.
       }
     }
+    if (!this.stopAskSubs.has(node)) {
+      try {
+        this.stopAskSubs.set(
+          node,
+          this.nc.subscribe(eventFilter(this.prefix, node, "", "stop_requested"), {
+            callback: (err, msg) => {
+              if (err === null) this.onStopAsked(msg);
+            },
+          }),
+        );
+      } catch {
+        // Without it the holder hears of a stop request at its next renewal.
+      }
+    }
     if (this.statusIter === undefined) {
       const it = this.nc.status();
       this.statusIter = it as unknown as { stop(): void };
@@ -309,6 +329,22 @@ export class Client implements LeaseHost {
           // closed
         }
       })();
+    }
+  }
+
+  /** Wakes the heartbeats when a stop_requested event names a lease of this client. */
+  private onStopAsked(msg: Msg): void {
+    let evs: unknown;
+    try {
+      evs = JSON.parse(new TextDecoder().decode(msg.data));
+    } catch {
+      return;
+    }
+    const list = (Array.isArray(evs) ? evs : [evs]) as LeaseEvent[];
+    const mine = list.some((ev) => ev?.kind === "stop_requested" && [...this.leases].some((l) => l.id === ev.lease_id && l.node === ev.node && l.pool === ev.pool));
+    if (mine && now() - this.lastStopPoke >= 1000) {
+      this.lastStopPoke = now();
+      this.fire();
     }
   }
 
@@ -708,6 +744,8 @@ export class Client implements LeaseHost {
     this.live.close();
     for (const s of this.stopSubs.values()) s.unsubscribe();
     this.stopSubs.clear();
+    for (const s of this.stopAskSubs.values()) s.unsubscribe();
+    this.stopAskSubs.clear();
     this.statusIter?.stop();
     for (const [s, stop] of this.eventSubs) {
       stop();

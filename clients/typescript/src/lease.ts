@@ -80,7 +80,8 @@ export class Lease {
    * Aborted, with a SupersededError naming the group and the newer
    * request, when a newer request of the lease's concurrency group asked
    * the holder to stop (onGroup "cancel_in_progress"): stop the work, then
-   * release. Heard on the next renewal (every TTL/3).
+   * release. Heard at once (a stop_requested event makes the lease renew),
+   * or else at the next renewal (every TTL/3).
    */
   readonly stopSignal: AbortSignal;
 
