@@ -354,10 +354,8 @@ type Event struct {
 	Tenant    string    `json:"tenant,omitempty"`
 	// Key is the fairness key of the request or lease the event is about,
 	// when it has one.
-	Key string `json:"key,omitempty"`
-	// Group is the concurrency group of a stop_requested or superseded
-	// event.
-	Group    string      `json:"group,omitempty"`
+	Key      string      `json:"key,omitempty"`
+	Group    string      `json:"group,omitempty"` // the request's or lease's concurrency group, if any
 	Token    uint64      `json:"token,omitempty"`
 	Position int         `json:"position,omitempty"`
 	WaitMs   int64       `json:"wait_ms,omitempty"`

@@ -58,8 +58,8 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
-	m.groupArrivedLocked(r) // group.go
-	return lease.Reply{}    // granted or queued: answered later
+	m.groupArrivedLocked(r)
+	return lease.Reply{} // granted or queued: answered later
 }
 
 // retried answers a retried acquire from what is known: the lease h it

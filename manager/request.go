@@ -46,23 +46,17 @@ type request struct {
 	tenant     string
 	key        string // fairness key
 	priority   int
-	// group, groupOwner and onGroup are its concurrency group, scope and
-	// option; stop and stopAt a stop request that came while its grant
-	// was being stored (group.go).
-	group, groupOwner, onGroup string
-	stop                       *lease.StopNotice
-	stopAt                     time.Time
-	slots                      int64
-	pool                       *pool
-	reply                      string // where answers go; a retried acquire may move it
-	conn                       conn   // the connection its latest send came on, if said
-	origin                     origin // the connection its latest send came on, if the server vouched for it
-	owner                      string // the connection it first came on, as counted (connqueue.go)
-	cred                       string // the credential it first came with, as counted (connqueue.go)
-	since                      time.Time
-	w                          *pools.Waiter
-	timer                      *time.Timer // wait deadline, nil if none
-	state                      reqState
+	slots      int64
+	pool       *pool
+	reply      string // where answers go; a retried acquire may move it
+	conn       conn   // the connection its latest send came on, if said
+	origin     origin // the connection its latest send came on, if the server vouched for it
+	owner      string // the connection it first came on, as counted (connqueue.go)
+	cred       string // the credential it first came with, as counted (connqueue.go)
+	since      time.Time
+	w          *pools.Waiter
+	timer      *time.Timer // wait deadline, nil if none
+	state      reqState
 	// pollMs is the client's re-send promise (AcquireRequest.PollMs), and
 	// lastSeen the unix ns of the latest send: see abandoned.
 	pollMs, lastSeen int64
@@ -80,6 +74,13 @@ type request struct {
 	order     int64 // position in the node's enqueue order (queued_at)
 	waitUntil int64 // wait deadline in unix ns, 0 if none
 	entry     entry // its queue entry in the journal, if any
+
+	// group, groupOwner and onGroup are its concurrency group, scope and
+	// option; stop and stopAt a stop request that came while its grant
+	// was being stored (group.go).
+	group, groupOwner, onGroup string
+	stop                       *lease.StopNotice
+	stopAt                     time.Time
 }
 
 // reqState is where a request is on its way to a lease. A request leaves
