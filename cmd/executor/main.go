@@ -33,15 +33,16 @@ import (
 
 // Exit codes of executor itself; any other code is the command's own.
 const (
-	ExitUsage     = 2  // bad flags, arguments or configuration
-	ExitNoLease   = 75 // no lease: unknown pool, bad slots, wait expired, would wait, queue full, dropped, no manager
-	ExitLeaseLost = 76 // the lease was lost while the command ran; it was stopped
-	// ExitSuperseded: a newer request of the run's concurrency group
-	// replaced it while it waited, or asked it to stop while it ran (it
-	// was stopped as a cancel stops it, and its leases released).
-	ExitSuperseded = 77
-	ExitTimeout    = 124 // the command ran past --timeout and was stopped
+	ExitUsage     = 2   // bad flags, arguments or configuration
+	ExitNoLease   = 75  // no lease: unknown pool, bad slots, wait expired, would wait, queue full, dropped, no manager
+	ExitLeaseLost = 76  // the lease was lost while the command ran; it was stopped
+	ExitTimeout   = 124 // the command ran past --timeout and was stopped
 )
+
+// ExitSuperseded: a newer request of the run's concurrency group replaced
+// it while it waited, or asked it to stop while it ran (it was stopped as
+// a cancel stops it, and its leases released).
+const ExitSuperseded = 77
 
 func main() {
 	sandbox.Init() // the sandbox re-executes this binary to apply limits before exec
