@@ -270,3 +270,41 @@ func TestGroupFieldsAreValidated(t *testing.T) {
 		t.Fatalf("CancelInProgress without a group: %v", err)
 	}
 }
+
+// A stop request lives in the manager's memory: a restarted manager asks
+// again for the restored queued request with cancel_in_progress, and its
+// renewals answer with the stop notice.
+func TestGroupStopIsAskedAgainAfterARestart(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	cfg := manager.Config{Node: node, TTL: 60 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}}
+	first := harness.StartManager(t, srv.URL, cfg)
+	stops, _ := stopEvents(t, harness.Connect(t, srv.URL), "p")
+	c := harness.Client(t, srv.URL, node)
+	ctx := context.Background()
+	h, err := c.Acquire(ctx, "p", 1, lease.WithGroup("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newGot, newErr, _ := harness.QueuedAcquire(t, c, ctx, "p", 1, lease.WithGroup("g"), lease.CancelInProgress(), lease.WithRequestID("newest"))
+	if ev := nextEvent(t, stops); ev.LeaseID != h.ID() {
+		t.Fatalf("stop event %+v", ev)
+	}
+	harness.Eventually(t, 10*time.Second, "the queue entry stored", func() bool { return storedQueueEntries(t, first) == 1 })
+	if err := first.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	harness.StartManager(t, srv.URL, cfg)
+	if ev := nextEvent(t, stops); ev.LeaseID != h.ID() || ev.RequestID != "newest" {
+		t.Fatalf("stop event after the restart %+v", ev)
+	}
+	rec := h.Record()
+	r := harness.Request(t, harness.Connect(t, srv.URL), lease.Subject(lease.DefaultPrefix, node, "p", lease.VerbRenew),
+		lease.RenewRequest{LeaseID: rec.ID, Token: rec.Token, Secret: rec.Secret})
+	if r.Status != lease.StatusRenewed || r.Stop == nil || r.Stop.By != "newest" || r.Stop.Group != "g" {
+		t.Fatalf("renewal after the restart: %+v (stop %+v)", r, r.Stop)
+	}
+	_ = h.Release(ctx)
+	l := mustGrant(t, newGot, newErr)
+	_ = l.Release(ctx)
+}
