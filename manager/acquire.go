@@ -137,7 +137,7 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
 		slots: req.Slots, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
 		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID},
-		group: req.Group, groupOwner: groupOwner(who), onGroup: req.OnGroup}
+		group: req.Group, groupOwner: groupOwner(who, req.Group), onGroup: req.OnGroup}
 	r.lastSeen = r.since.UnixNano()
 	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
 		// Sent just before its connection closed: nobody would hear of it.

@@ -35,10 +35,11 @@ const maxOnGroupLen = 64
 // DefaultGroupStopBound is Config.GroupStopBound's default.
 const DefaultGroupStopBound = 5 * time.Minute
 
-// groupOwner is the digest of the credential who came with, "" if the
-// server vouches for none: stored in records instead of the credential.
-func groupOwner(who requester) string {
-	if who.cred == "" {
+// groupOwner is the digest of the credential who came with, stored in the
+// records of a group instead of the credential: "" without a group, or if
+// the server vouches for no credential.
+func groupOwner(who requester, group string) string {
+	if who.cred == "" || group == "" {
 		return ""
 	}
 	sum := sha256.Sum256([]byte(who.cred))

@@ -246,6 +246,12 @@ func TestGroupIsScopedToTheCredential(t *testing.T) {
 	_ = a.Release(ctx)
 	v := mustGrant(t, vGot, vErr)
 	_ = v.Release(ctx)
+	// A lease without a group names no owner (records stay as they were).
+	plain, err := victim.Acquire(ctx, "p", 1)
+	if err != nil || plain.Record().GroupOwner != "" || plain.Record().Group != "" {
+		t.Fatalf("a lease without a group: %v, %+v", err, plain.Record())
+	}
+	_ = plain.Release(ctx)
 }
 
 // Bad group fields are refused, each naming what is wrong.
