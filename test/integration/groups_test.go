@@ -66,7 +66,7 @@ func TestGroupCancelInProgressStopsTheRunningOne(t *testing.T) {
 	second := run("second", "--group", "g", "--tenant", "a", "--cancel-in-progress")
 	code := first.Wait(t, time.Minute)
 	took := time.Since(asked)
-	if code != 77 || !strings.Contains(first.Output(), "superseded") && !strings.Contains(first.Output(), "asked to stop") {
+	if out := first.Output(); code != 77 || !strings.Contains(out, "asked the holder to stop") || !strings.Contains(out, `of group "g"`) {
 		t.Fatalf("first run: exit %d, want 77 saying it was asked to stop:\n%s", code, first.Output())
 	}
 	if !existsIn(dir, "first-term") {
