@@ -137,6 +137,13 @@ type AcquireRequest struct {
 	// docs/guarantees.md, "Fast release". Without them, the TTL alone.
 	ConnServer string `json:"conn_server,omitempty"`
 	ConnID     uint64 `json:"conn_id,omitempty"`
+	// Group names the request's concurrency group (at most MaxGroupLen
+	// bytes), scoped to its pool on this manager, its tenant and the
+	// credential it came with (group.go); OnGroup says what a new request
+	// of the group does to the group's older ones: OnGroupCancelInProgress
+	// or OnGroupCancelPending, or "" (nothing: it queues as any request).
+	Group   string `json:"group,omitempty"`
+	OnGroup string `json:"on_group,omitempty"`
 }
 
 // RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.
@@ -224,6 +231,10 @@ type Reply struct {
 	// a pool of neither list is unknown everywhere. Absent when the
 	// manager does not know (manager.Config.ClusterPools).
 	ClusterPools *[]string `json:"cluster_pools,omitempty"`
+	// Stop, on a renewal's answer, says that a newer request of the
+	// lease's group asked its holder to stop (group.go): stop the work,
+	// then release.
+	Stop *StopNotice `json:"stop,omitempty"`
 }
 
 // NodePools is one node's pools: the one JSON shape of `leasemgr pools
@@ -306,6 +317,12 @@ type Record struct {
 	ConnServer        string `json:"conn_server,omitempty"`
 	ConnID            uint64 `json:"conn_id,omitempty"`
 	DisconnectGraceMs int64  `json:"disconnect_grace_ms,omitempty"`
+	// Group is the lease's concurrency group, and GroupOwner a digest of
+	// the credential that acquired it (empty where the server vouches
+	// for none): only a request of the same pool, tenant and credential
+	// can ask it to stop (group.go).
+	Group      string `json:"group,omitempty"`
+	GroupOwner string `json:"group_owner,omitempty"`
 }
 
 // Public returns the record without its secret, for anyone but its holder.
@@ -338,7 +355,7 @@ const (
 // in this package is missing).
 var EventKinds = []EventKind{
 	EventRequested, EventQueued, EventGranted, EventReleased, EventExpired, EventCancelled, EventRejected,
-	EventResized, EventStopping,
+	EventResized, EventStopping, EventStopRequested, EventSuperseded,
 }
 
 // Event is published for every transition, carrying the pool's stats after it.
@@ -355,6 +372,7 @@ type Event struct {
 	// Key is the fairness key of the request or lease the event is about,
 	// when it has one.
 	Key      string `json:"key,omitempty"`
+	Group    string `json:"group,omitempty"` // the request's or lease's concurrency group, if any
 	Token    uint64 `json:"token,omitempty"`
 	Position int    `json:"position,omitempty"`
 	WaitMs   int64  `json:"wait_ms,omitempty"`

@@ -58,6 +58,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
+	m.groupArrivedLocked(r)
 	return lease.Reply{} // granted or queued: answered later
 }
 
@@ -138,7 +139,8 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 	}
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
 		slots: req.Slots, units: req.Units, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
-		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID}}
+		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID},
+		group: req.Group, groupOwner: groupOwner(who, req.Group), onGroup: req.OnGroup}
 	r.lastSeen = r.since.UnixNano()
 	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
 		// Sent just before its connection closed: nobody would hear of it.
@@ -277,6 +279,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	}
 	if len(req.Key) > lease.MaxKeyLen {
 		return errorf(lease.CodeBadRequest, "key is longer than %d bytes", lease.MaxKeyLen)
+	}
+	if e := validGroup(req); e != nil {
+		return e
 	}
 	if req.Slots <= 0 {
 		return errorf(lease.CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)

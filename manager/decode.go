@@ -82,6 +82,10 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 			d.ident(11, &req.Key, lease.MaxKeyLen)
 		case "units":
 			d.int64(12, &req.Units)
+		case "group":
+			d.ident(13, &req.Group, lease.MaxGroupLen)
+		case "on_group":
+			d.ident(14, &req.OnGroup, maxOnGroupLen)
 		default:
 			d.unknown()
 		}

@@ -123,6 +123,12 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 	if r.DisconnectGraceMs != 0 {
 		b = appendIntField(b, "disconnect_grace_ms", r.DisconnectGraceMs)
 	}
+	if r.Group != "" {
+		b = appendStringField(b, "group", r.Group)
+	}
+	if r.GroupOwner != "" {
+		b = appendStringField(b, "group_owner", r.GroupOwner)
+	}
 	return append(b, '}')
 }
 
@@ -130,7 +136,7 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 // queued, released) without stats or errors take the fast path, the others
 // encoding/json's (a new slice, not b).
 func appendReply(b []byte, r *lease.Reply) ([]byte, error) {
-	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil || r.ClusterPools != nil {
+	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil || r.ClusterPools != nil || r.Stop != nil {
 		return json.Marshal(r)
 	}
 	b = append(b, '{')
@@ -174,6 +180,9 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	}
 	if e.Key != "" {
 		b = appendStringField(b, "key", e.Key)
+	}
+	if e.Group != "" {
+		b = appendStringField(b, "group", e.Group)
 	}
 	if e.Token != 0 {
 		b = appendUintField(b, "token", e.Token)

@@ -76,6 +76,11 @@ type Config struct {
 	// account). Only the server may be able to publish there: a forged
 	// advisory frees a live holder's lease early. Empty: the TTL alone.
 	DisconnectEvents string
+	// GroupStopBound is how long after a holder was asked to stop by a
+	// newer request of its concurrency group its renewals are still
+	// answered (DefaultGroupStopBound if zero): a holder that ignores the
+	// request then loses its lease at its deadline (group.go).
+	GroupStopBound time.Duration
 	// DisconnectGrace is how long after a holder's connection closed its
 	// leases are freed (DefaultDisconnectGrace if zero), between
 	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.

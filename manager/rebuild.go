@@ -140,6 +140,7 @@ func (m *Manager) restoreQueue() {
 			entry: entry{has: true, rev: e.rev},
 			// Its client has had no manager to re-send to: count from now.
 			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
+			group: v.Group, groupOwner: v.GroupOwner, onGroup: v.OnGroup,
 		}
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
@@ -171,6 +172,7 @@ func (m *Manager) restoreQueue() {
 		}
 		r.w = w
 		m.waiters.add(r)
+		m.groupRestoredLocked(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

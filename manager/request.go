@@ -75,6 +75,13 @@ type request struct {
 	order     int64 // position in the node's enqueue order (queued_at)
 	waitUntil int64 // wait deadline in unix ns, 0 if none
 	entry     entry // its queue entry in the journal, if any
+
+	// group, groupOwner and onGroup are its concurrency group, scope and
+	// option; stop and stopAt a stop request that came while its grant
+	// was being stored (group.go).
+	group, groupOwner, onGroup string
+	stop                       *lease.StopNotice
+	stopAt                     time.Time
 }
 
 // reqState is where a request is on its way to a lease. A request leaves
@@ -120,6 +127,10 @@ type held struct {
 	// release is under way, the budget write that must store it first.
 	settle    *int64
 	settleGen uint64
+	// stop is the stop request of a newer request of its group, and
+	// stopAt when the first came (group.go).
+	stop   *lease.StopNotice
+	stopAt time.Time
 }
 
 // poolToken returns the pool token of a request subject

@@ -47,6 +47,7 @@ type runFlags struct {
 	key         string
 	noWait      bool
 	units       int64 // the estimate for pools with a budget; 0 none (usagefile.go)
+	group       groupFlags
 }
 
 // runSetup defines run's flags; its action parses and checks them into
@@ -76,6 +77,7 @@ func runSetup(cmd *cobra.Command) action {
 	fs.StringVar(&f.key, "key", "", "fairness key: fair pools share slots by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
 	fs.Int64Var(&f.units, "units", 0, "estimated usage for pools with a budget (POOL_BUDGETS); the command may write the actual to $LEASE_USAGE_FILE")
+	f.group.define(fs)
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagDirname("dir")
 	_ = cmd.MarkFlagDirname("writable")
@@ -103,6 +105,9 @@ func (f *runFlags) check(pools poolFlags, slotsSet bool, cmd []string) error {
 		return err
 	}
 	if _, err := leasePriority(f.priority); err != nil {
+		return err
+	}
+	if err := f.group.check(); err != nil {
 		return err
 	}
 	for name, d := range map[string]time.Duration{"--wait": f.wait, "--timeout": f.timeout, "--cpu": f.cpu, "--kill-grace": f.grace} {
@@ -173,10 +178,14 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
 	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key), lease.WithUnits(f.units))
+	opts = append(opts, f.group.options()...)
 	if f.noWait {
 		opts = append(opts, lease.NoWait())
 	}
 	set, err := client.AcquireAll(ctx, f.pools, opts...)
+	if errors.Is(err, lease.ErrSuperseded) {
+		return ExitSuperseded, fail(ExitSuperseded, "no lease: %w", err)
+	}
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "no lease: %w", err)
 	}
@@ -200,7 +209,11 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 		}
 	}()
 
-	res, err := sandbox.Run(ctx, sandbox.Spec{
+	// A newer run of the group asking this one to stop stops the command
+	// as a cancel does: SIGTERM, --kill-grace, SIGKILL (groupstop.go).
+	runCtx, stopped := stopOnRequest(ctx, set)
+	defer stopped()
+	res, err := sandbox.Run(runCtx, sandbox.Spec{
 		Command: cmd, Env: env, Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
@@ -215,6 +228,9 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	}
 	if res.Workdir != "" && f.keepWorkdir {
 		fmt.Fprintf(stderr, "executor: working directory kept at %s\n", res.Workdir)
+	}
+	if stopErr := set.StopErr(); stopErr != nil && res.StoppedBy == sandbox.StoppedCancelled {
+		return ExitSuperseded, fail(ExitSuperseded, "%v; the command was stopped", stopErr)
 	}
 	switch res.StoppedBy {
 	case sandbox.StoppedLeaseLost:

@@ -100,6 +100,7 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 		also                          poolFlags
 		writable                      pathFlags
 		noPoolCheck                   bool
+		group                         groupFlags
 	)
 	fs := cmd.Flags()
 	fs.StringVar(&specFile, "spec", "", "read the job spec (JSON, see docs/jobs.md) from this file; - for stdin")
@@ -124,6 +125,7 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 	fs.StringVar(&s.Key, "key", "", "fairness key of the job's lease: fair pools share by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.Int64Var(&s.Units, "units", 0, "estimated usage of each attempt for pools with a budget (POOL_BUDGETS); the command may write the actual to $LEASE_USAGE_FILE")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
+	group.define(fs)
 	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagFilename("spec", "json")
@@ -171,6 +173,10 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 		if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
 			return nil, false, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 		}
+		if err := group.check(); err != nil {
+			return nil, false, err
+		}
+		s.Group, s.OnGroup = group.group, group.onGroup()
 		s.Priority, s.Command, s.Env, s.Writable = p, args, env, writable
 		for _, w := range also {
 			s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})

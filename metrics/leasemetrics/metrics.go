@@ -23,6 +23,10 @@
 //	lease.releases        lease_releases_total{node,pool}              leases released
 //	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
+//	lease.group_stops     lease_group_stops_total{node,pool}           holders asked to stop by a newer request of
+//	                                                                   their concurrency group (cancel_in_progress)
+//	lease.superseded      lease_superseded_total{node,pool}            queued requests a newer request of their
+//	                                                                   concurrency group replaced
 //	lease.pool_outcomes   lease_pool_outcomes_total{node,pool,outcome} how the pool's requests and leases ended
 //	                                                                   (granted, completed, failed, rejected, dropped,
 //	                                                                   cancelled: lease.PoolCounts), as the serving
@@ -106,6 +110,7 @@ var AcquireCodes = []lease.Code{
 // Metrics holds the instruments. It is safe for concurrent use.
 type Metrics struct {
 	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
+	groupStops, superseded                                                       metric.Int64Counter
 	recordsRefused                                                               metric.Int64Counter
 	repliesRefused                                                               metric.Int64Counter
 	secretsRefused                                                               metric.Int64Counter
@@ -179,6 +184,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.releases = counter("lease.releases", "{lease}", "Leases released.")
 	m.expirations = counter("lease.expirations", "{lease}", "Leases freed because their TTL lapsed.")
 	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
+	m.groupStops = counter("lease.group_stops", "{lease}", "Holders asked to stop by a newer request of their concurrency group (cancel_in_progress).")
+	m.superseded = counter("lease.superseded", "{request}", "Queued requests a newer request of their concurrency group replaced.")
 	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
 	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
 	m.secretsRefused = counter("lease.secrets_refused", "{request}", "Requests refused over their lease secret: a wrong one, or too many wrong ones from the connection, by reason.")
@@ -330,7 +337,7 @@ func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
 // zeroCounters creates every counter series of a new pool at 0.
 func (m *Metrics) zeroCounters(p *poolState) {
 	ctx := context.Background()
-	for _, c := range []metric.Int64Counter{m.requests, m.enqueued, m.grants, m.releases, m.expirations, m.cancellations} {
+	for _, c := range []metric.Int64Counter{m.requests, m.enqueued, m.grants, m.releases, m.expirations, m.cancellations, m.groupStops, m.superseded} {
 		c.Add(ctx, 0, p.attrs.add...)
 	}
 	for _, c := range AcquireCodes {
@@ -410,6 +417,10 @@ func (m *Metrics) Record(ev lease.Event) {
 		m.expirations.Add(ctx, 1, a.add...)
 	case lease.EventCancelled:
 		m.cancellations.Add(ctx, 1, a.add...)
+	case lease.EventStopRequested:
+		m.groupStops.Add(ctx, 1, a.add...)
+	case lease.EventSuperseded:
+		m.superseded.Add(ctx, 1, a.add...)
 	}
 }
 

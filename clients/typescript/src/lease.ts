@@ -16,6 +16,7 @@ import {
   TokenMismatchError,
   UnavailableError,
   UnknownPoolError,
+  SupersededError,
 } from "./errors.js";
 import { deferred, Latch, now, Queue, toDate, waitFirst, type Deferred, type Source } from "./util.js";
 import type { Msg } from "@nats-io/transport-node";
@@ -84,6 +85,14 @@ export class Lease {
   readonly done: Promise<LeaseLostError | null>;
   /** Aborted when the lease ends (lost or released), with the same reason: pass it to the work. */
   readonly signal: AbortSignal;
+  /**
+   * Aborted, with a SupersededError naming the group and the newer
+   * request, when a newer request of the lease's concurrency group asked
+   * the holder to stop (onGroup "cancel_in_progress"): stop the work, then
+   * release. Heard at once (a stop_requested event makes the lease renew),
+   * or else at the next renewal (every TTL/3).
+   */
+  readonly stopSignal: AbortSignal;
 
   /** @internal the disconnect grace of a lease with fast release (0 without). */
   readonly grace: number;
@@ -95,6 +104,7 @@ export class Lease {
   private readonly host: LeaseHost;
   private readonly ended: Deferred<LeaseLostError | null>;
   private readonly abort = new AbortController();
+  private readonly stopAsk = new AbortController();
   private readonly stopL = new Latch();
   private readonly hbDone = deferred<void>();
   private heartbeatStarted = false;
@@ -109,6 +119,7 @@ export class Lease {
     this.ended = deferred();
     this.done = this.ended.promise;
     this.signal = this.abort.signal;
+    this.stopSignal = this.stopAsk.signal;
     this.grace = rec.disconnect_grace_ms !== undefined && rec.disconnect_grace_ms > 0 ? rec.disconnect_grace_ms : 0;
   }
 
@@ -313,7 +324,7 @@ export class Lease {
         nextAt = first + interval;
       } catch (err) {
         if (this.stopped) return;
-        if (err instanceof LeaseNotFoundError || err instanceof TokenMismatchError || err instanceof UnknownPoolError) {
+        if (err instanceof LeaseNotFoundError || err instanceof TokenMismatchError || err instanceof UnknownPoolError || err instanceof SupersededError) {
           this.end(new LeaseLostError(this.id, err));
           return;
         }
@@ -430,6 +441,7 @@ export class Lease {
             }
             continue; // the renewal's own answer follows
           }
+          if (rep.stop !== undefined && !this.stopAsk.signal.aborted) this.stopAsk.abort(new SupersededError(rep.stop.message));
           return { first, rec: rep.lease };
         }
         const t = now();

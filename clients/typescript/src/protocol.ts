@@ -12,6 +12,8 @@ export const MAX_REQUEST_ID_LEN = 128;
 export const MAX_HOLDER_LEN = 256;
 export const MAX_SECRET_LEN = 128;
 export const MAX_TENANT_LEN = 128;
+/** A concurrency group's bound (Go: lease.MaxGroupLen). */
+export const MAX_GROUP_LEN = 128;
 /** wait_ms's bound: 30 days. */
 export const MAX_WAIT_MS = 30 * 24 * 60 * 60 * 1000;
 /** poll_ms's bound: 24 hours. */
@@ -45,6 +47,18 @@ export interface LeaseRecord {
   conn_server?: string;
   conn_id?: number;
   disconnect_grace_ms?: number;
+  /** The acquire's concurrency group, and a digest of the credential that acquired it. */
+  group?: string;
+  group_owner?: string;
+}
+
+/** A renewal's word that a newer request of the lease's group asked its holder to stop. */
+export interface StopNotice {
+  code: string;
+  group: string;
+  /** The request id of the newer request. */
+  by: string;
+  message: string;
 }
 
 /** One tenant's figures in a pool (stats `tenants`). */
@@ -144,6 +158,7 @@ export interface Reply {
   served_by?: string;
   warnings?: string[];
   server_stopping?: string;
+  stop?: StopNotice;
 }
 
 /** The kinds of lease events (docs/protocol.md, section 6). */
@@ -156,7 +171,9 @@ export type EventKind =
   | "cancelled"
   | "rejected"
   | "resized"
-  | "stopping";
+  | "stopping"
+  | "stop_requested"
+  | "superseded";
 
 /** A lease event (docs/protocol.md, section 6); never carries a secret. */
 export interface LeaseEvent {
@@ -171,6 +188,8 @@ export interface LeaseEvent {
   tenant?: string;
   /** The request's or lease's fairness key, when it has one. */
   key?: string;
+  /** The concurrency group of a stop_requested or superseded event (and of others, when the request has one). */
+  group?: string;
   token?: number;
   position?: number;
   wait_ms?: number;

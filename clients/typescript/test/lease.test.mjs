@@ -18,6 +18,7 @@ import {
   WouldWaitError,
   DroppedError,
   CancelledError,
+  SupersededError,
   HolderDisconnectedError,
   LeaseNotFoundError,
   TokenMismatchError,
@@ -36,7 +37,7 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3,tok=4",
+    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3,tok=4,grp=1",
     env: {
       POOL_MAX_QUEUE: "qf=1,drop=1",
       POOL_ON_FULL: "drop=drop_oldest",
@@ -227,6 +228,37 @@ test("every error code", async (t) => {
     await expect(queued, CancelledError);
     await held.release();
     await expect(raw("release", { lease_id: "held-1", token: held.token, secret: "sec" }), LeaseNotFoundError);
+  });
+
+  await t.test("superseded: the group option replaces queued requests and asks holders to stop", async () => {
+    await expect(client.acquire("grp", { onGroup: "cancel_pending" }), BadRequestError);
+    await expect(client.acquire("grp", { group: "g", onGroup: "newest" }), BadRequestError);
+    await expect(client.acquire("grp", { group: "g".repeat(129) }), BadRequestError);
+    const held = await client.acquire("grp", { group: "g" });
+    assert.equal(held.record.group, "g");
+    const old = client.acquire("grp", { group: "g" });
+    await eventually("the old request to queue", async () => (await client.stats("grp")).queued === 1);
+    // Another tenant's group of the same name is another group.
+    const other = client.acquire("grp", { group: "g", tenant: "b", onGroup: "cancel_pending" });
+    await eventually("tenant b's request to queue", async () => (await client.stats("grp")).queued === 2);
+    const newer = client.acquire("grp", { group: "g", onGroup: "cancel_pending", requestId: "grp-pending" });
+    const e = await expect(old, SupersededError);
+    assert.match(e.message, /superseded in group "g" by request "grp-pending"/);
+    const newest = client.acquire("grp", { group: "g", onGroup: "cancel_in_progress", requestId: "grp-newest" });
+    await expect(newer, SupersededError);
+    const asked = Date.now();
+    const reason = await new Promise((resolve) => held.stopSignal.addEventListener("abort", () => resolve(held.stopSignal.reason), { once: true }));
+    const took = Date.now() - asked;
+    console.log(`# holder told to stop ${took}ms after the request`);
+    assert.ok(took < 4000, `told after ${took}ms: the stop_requested event should make it renew at once, not at its next renewal (TTL/3 = 5s)`);
+    assert.ok(reason instanceof SupersededError);
+    assert.match(reason.message, /"grp-newest" of group "g"/);
+    assert.equal(held.signal.aborted, false, "asked to stop, the lease is still held");
+    await held.release();
+    await (await other).release();
+    const l = await newest;
+    assert.equal(l.stopSignal.aborted, false);
+    await l.release();
   });
 
   await t.test("queue_full with its retry hint", async () => {
