@@ -60,6 +60,9 @@ type Stats struct {
 	Rate   string `json:"rate,omitempty"`
 	Burst  int64  `json:"burst,omitempty"`
 	Tokens int64  `json:"tokens,omitempty"`
+	// Shadow is set for a pool in shadow mode: its limits are counted, not
+	// enforced, and InUse may exceed Capacity.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Stats returns a snapshot of the pool's accounting. It is O(1); see
@@ -84,6 +87,7 @@ func (p *Pool) Stats() Stats {
 		s.OnFull = p.opts.OnFull
 	}
 	s.FailFast = p.opts.FailFast
+	s.Shadow = p.opts.Shadow
 	if b := p.bucket; b != nil {
 		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
 	}
