@@ -187,6 +187,12 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if e.Message != "" {
 		b = appendStringField(b, "message", e.Message)
 	}
+	if e.Shadow != "" {
+		b = appendStringField(b, "shadow", string(e.Shadow))
+	}
+	if e.ShadowAction != "" {
+		b = appendStringField(b, "shadow_action", string(e.ShadowAction))
+	}
 	s := &e.Stats
 	b = append(field(b, "stats"), '{')
 	b = appendIntField(b, "capacity", s.Capacity)
@@ -220,6 +226,9 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	}
 	if s.Tokens != 0 {
 		b = appendIntField(b, "tokens", s.Tokens)
+	}
+	if s.Shadow {
+		b = append(field(b, "shadow"), "true"...)
 	}
 	return append(b, '}', '}')
 }
