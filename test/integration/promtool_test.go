@@ -24,7 +24,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 	tool := promtool.Ensure(t)
 	const node = "prom"
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3,fair=2", "15s")
-	env = append(env, "POOL_POLICIES=fair=fair") // the fair scheduler's families too
+	env = append(env, "POOL_POLICIES=fair=fair", "POOL_SHADOW=idle") // the fair scheduler's and shadow mode's families too
 	startManager(t, env, httpAddr)
 
 	// The first scrape, before any traffic: the histograms of every pool
@@ -38,6 +38,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 		`lease_grant_latency_seconds_sum{node="prom",pool="default"} 0`,
 		`lease_scheduler_selections_total{key="_other",node="prom",pool="fair",tenant="_other"} 0`,
 		`lease_scheduler_starvation_promotions_total{node="prom",pool="fair"} 0`,
+		`lease_shadow_total{action="queued",node="prom",pool="idle",reason="capacity"} 0`,
 		`slotlease_build_info{`,
 	} {
 		if !strings.Contains(first, want) {
