@@ -1,0 +1,102 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotlease/slotlease/jetstream"
+	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/manager"
+	"github.com/slotlease/slotlease/pools"
+	"github.com/slotlease/slotlease/test/harness"
+)
+
+// storedShadow is pool p's shadow counts as stored in the pool bucket.
+func storedShadow(t *testing.T, ps manager.Store) lease.ShadowCounts {
+	t.Helper()
+	data, _, err := ps.Get(context.Background(), node+".counts")
+	if err != nil {
+		return nil
+	}
+	var v struct {
+		Shadow map[string]lease.ShadowCounts `json:"shadow"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("stored counts %q: %v", data, err)
+	}
+	return v.Shadow["p"]
+}
+
+// A shadow pool of 1 grants three at once; the two its capacity would
+// have queued are reported in stats and stored beside the pool counts,
+// and a successor on the same store carries on from them.
+func TestShadowCountsStoredAndCarriedOn(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	shadow := []manager.PoolConfig{{Name: "p", Capacity: 1, Options: pools.Options{Shadow: true}}}
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: shadow})
+	ctx := context.Background()
+	c := harness.Client(t, srv.URL, node)
+	for i := range 3 {
+		if _, err := c.Acquire(ctx, "p", 1); err != nil {
+			t.Fatalf("acquire %d of a shadow pool of 1: %v", i, err)
+		}
+	}
+	s := harness.PoolStats(t, n.Manager, "p")
+	if !s.Shadow || s.InUse != 3 || s.ShadowCounts.Of(pools.ShadowCapacity, pools.ShadowQueued) != 2 || len(s.ShadowCounts) != 1 {
+		t.Fatalf("stats %+v, want shadow, 3 in use, capacity/queued 2 and nothing else", s)
+	}
+	if err := n.Manager.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedShadow(t, n.Config.PoolStore); got.Of(pools.ShadowCapacity, pools.ShadowQueued) != 2 {
+		t.Fatalf("stored as the manager closed: %v, want capacity/queued 2", got)
+	}
+	second := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: shadow})
+	if s := harness.PoolStats(t, second.Manager, "p"); s.InUse != 3 || s.ShadowCounts.Of(pools.ShadowCapacity, pools.ShadowQueued) != 2 {
+		t.Fatalf("the successor's stats %+v, want the 3 leases and the counts carried on", s)
+	}
+}
+
+// Stored shadow counts are checked like the pool counts: a label that is
+// no token refuses the whole value; a reason this version does not know
+// (a later one's) is kept.
+func TestStoredShadowCountsChecked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, stored string
+		refused      bool
+	}{
+		{"bad reason", `{"manager":"m","pools":{},"shadow":{"p":{"no token!":{"queued":1}}}}`, true},
+		{"bad action", `{"manager":"m","pools":{},"shadow":{"p":{"capacity":{"a.b":1}}}}`, true},
+		{"bad pool", `{"manager":"m","pools":{},"shadow":{"p.q":{"capacity":{"queued":1}}}}`, true},
+		{"later reason", `{"manager":"m","pools":{},"shadow":{"p":{"budget":{"queued":4}}}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.StartServer(t)
+			ctx := context.Background()
+			ps, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Pools})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ps.Put(ctx, node+".counts", []byte(tc.stored)); err != nil {
+				t.Fatal(err)
+			}
+			var refused atomic.Value
+			n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}},
+				RecordRefused: func(reason string) { refused.Store(reason) }})
+			got, _ := refused.Load().(string)
+			if tc.refused != (got == manager.RefusedPoolCounts) {
+				t.Fatalf("refusal %q, want refused %v", got, tc.refused)
+			}
+			s := harness.PoolStats(t, n.Manager, "p")
+			if want := map[bool]uint64{true: 0, false: 4}[tc.refused]; s.ShadowCounts.Of("budget", pools.ShadowQueued) != want {
+				t.Fatalf("shadow counts %v after the stored value", s.ShadowCounts)
+			}
+		})
+	}
+}
