@@ -386,10 +386,7 @@ type ServerFault struct {
 // AuditInput is everything the analysis needs.
 type AuditInput struct {
 	Capacity   map[string]map[string]int64     // node -> pool -> true capacity
-	// Shadow are the pools in shadow mode (POOL_SHADOW), node -> pool:
-	// they do not enforce their capacity, so slots held beyond it are no
-	// over-grant (docs/guarantees.md, section 3).
-	Shadow map[string]map[string]bool
+	Shadow     map[string]map[string]bool      // node -> pool -> in shadow mode (POOL_SHADOW): no capacity, no over-grant
 	Rates      map[string]map[string]RateLimit // node -> pool -> start rate, for the pools that have one
 	LeaseTTL   time.Duration
 	Leases     []Observation
