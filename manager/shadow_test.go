@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,16 +16,10 @@ import (
 // storedShadow is pool p's shadow counts as stored in the pool bucket.
 func storedShadow(t *testing.T, ps manager.Store) lease.ShadowCounts {
 	t.Helper()
-	data, _, err := ps.Get(context.Background(), node+".counts")
-	if err != nil {
-		return nil
-	}
 	var v struct {
 		Shadow map[string]lease.ShadowCounts `json:"shadow"`
 	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("stored counts %q: %v", data, err)
-	}
+	readStoredCounts(t, ps, &v)
 	return v.Shadow["p"]
 }
 
