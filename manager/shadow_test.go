@@ -93,3 +93,40 @@ func TestStoredShadowCountsChecked(t *testing.T) {
 		})
 	}
 }
+
+// A resize of a shadow pool over its capacity keeps its leases and its
+// shadow mode, and counts against the new capacity; releases over the
+// capacity give slots back as anywhere.
+func TestResizeShadowPoolOverCapacity(t *testing.T) {
+	t.Parallel()
+	srv, n := startNode(t, 5*time.Second, manager.PoolConfig{Name: "p", Capacity: 1, Options: pools.Options{Shadow: true}})
+	c := harness.Client(t, srv.URL, node)
+	ctx := context.Background()
+	var held []*lease.Lease
+	for range 3 {
+		l, err := c.Acquire(ctx, "p", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	stats, err := resize(t, c, lease.ResizeRequest{Set: map[string]int64{"p": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stats[0]; s.Capacity != 2 || s.InUse != 3 || s.Available != 0 || !s.Shadow {
+		t.Fatalf("after a resize to 2: %+v, want 3 in use of 2, shadow", s)
+	}
+	if _, err := c.Acquire(ctx, "p", 1); err != nil { // a fourth, counted against 2
+		t.Fatal(err)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	harness.Eventually(t, 10*time.Second, "three released", func() bool { return harness.PoolStats(t, n.Manager, "p").InUse == 1 })
+	if got := harness.PoolStats(t, n.Manager, "p").ShadowCounts.Of(pools.ShadowCapacity, pools.ShadowQueued); got != 3 {
+		t.Fatalf("capacity/queued counted %d, want 3 (2 over 1, then 1 over 2)", got)
+	}
+}
