@@ -341,19 +341,19 @@ type Event struct {
 	Tenant    string    `json:"tenant,omitempty"`
 	// Key is the fairness key of the request or lease the event is about,
 	// when it has one.
-	Key      string `json:"key,omitempty"`
-	Token    uint64 `json:"token,omitempty"`
-	Position int    `json:"position,omitempty"`
-	WaitMs   int64  `json:"wait_ms,omitempty"`
-	Code     Code   `json:"code,omitempty"`
-	Message  string `json:"message,omitempty"`
+	Key      string      `json:"key,omitempty"`
+	Token    uint64      `json:"token,omitempty"`
+	Position int         `json:"position,omitempty"`
+	WaitMs   int64       `json:"wait_ms,omitempty"`
+	Code     Code        `json:"code,omitempty"`
+	Message  string      `json:"message,omitempty"`
+	Stats    pools.Stats `json:"stats"`
 	// Shadow, on a granted event of a shadow pool (POOL_SHADOW), names the
 	// limit that would have held the request back, and ShadowAction what
 	// the pool would have done with it (pools.Shadowed); both empty when
 	// its limits would have granted it too.
 	Shadow       pools.ShadowReason `json:"shadow,omitempty"`
 	ShadowAction pools.ShadowAction `json:"shadow_action,omitempty"`
-	Stats        pools.Stats        `json:"stats"`
 }
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it

@@ -187,12 +187,6 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if e.Message != "" {
 		b = appendStringField(b, "message", e.Message)
 	}
-	if e.Shadow != "" {
-		b = appendStringField(b, "shadow", string(e.Shadow))
-	}
-	if e.ShadowAction != "" {
-		b = appendStringField(b, "shadow_action", string(e.ShadowAction))
-	}
 	s := &e.Stats
 	b = append(field(b, "stats"), '{')
 	b = appendIntField(b, "capacity", s.Capacity)
@@ -230,7 +224,14 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if s.Shadow {
 		b = append(field(b, "shadow"), "true"...)
 	}
-	return append(b, '}', '}')
+	b = append(b, '}')
+	if e.Shadow != "" {
+		b = appendStringField(b, "shadow", string(e.Shadow))
+	}
+	if e.ShadowAction != "" {
+		b = appendStringField(b, "shadow_action", string(e.ShadowAction))
+	}
+	return append(b, '}')
 }
 
 // Buffers recycles encoding buffers of messages that are copied before the
