@@ -114,6 +114,8 @@
 //	POOL_FAIR_QUANTUM         fair pools: credit per turn of weight 1; default 1
 //	POOL_STARVATION_AGE       fair pools: a ready request waiting this long goes
 //	                          next; default none
+//	POOL_SHADOW               pools in shadow mode: granted at once, their limits
+//	                          counted, not enforced (shadow.go); default none
 //
 // Read by the executor only (cmd/executor):
 //

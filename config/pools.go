@@ -47,6 +47,8 @@ type Pool struct {
 	// Budget.Per; zero if none. A pool named only there has capacity
 	// MaxCapacity.
 	Budget pools.Rate
+	// Shadow puts the pool in shadow mode (POOL_SHADOW, shadow.go).
+	Shadow bool
 }
 
 // ValidToken reports whether s may be used as a node id, a pool name or one

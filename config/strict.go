@@ -52,7 +52,7 @@ var (
 		EnvPoolCapacities, EnvClusterPools, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
 		EnvPoolRates, EnvPoolRateBurst, EnvPoolBudgets,
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvPoolOnFull, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
-		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge,
+		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge, EnvPoolShadow,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 		EnvNATSExecutorsMaxStore, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections,
 		EnvJobsNATSNKey, EnvJobsNATSUser, EnvJobsNATSPassword,
@@ -67,7 +67,7 @@ var (
 // entry is named.
 var (
 	listVars = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolBudgets, EnvPoolPolicies, EnvPoolMaxQueue, EnvPoolOnFull, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes,
-		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge}
+		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge, EnvPoolShadow}
 	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )

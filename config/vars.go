@@ -76,6 +76,7 @@ var Vars = []Var{
 	{EnvPoolKeyLimits, "none", "fair pools: most slots in flight per fairness key (per tenant without a key), e.g. gpu=2", ReadByManager},
 	{EnvPoolFairQuantum, "1", "fair pools: slots of credit per turn for weight 1, e.g. gpu=4", ReadByManager},
 	{EnvPoolStarvationAge, "none", "fair pools: a ready request waiting this long goes next, e.g. gpu=30s", ReadByManager},
+	{EnvPoolShadow, "none", "pools in shadow mode: their limits are counted, not enforced, e.g. gpu,api", ReadByManager},
 	{EnvExecutorUnconfined, "0", "1: run workers unconfined where this machine cannot confine them", ReadByExecutor},
 	{EnvExecutorMetricsAddr, "empty: none", "executor serve: host:port of its /metrics (or --metrics-addr)", ReadByExecutor},
 	{EnvNATSCreds, "empty", ".creds file (user JWT and nkey seed)", ReadByAll},

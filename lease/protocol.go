@@ -271,6 +271,10 @@ type PoolStats struct {
 	// Counts are how the pool's requests and leases ended (PoolCounts);
 	// nil from a manager of a version before them.
 	Counts *PoolCounts `json:"counts,omitempty"`
+	// ShadowCounts are what the pool's limits would have done with the
+	// requests it granted in shadow mode (POOL_SHADOW), kept like Counts;
+	// omitted while there are none.
+	ShadowCounts ShadowCounts `json:"shadow_counts,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.
@@ -386,6 +390,12 @@ type Event struct {
 	Code    Code        `json:"code,omitempty"`
 	Message string      `json:"message,omitempty"`
 	Stats   pools.Stats `json:"stats"`
+	// Shadow, on a granted event of a shadow pool (POOL_SHADOW), names the
+	// limit that would have held the request back, and ShadowAction what
+	// the pool would have done with it (pools.Shadowed); both empty when
+	// its limits would have granted it too.
+	Shadow       pools.ShadowReason `json:"shadow,omitempty"`
+	ShadowAction pools.ShadowAction `json:"shadow_action,omitempty"`
 }
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it

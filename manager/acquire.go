@@ -86,13 +86,14 @@ func retriedLease(p *pool, h *held, e *lease.Error) lease.Reply {
 	case h.releasing:
 		// Its slots are about to go to someone else: this is no grant.
 		e = errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)
-	case h.restored && overCapacity(p):
+	case h.restored && overCapacity(p) && !p.p.Shadow():
 		// Counted from the store at this term's start while the pool
 		// holds more slots than it has: one of its records may be a grant
 		// a deposed manager stored after a successor had given its slots
 		// away, whose holder never heard of it. Handing it out now would
 		// give a slot a second holder (docs/guarantees.md, problem 9);
-		// unrenewed, it expires at its TTL.
+		// unrenewed, it expires at its TTL. A shadow pool holds more
+		// slots than it has by design, and promises no such bound.
 		e = errorf(lease.CodeUnavailable, "lease %q was stored by an earlier manager while pool %q holds more slots than it has; retry after its TTL", h.rec.ID, p.name)
 	default:
 		// Existing tells the holder the record was written before this

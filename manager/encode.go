@@ -240,7 +240,17 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 		b = appendIntField(b, "tokens", s.Tokens)
 	}
 	b = appendBudgetStats(b, s)
-	return append(b, '}', '}')
+	if s.Shadow {
+		b = append(field(b, "shadow"), "true"...)
+	}
+	b = append(b, '}')
+	if e.Shadow != "" {
+		b = appendStringField(b, "shadow", string(e.Shadow))
+	}
+	if e.ShadowAction != "" {
+		b = appendStringField(b, "shadow_action", string(e.ShadowAction))
+	}
+	return append(b, '}')
 }
 
 // Buffers recycles encoding buffers of messages that are copied before the

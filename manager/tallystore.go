@@ -49,6 +49,9 @@ type storedCounts struct {
 	Manager string                      `json:"manager"`
 	Term    uint64                      `json:"term,omitempty"`
 	Pools   map[string]lease.PoolCounts `json:"pools"`
+	// Shadow is what shadow pools' limits would have done, by pool
+	// (shadowcounts.go); omitted while there is none.
+	Shadow map[string]lease.ShadowCounts `json:"shadow,omitempty"`
 }
 
 // decodeStored decodes a value of the pool bucket strictly into v: no
@@ -82,7 +85,7 @@ func parseCounts(data []byte) (storedCounts, error) {
 			return s, fmt.Errorf("pool %q: %w", echo.Clip(name), err)
 		}
 	}
-	return s, nil
+	return s, checkShadowCounts(s.Shadow)
 }
 
 // countStore reads and writes a node's pool counts, and owns the goroutine
@@ -127,7 +130,7 @@ func (s *countStore) load(ctx context.Context) error {
 		s.log.Warn("refusing stored pool counts no manager wrote; counting from zero", "key", key, "why", echo.Clip(err.Error()))
 		return nil
 	}
-	s.tally.restore(stored.Pools)
+	s.tally.restore(stored)
 	return nil
 }
 
@@ -176,7 +179,8 @@ func (s *countStore) write() {
 		return
 	}
 	key := countsKey(s.node)
-	data, err := json.Marshal(storedCounts{Manager: s.lead.instance, Term: s.lead.term(), Pools: counts})
+	counts.Manager, counts.Term = s.lead.instance, s.lead.term()
+	data, err := json.Marshal(counts)
 	if err != nil {
 		s.log.Error("encoding the pool counts", "err", err)
 		return

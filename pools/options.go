@@ -124,6 +124,10 @@ type Options struct {
 	// but not the budget is granted by a release, or by Refill once
 	// NextGrant has passed.
 	Budget Rate
+	// Shadow puts the pool in shadow mode (shadow.go): it grants at once
+	// what its limits would have queued or refused, saying so on the
+	// waiter (Waiter.Shadow), and refuses only what it could never grant.
+	Shadow bool
 	// Now is the clock that dates requests for aging; nil means time.Now.
 	Now func() time.Time
 }

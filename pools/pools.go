@@ -50,6 +50,10 @@ type Waiter struct {
 	// at, however late the caller reads a clock of its own. Zero without
 	// a rate.
 	Started time.Time
+	// Shadow, for a waiter a shadow pool granted (Options.Shadow), names
+	// the limit that would have held it back and what the pool would have
+	// done; zero when its limits would have granted it too.
+	Shadow Shadowed
 
 	pool *Pool
 	// elem is w's element in Pool.waiters (fifo) or in its share's queue
@@ -89,8 +93,8 @@ type Pool struct {
 	mu sync.Mutex
 
 	// Invariants, holding whenever mu is not held:
-	//   - 0 <= inUse, and inUse <= capacity except after Restore or a
-	//     SetCapacity shrink; while inUse > capacity nothing is granted, since
+	//   - 0 <= inUse, and inUse <= capacity except after Restore, a
+	//     SetCapacity shrink or a shadow grant (shadow.go); while inUse > capacity nothing is granted, since
 	//     a grant of n needs capacity-inUse >= n > 0.
 	//   - waiters are granted only as q.next() names them, and q.next(),
 	//     when not nil, does not fit (capacity-inUse < Slots): every
@@ -236,7 +240,9 @@ func (p *Pool) Enqueue(n int64, value any) (w *Waiter, granted bool, position in
 
 // EnqueueRequest grants r at once when it would be the next in service
 // order and its slots are free (granted is true and w, already granted, is
-// returned); otherwise it queues a waiter (granted is false). Under fifo a
+// returned), or in a shadow pool (Options.Shadow: w.Shadow says why its
+// limits would have held it back); otherwise it queues a waiter (granted
+// is false). Under fifo a
 // request is granted at once only when nobody is waiting. position is the
 // waiter's position (see Position), 0 when granted.
 //
@@ -266,6 +272,9 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 	if p.grantable(r, vt) {
 		return p.granted(r), true, 0, nil
 	}
+	if p.opts.Shadow {
+		return p.grantShadow(r, false), true, 0, nil
+	}
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
 	}
@@ -274,20 +283,27 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 }
 
 // TryAcquire grants n slots only if that is possible right now without
-// queueing, and reports whether it did. It returns false for an invalid or
-// too large n.
+// queueing (or, in a shadow pool, if n is valid), and reports whether it
+// did. It returns false for an invalid or too large n.
 func (p *Pool) TryAcquire(n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.check(n) != nil || p.budget != nil || !p.grantable(Request{Slots: n}, p.vtime(0)) {
+	if p.check(n) != nil || p.budget != nil {
 		return false
+	}
+	if !p.grantable(Request{Slots: n}, p.vtime(0)) {
+		if p.opts.Shadow {
+			p.grantShadow(Request{Slots: n}, true)
+		}
+		return p.opts.Shadow
 	}
 	p.start("", "", n)
 	return true
 }
 
 // TryAcquireRequest grants r exactly when EnqueueRequest would grant it at
-// once, and otherwise returns an error wrapping ErrWouldWait (or
+// once (a shadow pool grants every valid request, Waiter.Shadow saying it
+// would have been refused with ErrWouldWait), and otherwise returns an error wrapping ErrWouldWait (or
 // ErrInvalidSlots or ErrExceedsCapacity for a request that could never be
 // granted). It never queues.
 func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
@@ -297,6 +313,9 @@ func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 		return nil, err
 	}
 	if !p.grantable(r, p.vtime(r.Priority)) {
+		if p.opts.Shadow {
+			return p.grantShadow(r, true), nil
+		}
 		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
@@ -331,6 +350,11 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	vt := p.vtime(0)
 	if p.grantable(Request{Slots: n}, vt) {
 		p.start("", "", n)
+		p.mu.Unlock()
+		return nil
+	}
+	if p.opts.Shadow {
+		p.grantShadow(Request{Slots: n}, false)
 		p.mu.Unlock()
 		return nil
 	}

@@ -69,6 +69,9 @@ type Stats struct {
 	BudgetWindowMs int64  `json:"budget_window_ms,omitempty"`
 	BudgetUsed     int64  `json:"budget_used,omitempty"`
 	BudgetReserved int64  `json:"budget_reserved,omitempty"`
+	// Shadow is set for a pool in shadow mode: its limits are counted, not
+	// enforced, and InUse may exceed Capacity.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Stats returns a snapshot of the pool's accounting. It is O(1); see
@@ -93,6 +96,7 @@ func (p *Pool) Stats() Stats {
 		s.OnFull = p.opts.OnFull
 	}
 	s.FailFast = p.opts.FailFast
+	s.Shadow = p.opts.Shadow
 	if b := p.bucket; b != nil {
 		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
 	}

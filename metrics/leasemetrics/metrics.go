@@ -31,6 +31,8 @@
 //	                                                                   (granted, completed, failed, rejected, dropped,
 //	                                                                   cancelled: lease.PoolCounts), as the serving
 //	                                                                   manager reports them, carried across restarts
+//	lease.shadow          lease_shadow_total{node,pool,reason,action}  what a shadow pool's limits would have done with
+//	                                                                   the requests it granted anyway (shadow.go)
 //	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
 //	                                                                   manager.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
@@ -135,8 +137,9 @@ type poolState struct {
 	attrs   *attrs
 	rejects map[lease.Code]*attrs // attribute sets of rejections, by code
 	// outcomes are the attribute sets of lease_pool_outcomes_total, in
-	// lease.Outcomes' order.
+	// lease.Outcomes' order; shadow those of lease_shadow_total.
 	outcomes []*attrs
+	shadow   map[shadowKey]*attrs
 }
 
 // rejectAttrs returns the attribute set of the pool's rejections with code,
@@ -226,6 +229,10 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	shadow, err := newShadowCounter(meter)
+	if err != nil {
+		return nil, err
+	}
 	if m.sched, err = newSched(meter); err != nil {
 		return nil, err
 	}
@@ -262,11 +269,12 @@ func New(meter metric.Meter) (*Metrics, error) {
 						o.ObserveInt64(outcomes, int64(*ps.Counts.Field(oc)), p.outcomes[i].observe...)
 					}
 				}
+				observeShadow(o, shadow, p, &ps)
 				m.sched.observe(o, node, &ps)
 			}
 		}
 		return nil
-	}, append(append(m.sched.instruments(), budget.instruments()...), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
+	}, append(append(m.sched.instruments(), budget.instruments()...), capacity, inUse, queued, queuedSlots, tokens, outcomes, shadow)...)
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +336,7 @@ func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
 		for _, o := range lease.Outcomes {
 			p.outcomes = append(p.outcomes, newAttrs(KeyNode.String(node), KeyPool.String(pool), KeyOutcome.String(string(o))))
 		}
+		p.shadow = newShadowAttrs(node, pool)
 		m.pools[k] = p
 		created = true
 	}

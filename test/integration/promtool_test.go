@@ -25,7 +25,8 @@ func TestMetricsPassPromtool(t *testing.T) {
 	const node = "prom"
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3,fair=2", "15s")
 	env = append(env, "POOL_POLICIES=fair=fair", // the fair scheduler's families too
-		"POOL_BUDGETS=tokens=1000/m") // and the budgets'
+		"POOL_BUDGETS=tokens=1000/m", // the budgets'
+		"POOL_SHADOW=idle")           // and shadow mode's
 	startManager(t, env, httpAddr)
 
 	// The first scrape, before any traffic: the histograms of every pool
@@ -39,6 +40,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 		`lease_grant_latency_seconds_sum{node="prom",pool="default"} 0`,
 		`lease_scheduler_selections_total{key="_other",node="prom",pool="fair",tenant="_other"} 0`,
 		`lease_scheduler_starvation_promotions_total{node="prom",pool="fair"} 0`,
+		`lease_shadow_total{action="queued",node="prom",pool="idle",reason="capacity"} 0`,
 		`slotlease_build_info{`,
 		`lease_budget_limit{node="prom",pool="tokens"} 1000`,
 		`lease_budget_window_seconds{node="prom",pool="tokens"} 60`,

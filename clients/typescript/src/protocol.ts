@@ -99,6 +99,9 @@ export interface PoolStats {
   budget_used?: number;
   /** The estimates of the leases held now. */
   budget_reserved?: number;
+  /** true for a pool in shadow mode (POOL_SHADOW): its limits are counted,
+   * not enforced, and in_use may exceed capacity (docs/protocol.md, 7.2). */
+  shadow?: boolean;
   weights?: Record<string, number>;
   default_weight?: number;
   /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
@@ -106,6 +109,9 @@ export interface PoolStats {
   /** How the pool's requests and leases ended, carried across restarts
    * (docs/protocol.md, section 2.5); absent from older managers. */
   counts?: PoolCounts;
+  /** What the pool's limits would have done with the requests it granted
+   * in shadow mode, by reason then action, e.g. {capacity: {queued: 2}}. */
+  shadow_counts?: Record<string, Record<string, number>>;
 }
 
 /** What a fair pool's deficit round robin holds now. */
@@ -199,6 +205,10 @@ export interface LeaseEvent {
   settled?: number;
   code?: string;
   message?: string;
+  /** On a shadow pool's "granted": the limit that would have held the
+   * request back, and what the pool would have done (docs/protocol.md, 7.2). */
+  shadow?: string;
+  shadow_action?: string;
   stats: Omit<PoolStats, "name" | "tenants">;
 }
 
