@@ -43,6 +43,11 @@ func TestShadowCountsWhatEachLimitWouldHaveDone(t *testing.T) {
 		{name: "key limit", cap: 10, o: Options{Policy: PolicyFair, KeyCap: 1},
 			reqs: []Request{{Slots: 1, Key: "a"}, {Slots: 1, Key: "b"}, {Slots: 1, Key: "a"}},
 			want: []Shadowed{{}, {}, {ShadowKeyLimit, ShadowQueued}}},
+		{name: "budget holds", cap: 10, o: Options{Budget: Rate{Slots: 100, Per: time.Minute}},
+			// 60 + 60 is over the window's 100: the second would have
+			// waited, and both estimates are reserved.
+			reqs: []Request{{Slots: 1, Units: 60}, {Slots: 1, Units: 60}, {Slots: 1, Units: 1}},
+			want: []Shadowed{{}, {ShadowBudget, ShadowQueued}, {ShadowBudget, ShadowQueued}}},
 		{name: "tenant cap", cap: 10, o: Options{Policy: PolicyFair, TenantCap: 1},
 			reqs: []Request{{Slots: 1, Tenant: "t"}, {Slots: 1, Tenant: "u"}, {Slots: 1, Tenant: "t", Key: "k"}},
 			want: []Shadowed{{}, {}, {ShadowTenantCap, ShadowQueued}}},
@@ -61,6 +66,13 @@ func TestShadowCountsWhatEachLimitWouldHaveDone(t *testing.T) {
 			s := p.Stats()
 			if !s.Shadow || s.InUse != int64(len(tc.reqs)) || s.QueuedRequests != 0 {
 				t.Errorf("Stats = %+v, want shadow, %d in use, none queued", s, len(tc.reqs))
+			}
+			var units int64
+			for _, r := range tc.reqs {
+				units += r.Units
+			}
+			if s.BudgetReserved != units {
+				t.Errorf("Stats.BudgetReserved = %d, want every grant's estimate, %d", s.BudgetReserved, units)
 			}
 		})
 	}
