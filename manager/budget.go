@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"fmt"
+
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -43,6 +45,23 @@ func overBudget(p *pool, units int64) *lease.Error {
 		return errorf(lease.CodeExceedsCapacity, "%d units requested, pool %q has a budget of %s", units, p.name, s.Budget)
 	}
 	return nil
+}
+
+// budgetWouldWait tells a would_wait of a pool with a budget what the
+// budget holds back: when the slots are free and nobody waits, the
+// message names the budget alone; and retry_after_ms is at least when the
+// window frees room for the estimate (unset when only a settlement would).
+func budgetWouldWait(e *lease.Error, p *pool, slots, units int64) {
+	s := p.p.Stats()
+	if e.Code != lease.CodeWouldWait || s.Budget == "" {
+		return
+	}
+	if s.Available >= slots && s.QueuedRequests == 0 && (s.Rate == "" || s.Tokens >= slots) {
+		e.Message = fmt.Sprintf("%d units not within pool %q's budget %s at once: %d settled in the window, %d reserved by leases held", units, p.name, s.Budget, s.BudgetUsed, s.BudgetReserved)
+	}
+	if d := p.p.RetryAfterUnits(slots, units); d > 0 {
+		e.RetryAfterMs = max(e.RetryAfterMs, retryAfterMs(d))
+	}
 }
 
 // settleStartLocked, as h's release starts, hands its settlement to the
