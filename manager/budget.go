@@ -100,8 +100,9 @@ func (m *Manager) settleLocked(h *held) (granted []*pools.Waiter, settled *int64
 		m.budgets.settled(p, h) // in the pool's window now: after, never before
 	} else {
 		// Expired, or freed by a delete this manager did not send: the
-		// window is stored as soon as it can be.
-		m.budgets.dirty(p)
+		// window is stored as soon as it can be (while closing, by
+		// Close: budgetStore.close).
+		m.budgets.dirty(p, !m.closed)
 	}
 	return granted, &actual
 }
