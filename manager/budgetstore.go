@@ -51,11 +51,8 @@ const maxStoredSlices = 4096
 
 func parseBudget(data []byte) (storedBudget, error) {
 	var s storedBudget
-	if err := decodeStored(data, &s); err != nil {
+	if err := decodeStored(data, &s, &s.Manager); err != nil {
 		return s, err
-	}
-	if s.Manager == "" {
-		return s, errors.New("names no manager")
 	}
 	if len(s.Spent) > maxStoredSlices {
 		return s, fmt.Errorf("holds %d slices, more than %d", len(s.Spent), maxStoredSlices)
