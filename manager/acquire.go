@@ -171,6 +171,7 @@ func (m *Manager) enqueueLocked(ctx context.Context, r *request, req lease.Acqui
 	}
 	if err != nil {
 		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
+		budgetWouldWait(e, p, req.Slots, req.Units)
 		if full != nil && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
 			e = full
 			e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"fmt"
+
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 )
@@ -45,6 +47,23 @@ func overBudget(p *pool, units int64) *lease.Error {
 	return nil
 }
 
+// budgetWouldWait tells a would_wait of a pool with a budget what the
+// budget holds back: when the slots are free and nobody waits, the
+// message names the budget alone; and retry_after_ms is at least when the
+// window frees room for the estimate (unset when only a settlement would).
+func budgetWouldWait(e *lease.Error, p *pool, slots, units int64) {
+	s := p.p.Stats()
+	if e.Code != lease.CodeWouldWait || s.Budget == "" {
+		return
+	}
+	if s.Available >= slots && s.QueuedRequests == 0 && (s.Rate == "" || s.Tokens >= slots) {
+		e.Message = fmt.Sprintf("%d units not within pool %q's budget %s at once: %d settled in the window, %d reserved by leases held", units, p.name, s.Budget, s.BudgetUsed, s.BudgetReserved)
+	}
+	if d := p.p.RetryAfterUnits(slots, units); d > 0 {
+		e.RetryAfterMs = max(e.RetryAfterMs, retryAfterMs(d))
+	}
+}
+
 // settleStartLocked, as h's release starts, hands its settlement to the
 // budget store, which writes it before the record's delete is sent.
 func (m *Manager) settleStartLocked(h *held) {
@@ -81,8 +100,9 @@ func (m *Manager) settleLocked(h *held) (granted []*pools.Waiter, settled *int64
 		m.budgets.settled(p, h) // in the pool's window now: after, never before
 	} else {
 		// Expired, or freed by a delete this manager did not send: the
-		// window is stored as soon as it can be.
-		m.budgets.dirty(p)
+		// window is stored as soon as it can be (while closing, by
+		// Close: budgetStore.close).
+		m.budgets.dirty(p, !m.closed)
 	}
 	return granted, &actual
 }

@@ -75,8 +75,18 @@ func TestBudgetAcrossARestart(t *testing.T) {
 		u, r := budgetFigures(t, second, "llm")
 		return u == 450 && r == 500
 	})
-	if _, err := c.Acquire(ctx, "llm", 1, lease.WithUnits(100), lease.NoWait()); !errors.Is(err, lease.ErrWouldWait) {
+	_, err = c.Acquire(ctx, "llm", 1, lease.WithUnits(100), lease.NoWait())
+	var le *lease.Error
+	if !errors.As(err, &le) || le.Code != lease.CodeWouldWait {
 		t.Fatalf("after the restart, 100 more: %v, want would_wait", err)
+	}
+	// Only the budget holds it back: the message says so, and when the
+	// window frees room (the 450 settled leave it in an hour).
+	if want := `100 units not within pool "llm"'s budget 1000/h at once: 450 settled in the window, 500 reserved by leases held`; le.Message != want {
+		t.Errorf("would_wait message %q, want %q", le.Message, want)
+	}
+	if le.RetryAfterMs < 3_500_000 || le.RetryAfterMs > 3_700_000 {
+		t.Errorf("retry_after_ms %d, want about an hour (the 450 units leave the window then)", le.RetryAfterMs)
 	}
 	// A waiter the budget alone holds back, granted when the holder
 	// settles 200 of its 500.

@@ -51,11 +51,8 @@ const maxStoredSlices = 4096
 
 func parseBudget(data []byte) (storedBudget, error) {
 	var s storedBudget
-	if err := decodeStored(data, &s); err != nil {
+	if err := decodeStored(data, &s, &s.Manager); err != nil {
 		return s, err
-	}
-	if s.Manager == "" {
-		return s, errors.New("names no manager")
 	}
 	if len(s.Spent) > maxStoredSlices {
 		return s, fmt.Errorf("holds %d slices, more than %d", len(s.Spent), maxStoredSlices)
@@ -163,17 +160,41 @@ func (s *budgetStore) settled(p *pool, h *held) {
 }
 
 // dirty stores p's window soon: a settlement reached it with no write
-// before (an expiry).
-func (s *budgetStore) dirty(p *pool) {
+// before (an expiry). Unless write, only the next write (close) stores it:
+// a closing manager starts no writes of its own.
+func (s *budgetStore) dirty(p *pool, write bool) {
 	if s == nil {
 		return
 	}
 	gen := s.window(p.name).gen.Add(1)
+	if !write {
+		return
+	}
 	s.ops.Add(1)
 	go func() {
 		defer s.ops.Done()
 		s.flushUntil(s.ctx, p, gen)
 	}()
+}
+
+// close writes, once, each window a settlement changed since its last
+// write: the expiries seen while the manager was closing. After the watch
+// stopped, so no settlement comes after it; a fenced manager writes nothing.
+func (s *budgetStore) close(ps map[string]*pool) {
+	if s == nil {
+		return
+	}
+	for name, p := range ps {
+		s.mu.Lock()
+		w := s.keys[name]
+		s.mu.Unlock()
+		if w == nil {
+			continue
+		}
+		if err := s.flush(p, w.gen.Load()); err != nil && !fencedOut(err) {
+			s.log.Warn("storing a budget window as the manager stops", "pool", name, "err", err)
+		}
+	}
 }
 
 // flushUntil writes p's window until a write covers gen, and reports

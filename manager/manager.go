@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -354,6 +355,10 @@ func (m *Manager) Close() error {
 	if m.counts != nil {
 		m.counts.close() // after the last event too: a successor carries on from every count
 	}
+	m.mu.Lock()
+	ps := maps.Clone(m.pools)
+	m.mu.Unlock()
+	m.budgets.close(ps) // after the last settlement
 	return err
 }
 

@@ -55,8 +55,9 @@ type storedCounts struct {
 }
 
 // decodeStored decodes a value of the pool bucket strictly into v: no
-// unknown field, nothing after it.
-func decodeStored(data []byte, v any) error {
+// unknown field, nothing after it, and a manager that wrote it (manager
+// points to v's field).
+func decodeStored(data []byte, v any, manager *string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -65,17 +66,17 @@ func decodeStored(data []byte, v any) error {
 	if dec.More() {
 		return errors.New("trailing data")
 	}
+	if *manager == "" {
+		return errors.New("names no manager")
+	}
 	return nil
 }
 
 // parseCounts decodes and checks a stored value.
 func parseCounts(data []byte) (storedCounts, error) {
 	var s storedCounts
-	if err := decodeStored(data, &s); err != nil {
+	if err := decodeStored(data, &s, &s.Manager); err != nil {
 		return s, err
-	}
-	if s.Manager == "" {
-		return s, errors.New("names no manager")
 	}
 	if len(s.Pools) > maxCountedPools {
 		return s, fmt.Errorf("holds %d pools, more than %d", len(s.Pools), maxCountedPools)

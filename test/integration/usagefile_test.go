@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotlease/slotlease/jobs"
 	"github.com/slotlease/slotlease/test/asuser"
 )
 
@@ -83,5 +84,41 @@ func TestExecutorSettlesTheUsageFile(t *testing.T) {
 			}
 			spent += 500
 		})
+	}
+}
+
+// The same for jobs: `executor submit --units N` stores the estimate, and
+// each attempt under `executor serve` reserves it and settles what its
+// command wrote to $LEASE_USAGE_FILE, else the estimate.
+func TestJobSettlesItsUsageFile(t *testing.T) {
+	t.Parallel()
+	env, httpAddr := managerEnv(t, "jobusage", "llm=2", "15s")
+	env = append(env, "POOL_BUDGETS=llm=100000/h")
+	startManager(t, env, httpAddr)
+	if code, out := runExecutor(t, env, "submit", "--pool", "llm", "--units", "-1", "--", "true"); code != 2 || !strings.Contains(out, "--units -1: must be an integer from 1 to 1099511627776") {
+		t.Fatalf("submit --units -1: exit %d, want 2 naming --units:\n%s", code, out)
+	}
+	var ids []string
+	for _, script := range []string{`echo 70 > "$LEASE_USAGE_FILE"`, `true`} {
+		code, out := runExecutor(t, env, "submit", "--pool", "llm", "--units", "300", "--", "sh", "-c", script)
+		if code != 0 {
+			t.Fatalf("submit --units 300: exit %d:\n%s", code, out)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	q := jobQueue(t, env)
+	if u := record(q, ids[0]).Spec.Units; u != 300 {
+		t.Fatalf("the stored job has units %d, want 300", u)
+	}
+	serve := start(t, env, "executor", "serve", "--pools", "llm")
+	eventually(t, 60*time.Second, "both jobs to succeed", func() bool {
+		return record(q, ids[0]).State == jobs.StateSucceeded && record(q, ids[1]).State == jobs.StateSucceeded
+	})
+	eventually(t, 30*time.Second, "70 + 300 units spent", func() bool {
+		s := httpPools(t, httpAddr)["llm"]
+		return s.BudgetUsed == 370 && s.BudgetReserved == 0
+	})
+	for _, want := range []string{"settling 70 units (estimated 300)", "the command wrote no usage file; settling the estimate, 300 units"} {
+		eventually(t, 10*time.Second, "serve to log "+want, func() bool { return strings.Contains(serve.Output(), want) })
 	}
 }
