@@ -38,6 +38,9 @@ type Record struct {
 	// Rates are the start rates of the pools that have one, as configured:
 	// name -> "60/m burst 5".
 	Rates map[string]string `json:"rates,omitempty"`
+	// Budgets are the usage budgets of the pools that have one, as
+	// configured: name -> "100000/m".
+	Budgets map[string]string `json:"budgets,omitempty"`
 }
 
 // Config configures Run.
@@ -226,7 +229,7 @@ func accept(cluster string, ch manager.Change) (Record, error) {
 	if err := rules.ValidToken(r.Node); err != nil {
 		return r, fmt.Errorf("node: %w", err)
 	}
-	if len(r.Pools) > maxPools || len(r.Rates) > maxPools {
+	if len(r.Pools) > maxPools || len(r.Rates) > maxPools || len(r.Budgets) > maxPools {
 		return r, fmt.Errorf("more than %d pools", maxPools)
 	}
 	for name, c := range r.Pools {
@@ -234,9 +237,11 @@ func accept(cluster string, ch manager.Change) (Record, error) {
 			return r, fmt.Errorf("pool %.64q: not a pool name with a capacity a manager serves", name)
 		}
 	}
-	for name, rate := range r.Rates {
-		if _, ok := r.Pools[name]; !ok || len(rate) > maxRateText {
-			return r, fmt.Errorf("rate of pool %.64q: not one a candidate lists", name)
+	for what, m := range map[string]map[string]string{"rate": r.Rates, "budget": r.Budgets} {
+		for name, v := range m {
+			if _, ok := r.Pools[name]; !ok || len(v) > maxRateText {
+				return r, fmt.Errorf("%s of pool %.64q: not one a candidate lists", what, name)
+			}
 		}
 	}
 	return r, nil
@@ -288,14 +293,14 @@ func Disagreements(recs []Record) []string {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		type shape struct {
-			capacity int64
-			rate     string
+			capacity     int64
+			rate, budget string
 		}
 		byShape := map[shape][]string{}
 		var missing []string
 		for _, r := range recs {
 			if c, ok := r.Pools[name]; ok {
-				s := shape{c, r.Rates[name]}
+				s := shape{c, r.Rates[name], r.Budgets[name]}
 				byShape[s] = append(byShape[s], r.Node)
 			} else {
 				missing = append(missing, r.Node)
@@ -305,13 +310,16 @@ func Disagreements(recs []Record) []string {
 			continue
 		}
 		shapes := slices.SortedFunc(maps.Keys(byShape), func(a, b shape) int {
-			return cmp.Or(cmp.Compare(a.capacity, b.capacity), strings.Compare(a.rate, b.rate))
+			return cmp.Or(cmp.Compare(a.capacity, b.capacity), strings.Compare(a.rate, b.rate), strings.Compare(a.budget, b.budget))
 		})
 		var parts []string
 		for _, s := range shapes {
 			what := fmt.Sprintf("capacity %d", s.capacity)
 			if s.rate != "" {
 				what += ", rate " + s.rate
+			}
+			if s.budget != "" {
+				what += ", budget " + s.budget
 			}
 			parts = append(parts, fmt.Sprintf("%s on %s", what, nodes(byShape[s])))
 		}

@@ -36,6 +36,16 @@ func TestDisagreements(t *testing.T) {
 	if d := candidacy.Disagreements([]candidacy.Record{a, b, r}); d != nil {
 		t.Fatalf("agreeing rates: %v", d)
 	}
+	// So is a usage budget.
+	r.Budgets = map[string]string{"api": "100000/m"}
+	want = []string{"cluster pool api: capacity 50, rate 60/m burst 5 on n1, n2; capacity 50, rate 60/m burst 5, budget 100000/m on n3"}
+	if d := candidacy.Disagreements([]candidacy.Record{a, b, r}); !slices.Equal(d, want) {
+		t.Fatalf("got %q\nwant %q", d, want)
+	}
+	a.Budgets, b.Budgets = r.Budgets, r.Budgets
+	if d := candidacy.Disagreements([]candidacy.Record{a, b, r}); d != nil {
+		t.Fatalf("agreeing budgets: %v", d)
+	}
 }
 
 // Two candidates with different capacities both learn of it; when one

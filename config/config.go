@@ -393,8 +393,10 @@ func (c *Manager) resolve(m map[string]string, bad map[string]bool) []error {
 	c.Pools = pools
 	errs = append(errs, c.resolveClusterPools()...)
 	errs = append(errs, c.resolveRates(m)...)
+	errs = append(errs, c.resolveBudgets(m)...)
 	errs = append(errs, c.resolvePolicies(m)...)
 	errs = append(errs, c.resolveFairness(m)...)
+	errs = append(errs, c.resolveShadow(m)...)
 	errs = append(errs, c.resolveReplyPrefixes(m)...)
 	errs = append(errs, c.resolveFastRelease(m, bad)...)
 	errs = append(errs, c.resolveEmbeddedLimits(m)...)

@@ -64,6 +64,9 @@
 //	                          pool with a rate and no concurrency limit
 //	POOL_RATE_BURST           most slots a rate starts at once, e.g. "api=5";
 //	                          default one second's worth, at least 1
+//	POOL_BUDGETS              usage budgets, units per sliding window, e.g.
+//	                          "llm=100000/m" (units s, m, h); a name in no
+//	                          list above becomes a node pool with a budget
 //	EXECUTOR_MAX_CONCURRENCY  capacity of the default pool; default 4
 //	NATS_STORE_DIR            JetStream storage directory; default
 //	                          <StateHome>/slotlease/<NODE_ID>/jetstream, or
@@ -111,6 +114,8 @@
 //	POOL_FAIR_QUANTUM         fair pools: credit per turn of weight 1; default 1
 //	POOL_STARVATION_AGE       fair pools: a ready request waiting this long goes
 //	                          next; default none
+//	POOL_SHADOW               pools in shadow mode: granted at once, their limits
+//	                          counted, not enforced (shadow.go); default none
 //
 // Read by the executor only (cmd/executor):
 //

@@ -52,8 +52,9 @@ var policies = []string{"fifo", "lifo", "priority", "fair"}
 var onFulls = []string{"refuse", "drop_oldest"}
 
 // parseEntries parses a comma-separated list of name<sep>value entries,
-// reporting every bad entry as a *VarError naming the variable. Names must
-// be tokens and unique; value parses the value.
+// or of plain names when sep is "" (value then gets ""), reporting every
+// bad entry as a *VarError naming the variable. Names must be tokens and
+// unique; value parses the value.
 func parseEntries(variable, s string, sep string, value func(name, v string) error) []error {
 	if s == "" {
 		return nil
@@ -65,7 +66,10 @@ func parseEntries(variable, s string, sep string, value func(name, v string) err
 			if err := checkEntry(entry); err != nil {
 				return err
 			}
-			name, v, ok := strings.Cut(entry, sep)
+			name, v, ok := entry, "", true
+			if sep != "" {
+				name, v, ok = strings.Cut(entry, sep)
+			}
 			if !ok {
 				return reason(fmt.Sprintf("missing %q (want name%svalue)", sep, sep))
 			}

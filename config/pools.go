@@ -43,6 +43,12 @@ type Pool struct {
 	// least 1). A pool named only in POOL_RATES has capacity MaxCapacity.
 	Rate  pools.Rate
 	Burst int64
+	// Budget is the usage budget (POOL_BUDGETS): Budget.Slots units per
+	// Budget.Per; zero if none. A pool named only there has capacity
+	// MaxCapacity.
+	Budget pools.Rate
+	// Shadow puts the pool in shadow mode (POOL_SHADOW, shadow.go).
+	Shadow bool
 }
 
 // ValidToken reports whether s may be used as a node id, a pool name or one

@@ -38,17 +38,7 @@ func ParseRateBurst(s string, r pools.Rate) (int64, error) {
 // only a rate: capacity MaxCapacity. Pools and ClusterPools must already
 // be built; queue policies come after, so that they may name such a pool.
 func (c *Manager) resolveRates(m map[string]string) []error {
-	var errs []error
-	var added []Pool
-	find := func(name string) *Pool {
-		for _, ps := range [][]Pool{c.Pools, c.ClusterPools, added} {
-			if i := slices.IndexFunc(ps, func(p Pool) bool { return p.Name == name }); i >= 0 {
-				return &ps[i]
-			}
-		}
-		return nil
-	}
-	errs = append(errs, parseEntries(EnvPoolRates, m[EnvPoolRates], "=", func(name, v string) error {
+	errs := c.setPoolEntries(EnvPoolRates, m[EnvPoolRates], func(p *Pool, v string) error {
 		r, err := ParseRate(v)
 		if err != nil {
 			return err
@@ -57,14 +47,10 @@ func (c *Manager) resolveRates(m map[string]string) []error {
 		if err != nil {
 			return reason(err.Error())
 		}
-		if p := find(name); p != nil {
-			p.Rate, p.Burst = r, burst
-			return nil
-		}
-		added = append(added, Pool{Name: name, Capacity: MaxCapacity, Rate: r, Burst: burst})
+		p.Rate, p.Burst = r, burst
 		return nil
-	})...)
-	// added is complete: find may now hand out pointers into it.
+	})
+	find := c.findPool
 	errs = append(errs, parseEntries(EnvPoolRateBurst, m[EnvPoolRateBurst], "=", func(name, v string) error {
 		p := find(name)
 		if p == nil || p.Rate == (pools.Rate{}) {
@@ -77,6 +63,37 @@ func (c *Manager) resolveRates(m map[string]string) []error {
 		p.Burst = n
 		return nil
 	})...)
+	return errs
+}
+
+// findPool returns the pool of that name in Pools or ClusterPools, nil if
+// none. The pointer is good until Pools changes.
+func (c *Manager) findPool(name string) *Pool {
+	for _, ps := range [][]Pool{c.Pools, c.ClusterPools} {
+		if i := slices.IndexFunc(ps, func(p Pool) bool { return p.Name == name }); i >= 0 {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
+// setPoolEntries reads variable's pool=value entries (value is s) and
+// sets each on its pool with set: one of Pools or ClusterPools, or, for a
+// name in neither, a new node pool of capacity MaxCapacity (one with only
+// a rate or a budget), added to Pools once every entry is read.
+func (c *Manager) setPoolEntries(variable, s string, set func(p *Pool, v string) error) []error {
+	var added []Pool
+	errs := parseEntries(variable, s, "=", func(name, v string) error {
+		if p := c.findPool(name); p != nil {
+			return set(p, v)
+		}
+		p := Pool{Name: name, Capacity: MaxCapacity}
+		if err := set(&p, v); err != nil {
+			return err
+		}
+		added = append(added, p) // names are not repeated (parseEntries)
+		return nil
+	})
 	if len(added) > 0 {
 		c.Pools = append(c.Pools, added...)
 		slices.SortFunc(c.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })

@@ -50,9 +50,9 @@ var (
 	}
 	managerVars = []string{
 		EnvPoolCapacities, EnvClusterPools, EnvExecutorMaxConcurrency, EnvNATSStoreDir, EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvReplicas, EnvHTTPAddr, EnvNATSReplyPrefixes,
-		EnvPoolRates, EnvPoolRateBurst,
+		EnvPoolRates, EnvPoolRateBurst, EnvPoolBudgets,
 		EnvPoolPolicies, EnvPoolMaxQueue, EnvPoolOnFull, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvTenantCaps, EnvTenantWeights, EnvTenantDefaultWeight, EnvPriorityAging,
-		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge,
+		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge, EnvPoolShadow,
 		EnvDisconnectEvents, EnvDisconnectGrace,
 		EnvNATSExecutorsMaxStore, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections,
 		EnvJobsNATSNKey, EnvJobsNATSUser, EnvJobsNATSPassword,
@@ -66,8 +66,8 @@ var (
 // variables check their entries themselves (checkEntry), so that each bad
 // entry is named.
 var (
-	listVars = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolPolicies, EnvPoolMaxQueue, EnvPoolOnFull, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes,
-		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge}
+	listVars = []string{EnvPoolCapacities, EnvClusterPools, EnvPoolRates, EnvPoolRateBurst, EnvPoolBudgets, EnvPoolPolicies, EnvPoolMaxQueue, EnvPoolOnFull, EnvTenantCaps, EnvTenantWeights, EnvNATSReplyPrefixes,
+		EnvPoolKeyLimits, EnvPoolFairQuantum, EnvPoolStarvationAge, EnvPoolShadow}
 	numberVars   = []string{EnvExecutorMaxConcurrency, EnvReplicas, EnvTenantDefaultWeight, EnvMaxQueuedPerConnection, EnvMaxQueuedPerCredential, EnvNATSExecutorsMaxConsumers, EnvNATSExecutorsMaxConnections, EnvNATSReadersMaxConnections}
 	durationVars = []string{EnvLeaseTTL, EnvLeaderTTL, EnvEventRetention, EnvPriorityAging, EnvDisconnectGrace}
 )

@@ -269,6 +269,9 @@ func (c *channel) submit(req FollowUpRequest) FollowUpReply {
 	if spec.Tenant != "" && spec.Tenant != parent.Tenant {
 		bad = append(bad, fmt.Sprintf("tenant %q: a follow-up job runs for its parent's tenant (%q)", spec.Tenant, parent.Tenant))
 	}
+	if spec.OnGroup != "" && (spec.Group != parent.Group || spec.OnGroup != parent.OnGroup) {
+		bad = append(bad, fmt.Sprintf("on_group %q: a follow-up job may replace or stop runs of a group only as its parent does (group %q, on_group %q)", spec.OnGroup, parent.Group, parent.OnGroup))
+	}
 	for _, w := range spec.Writable {
 		if !slices.ContainsFunc(parent.Writable, func(p string) bool { return w == p || strings.HasPrefix(w, p+"/") }) {
 			bad = append(bad, fmt.Sprintf("writable %q: a follow-up job may write only within its parent's writable paths %q", w, parent.Writable))

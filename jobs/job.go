@@ -128,6 +128,19 @@ type Spec struct {
 	// within a tenant, and POOL_KEY_LIMITS caps the slots in flight per
 	// key (at most lease.MaxKeyLen bytes).
 	Key string `json:"key,omitempty"`
+	// Units is the estimate of each attempt's usage for pools with a
+	// budget (POOL_BUDGETS), 1..lease.MaxUnits, 0 none: reserved while the
+	// attempt holds its leases, and settled at release from what the
+	// command wrote to $LEASE_USAGE_FILE, else the estimate. A follow-up
+	// job does not inherit it: its usage is its own to estimate.
+	Units int64 `json:"units,omitempty"`
+	// Group is the concurrency group of each attempt's lease request, and
+	// OnGroup its option (lease.OnGroupCancelInProgress or
+	// lease.OnGroupCancelPending): an attempt stopped by a newer request
+	// of its group, or replaced while it waited for its lease, ends the
+	// job cancelled ("superseded: ..."; docs/jobs.md).
+	Group   string `json:"group,omitempty"`
+	OnGroup string `json:"on_group,omitempty"`
 	// IdempotencyKey, if set and ID is not, makes the id: the same key
 	// always names the same job (IDForKey), so a retried submit finds it.
 	// At most MaxIdempotencyKeyLen bytes.
@@ -369,6 +382,15 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.Key) > lease.MaxKeyLen || strings.IndexFunc(s.Key, unicode.IsControl) >= 0 || !utf8.ValidString(s.Key) {
 		bad("key: at most %d bytes of UTF-8, without control characters", lease.MaxKeyLen)
+	}
+	if s.Units < 0 || s.Units > lease.MaxUnits {
+		bad("units: %d, want 1 to %d (or none)", s.Units, int64(lease.MaxUnits))
+	}
+	if strings.IndexFunc(s.Group, unicode.IsControl) >= 0 || !utf8.ValidString(s.Group) {
+		bad("group: UTF-8 without control characters")
+	}
+	if e := lease.CheckGroup(s.Group, s.OnGroup); e != nil {
+		bad("%s", e.Message)
 	}
 	if len(s.IdempotencyKey) > MaxIdempotencyKeyLen || strings.IndexByte(s.IdempotencyKey, 0) >= 0 {
 		bad("idempotency_key: at most %d bytes, without NUL", MaxIdempotencyKeyLen)

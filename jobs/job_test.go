@@ -19,6 +19,9 @@ func TestParseSpec(t *testing.T) {
 	if k, err := jobs.ParseSpec([]byte(`{"command":["true"],"tenant":"t","key":"customer-42"}`)); err != nil || k.Key != "customer-42" || k.Tenant != "t" {
 		t.Fatalf("a spec with a key: %+v, %v", k, err)
 	}
+	if g, err := jobs.ParseSpec([]byte(`{"command":["true"],"group":"pr-7","on_group":"cancel_in_progress"}`)); err != nil || g.Group != "pr-7" || g.OnGroup != "cancel_in_progress" {
+		t.Fatalf("a spec with a group: %+v, %v", g, err)
+	}
 	if s.Slots != 1 || s.Priority != jobs.Normal || s.MaxAttempts != 3 || time.Duration(s.Timeout) != 90*time.Second || s.Env["A"] != "b" {
 		t.Fatalf("defaults or fields wrong: %+v", s)
 	}
@@ -50,6 +53,10 @@ func TestParseSpec(t *testing.T) {
 		{`{"command":["true"],"key":"` + strings.Repeat("k", 129) + `"}`, `key: at most 128 bytes`},
 		{`{"command":["true"],"key":"a\u0007b"}`, `key: at most 128 bytes of UTF-8, without control characters`},
 		{`{"command":["true"],"key":7}`, `field "key": want a string`},
+		{`{"command":["true"],"group":"` + strings.Repeat("g", 129) + `"}`, `group is longer than 128 bytes`},
+		{`{"command":["true"],"group":"a\u0007b"}`, `group: UTF-8 without control characters`},
+		{`{"command":["true"],"on_group":"cancel_pending"}`, `on_group "cancel_pending" needs a group`},
+		{`{"command":["true"],"group":"g","on_group":"newest"}`, `on_group must be "cancel_in_progress" or "cancel_pending", got "newest"`},
 	}
 	for _, tc := range bad {
 		_, err := jobs.ParseSpec([]byte(tc.json))

@@ -59,6 +59,7 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.checkCancel(cctx, t, stopRun)
 	ccancel()
+	go stopOnRequest(set, stopRun)     // groupstop.go
 	spanCtx, span := t.spanCtx, t.span // started before the lease was acquired (take)
 	natstrace.SetAttributes(span, natstrace.LeaseID(l.ID()))
 	defer span.End()
@@ -75,6 +76,7 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	} else {
 		ch.env(env, sandbox.DefaultPath)
 	}
+	usage := s.usageFile(t, env)
 	sbSpec := sandbox.Spec{
 		Command: spec.Command, Env: env,
 		Timeout: time.Duration(spec.Timeout), CPUTime: time.Duration(spec.CPU), MemoryBytes: spec.MemoryBytes,
@@ -83,6 +85,9 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	}
 	if len(s.cfg.Hide) > 0 {
 		sbSpec.Writable = spec.Writable // unconfined, a job writes what its executor's user can anyway
+		if usage != nil {
+			sbSpec.Lend = []string{usage.Dir()} // the job's own identity writes it
+		}
 	}
 	if ch != nil {
 		ch.grant(&sbSpec)
@@ -96,7 +101,7 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	}
 
 	// Slots back first: the result write does not need them.
-	s.releaseAll(t, set)
+	s.releaseUsage(t, set, usage)
 
 	var cancelled cancelCause
 	switch {

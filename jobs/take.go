@@ -103,7 +103,10 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 		s.fail(t, fmt.Sprintf("needs %d slots, but pool %s on node %s has %d", job.Spec.Slots, pool, s.node, st.Capacity))
 		return handled
 	}
-	if job.Spec.Slots > st.Available {
+	// A job that cancels its group's run in progress asks for its slots
+	// all the same: its request stops the holders of its group, whose
+	// slots it is granted as they free (groupstop.go).
+	if job.Spec.Slots > st.Available && job.Spec.OnGroup != lease.OnGroupCancelInProgress {
 		s.giveBack(t, s.cfg.PollInterval, "not enough free slots on this node")
 		return idle
 	}
@@ -117,6 +120,9 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 		case errors.Is(err, lease.ErrUnknownPool), errors.Is(err, lease.ErrExceedsCapacity),
 			errors.Is(err, lease.ErrInvalidSlots), errors.Is(err, lease.ErrBadRequest):
 			s.fail(t, fmt.Sprintf("no lease on node %s: %v", s.node, err))
+			return handled
+		case errors.Is(err, lease.ErrSuperseded):
+			s.cancelled(t, "superseded: "+err.Error(), nil)
 			return handled
 		case ctx.Err() != nil:
 			s.giveBack(t, 0, "the executor is stopping")
@@ -136,7 +142,10 @@ func (s *Server) take(ctx context.Context, pool string, msg *delivery, st lease.
 // and, with further pools, all of them or none (lease.Client.AcquireAll).
 func (s *Server) acquire(ctx context.Context, pool string, job Job, delivery uint64) (*lease.LeaseSet, error) {
 	opts := []lease.AcquireOption{lease.WithRequestID(job.ID + "-d" + strconv.FormatUint(delivery, 10)),
-		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key)}
+		lease.WithWait(s.cfg.AcquireWait), lease.WithTenant(job.Spec.Tenant), lease.WithKey(job.Spec.Key), lease.WithUnits(job.Spec.Units)}
+	if job.Spec.Group != "" {
+		opts = append(opts, lease.InGroup(job.Spec.Group, job.Spec.OnGroup))
+	}
 	if len(job.Spec.Pools) == 0 {
 		l, err := s.cfg.Leases.Acquire(ctx, pool, job.Spec.Slots, opts...)
 		if err != nil {

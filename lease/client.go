@@ -37,6 +37,9 @@ type Client struct {
 
 	live liveness // pings for the leases with fast release (liveness.go)
 	wake wake     // renew now: a reconnect, a manager's stop notice (wake.go)
+	// stops pokes a grouped lease's heartbeat when a stop_requested event
+	// names it (groupstop.go).
+	stops stopWatch
 
 	cluster *Client // the cluster pools' client (acquireall.go); guarded by mu
 }
@@ -179,6 +182,7 @@ func (c *Client) Close() error {
 	unregisterClient(c)
 	c.live.close()
 	c.wake.unhook(c.nc)
+	c.stops.unhook()
 	if c.cluster != nil {
 		_ = c.cluster.Close()
 	}
@@ -205,7 +209,10 @@ type acquireOptions struct {
 	priority  int
 	tenant    string
 	key       string
+	units     int64 // usage.go
 	noWait    bool
+	group     string
+	onGroup   string
 	wait      time.Duration
 	onQueued  func(position int)
 	// onQueuedIn (AcquireAll only; acquireall.go)
@@ -301,6 +308,9 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if err := rules.ValidRequestID(o.requestID); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
+	if err := CheckGroup(o.group, o.onGroup); err != nil {
+		return nil, err
+	}
 	if o.wait > MaxWaitMs*time.Millisecond {
 		return nil, errorf(CodeBadRequest, "wait %v is longer than the protocol's 30 days (wait_ms %d)", o.wait, int64(MaxWaitMs))
 	}
@@ -316,7 +326,8 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 		pollMs = 0 // polls rarer than the protocol's bound: promise nothing
 	}
 	req := AcquireRequest{RequestID: o.requestID, Holder: c.holder, Slots: slots, WaitMs: waitMs, Secret: o.secret,
-		Priority: o.priority, Tenant: o.tenant, Key: o.key, NoWait: o.noWait, PollMs: pollMs}
+		Priority: o.priority, Tenant: o.tenant, Key: o.key, NoWait: o.noWait, PollMs: pollMs, Units: o.units,
+		Group: o.group, OnGroup: o.onGroup}
 	// Each send names the connection it goes on (fast release).
 	body := func() []byte {
 		cn := c.live.identity()
@@ -448,7 +459,8 @@ func (c *Client) withdraw(pool, id, secret string) {
 // queued or answered from an earlier grant, or a grant so late that little
 // of the TTL is left) a renewal sent now.
 func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, confirm bool) (*Lease, error) {
-	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{}), tctx: context.WithoutCancel(ctx)}
+	l := &Lease{c: c, rec: rec, done: make(chan struct{}), stop: make(chan struct{}), hbDone: make(chan struct{}), tctx: context.WithoutCancel(ctx),
+		asked: make(chan struct{}), poke: make(chan struct{}, 1)}
 	base := firstSent
 	if confirm || time.Since(firstSent) > rec.TTL()/3 {
 		// A confirmation later than the TTL less the margin would start
@@ -464,8 +476,10 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 	}
 	l.deadline = base.Add(rec.TTL() - margin(rec.TTL()))
 	c.hookWake()
+	c.watchStops(l)
 	if rec.DisconnectGraceMs > 0 {
 		if err := l.bindLive(ctx); err != nil {
+			c.unwatchStops(l)
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)
 			return nil, err
 		}

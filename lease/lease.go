@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotlease/slotlease/telemetry/natstrace"
@@ -44,6 +45,18 @@ type Lease struct {
 	boundSince time.Time
 	err        error // guarded by mu; set once, before done closes
 	stopOnce   sync.Once
+	// usage is the actual units ReleaseUsage settles (usage.go); nil
+	// settles the estimate.
+	usage atomic.Pointer[int64]
+
+	// asked is closed when a renewal's answer carried a stop request
+	// (notice, guarded by mu): a newer request of the lease's group came
+	// (groupstop.go). poke renews at once: a stop_requested event named
+	// the lease.
+	asked     chan struct{}
+	notice    *StopNotice
+	askedOnce sync.Once
+	poke      chan struct{}
 }
 
 // ID returns the lease id (the acquire's request id).
@@ -156,7 +169,7 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) sendRelease(ctx context.Context) (err error) {
 	ctx, span := natstrace.StartClient(ctx, l.c.tracing.tracer, natstrace.SpanRelease, natstrace.Node(l.rec.Node), natstrace.Pool(l.rec.Pool), natstrace.LeaseID(l.rec.ID), natstrace.Token(l.rec.Token))
 	defer func() { natstrace.End(span, err) }()
-	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret})
+	_, err = l.c.request(ctx, Subject(l.c.prefix, l.rec.Node, l.rec.Pool, VerbRelease), ReleaseRequest{LeaseID: l.rec.ID, Token: l.rec.Token, Secret: l.rec.Secret, Units: l.usage.Load()})
 	return err
 }
 
@@ -169,6 +182,7 @@ func (l *Lease) sendRelease(ctx context.Context) (err error) {
 // connection changed, so the lease moves to the new one.
 func (l *Lease) heartbeat() {
 	defer close(l.hbDone)
+	defer l.c.unwatchStops(l)
 	ttl := l.rec.TTL()
 	interval := ttl / 3
 	retry := min(interval, 250*time.Millisecond)
@@ -211,6 +225,7 @@ func (l *Lease) heartbeat() {
 				continue
 			}
 		case <-woken:
+		case <-l.poke:
 		case <-next.C:
 		}
 		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
@@ -233,7 +248,7 @@ func (l *Lease) heartbeat() {
 			if l.grace > 0 && l.c.live.isLameDuck(l.boundConn()) {
 				next.Reset(retry)
 			}
-		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool):
+		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool), errors.Is(err, ErrSuperseded):
 			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
 		default:

@@ -23,6 +23,10 @@ type LeaseSet struct {
 	err     error // guarded by mu; set once, before done closes
 	once    sync.Once
 	release error // the first Release's result
+
+	// asked is closed when any lease was asked to stop (groupstop.go).
+	asked    chan struct{}
+	askClose sync.Once
 }
 
 // NewLeaseSet makes a set of leases the caller holds (at least one), to be
@@ -31,9 +35,15 @@ func NewLeaseSet(leases ...*Lease) *LeaseSet { return newLeaseSet(leases) }
 
 // newLeaseSet watches leases, which the caller holds.
 func newLeaseSet(leases []*Lease) *LeaseSet {
-	s := &LeaseSet{leases: leases, done: make(chan struct{}), stop: make(chan struct{})}
+	s := &LeaseSet{leases: leases, done: make(chan struct{}), stop: make(chan struct{}), asked: make(chan struct{})}
 	for _, l := range leases {
 		s.watches.Go(func() {
+			select {
+			case <-l.StopRequested():
+				s.askClose.Do(func() { close(s.asked) })
+			case <-l.Done():
+			case <-s.stop:
+			}
 			select {
 			case <-l.Done():
 				s.end(fmt.Errorf("lease %s (%d slot(s) of pool %s on node %s): %w", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Err()))

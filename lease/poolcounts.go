@@ -18,7 +18,8 @@ package lease
 //   - Dropped: rejected events with code dropped, waiters a drop_oldest
 //     pool's full queue evicted for a newer request;
 //   - Cancelled: cancelled events, queued requests and leases their holder
-//     withdrew.
+//     withdrew, and superseded events, queued requests a newer request of
+//     their concurrency group replaced.
 type PoolCounts struct {
 	Granted   uint64 `json:"granted"`
 	Completed uint64 `json:"completed"`
@@ -62,7 +63,7 @@ func OutcomeOf(kind EventKind, code Code) (Outcome, bool) {
 			return OutcomeDropped, true
 		}
 		return OutcomeRejected, true
-	case EventCancelled:
+	case EventCancelled, EventSuperseded:
 		return OutcomeCancelled, true
 	}
 	return "", false

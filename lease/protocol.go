@@ -124,6 +124,12 @@ type AcquireRequest struct {
 	Key string `json:"key,omitempty"`
 	// NoWait refuses with would_wait instead of queueing (try-acquire).
 	NoWait bool `json:"no_wait,omitempty"`
+	// Units is the request's estimate of its usage (tokens, cents: the
+	// budget's unit), 1..MaxUnits: a pool with a budget (POOL_BUDGETS)
+	// requires it, reserves it while the lease is held, and the release
+	// settles the actual (ReleaseRequest.Units). Pools without a budget
+	// ignore it.
+	Units int64 `json:"units,omitempty"`
 	// ConnServer and ConnID name the NATS connection the request was sent
 	// on (the server's id and the client id it gave the connection). With
 	// them, a manager with fast release frees the lease soon after that
@@ -131,6 +137,13 @@ type AcquireRequest struct {
 	// docs/guarantees.md, "Fast release". Without them, the TTL alone.
 	ConnServer string `json:"conn_server,omitempty"`
 	ConnID     uint64 `json:"conn_id,omitempty"`
+	// Group names the request's concurrency group (at most MaxGroupLen
+	// bytes), scoped to its pool on this manager, its tenant and the
+	// credential it came with (group.go); OnGroup says what a new request
+	// of the group does to the group's older ones: OnGroupCancelInProgress
+	// or OnGroupCancelPending, or "" (nothing: it queues as any request).
+	Group   string `json:"group,omitempty"`
+	OnGroup string `json:"on_group,omitempty"`
 }
 
 // RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.
@@ -157,7 +170,15 @@ type ReleaseRequest struct {
 	LeaseID string `json:"lease_id"`
 	Token   uint64 `json:"token"`
 	Secret  string `json:"secret,omitempty"`
+	// Units, if given, is what the lease actually used, 0..MaxUnits, for
+	// a pool with a budget: it replaces the estimate in the budget's
+	// window (less is given back at once, more is debited). Left out, the
+	// estimate is settled. Pools without a budget ignore it.
+	Units *int64 `json:"units,omitempty"`
 }
+
+// MaxUnits bounds an estimate and an actual of units (pools.MaxUnits).
+const MaxUnits = pools.MaxUnits
 
 // CancelRequest withdraws an acquire: a queued request leaves the queue, and
 // a grant that raced the cancel is released by the manager.
@@ -210,6 +231,10 @@ type Reply struct {
 	// a pool of neither list is unknown everywhere. Absent when the
 	// manager does not know (manager.Config.ClusterPools).
 	ClusterPools *[]string `json:"cluster_pools,omitempty"`
+	// Stop, on a renewal's answer, says that a newer request of the
+	// lease's group asked its holder to stop (group.go): stop the work,
+	// then release.
+	Stop *StopNotice `json:"stop,omitempty"`
 }
 
 // NodePools is one node's pools: the one JSON shape of `leasemgr pools
@@ -246,6 +271,10 @@ type PoolStats struct {
 	// Counts are how the pool's requests and leases ended (PoolCounts);
 	// nil from a manager of a version before them.
 	Counts *PoolCounts `json:"counts,omitempty"`
+	// ShadowCounts are what the pool's limits would have done with the
+	// requests it granted in shadow mode (POOL_SHADOW), kept like Counts;
+	// omitted while there are none.
+	ShadowCounts ShadowCounts `json:"shadow_counts,omitempty"`
 }
 
 // Record is a granted lease, as stored in KV and sent to the holder.
@@ -282,6 +311,9 @@ type Record struct {
 	Tenant   string `json:"tenant,omitempty"`
 	Key      string `json:"key,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// Units is the acquire's estimate (AcquireRequest.Units), reserved
+	// from the pool's budget while the lease is held.
+	Units int64 `json:"units,omitempty"`
 	// ConnServer and ConnID name the holder's connection the lease is
 	// bound to, and DisconnectGraceMs (> 0 only then) is how long after
 	// that connection closes the manager frees the lease: the holder must
@@ -289,6 +321,12 @@ type Record struct {
 	ConnServer        string `json:"conn_server,omitempty"`
 	ConnID            uint64 `json:"conn_id,omitempty"`
 	DisconnectGraceMs int64  `json:"disconnect_grace_ms,omitempty"`
+	// Group is the lease's concurrency group, and GroupOwner a digest of
+	// the credential that acquired it (empty where the server vouches
+	// for none): only a request of the same pool, tenant and credential
+	// can ask it to stop (group.go).
+	Group      string `json:"group,omitempty"`
+	GroupOwner string `json:"group_owner,omitempty"`
 }
 
 // Public returns the record without its secret, for anyone but its holder.
@@ -321,7 +359,7 @@ const (
 // in this package is missing).
 var EventKinds = []EventKind{
 	EventRequested, EventQueued, EventGranted, EventReleased, EventExpired, EventCancelled, EventRejected,
-	EventResized, EventStopping,
+	EventResized, EventStopping, EventStopRequested, EventSuperseded,
 }
 
 // Event is published for every transition, carrying the pool's stats after it.
@@ -337,13 +375,27 @@ type Event struct {
 	Tenant    string    `json:"tenant,omitempty"`
 	// Key is the fairness key of the request or lease the event is about,
 	// when it has one.
-	Key      string      `json:"key,omitempty"`
-	Token    uint64      `json:"token,omitempty"`
-	Position int         `json:"position,omitempty"`
-	WaitMs   int64       `json:"wait_ms,omitempty"`
-	Code     Code        `json:"code,omitempty"`
-	Message  string      `json:"message,omitempty"`
-	Stats    pools.Stats `json:"stats"`
+	Key      string `json:"key,omitempty"`
+	Group    string `json:"group,omitempty"` // the request's or lease's concurrency group, if any
+	Token    uint64 `json:"token,omitempty"`
+	Position int    `json:"position,omitempty"`
+	WaitMs   int64  `json:"wait_ms,omitempty"`
+	// Units is, in a granted event, the estimate the grant reserved from
+	// its pool's budget; Settled, in a released, cancelled or expired
+	// event of a pool with a budget, the units the lease's end settled
+	// (the actual the holder gave, else the estimate). Settled is a
+	// pointer so that a settlement of 0 shows.
+	Units   int64       `json:"units,omitempty"`
+	Settled *int64      `json:"settled,omitempty"`
+	Code    Code        `json:"code,omitempty"`
+	Message string      `json:"message,omitempty"`
+	Stats   pools.Stats `json:"stats"`
+	// Shadow, on a granted event of a shadow pool (POOL_SHADOW), names the
+	// limit that would have held the request back, and ShadowAction what
+	// the pool would have done with it (pools.Shadowed); both empty when
+	// its limits would have granted it too.
+	Shadow       pools.ShadowReason `json:"shadow,omitempty"`
+	ShadowAction pools.ShadowAction `json:"shadow_action,omitempty"`
 }
 
 // MaxReplyLen bounds a reply subject: an inbox with a request id after it

@@ -142,6 +142,7 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 				return first, nil, replyError(&r)
 			}
 			l.c.live.serverStopping(r.ServerStopping)
+			l.askStop(r.Stop)
 			if r.Status == StatusBound {
 				if r.Lease != nil {
 					// The server read an attempt sent on this connection

@@ -58,6 +58,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
+	m.groupArrivedLocked(r)
 	return lease.Reply{} // granted or queued: answered later
 }
 
@@ -85,13 +86,14 @@ func retriedLease(p *pool, h *held, e *lease.Error) lease.Reply {
 	case h.releasing:
 		// Its slots are about to go to someone else: this is no grant.
 		e = errorf(lease.CodeUnavailable, "lease %q is being released; retry to acquire anew", h.rec.ID)
-	case h.restored && overCapacity(p):
+	case h.restored && overCapacity(p) && !p.p.Shadow():
 		// Counted from the store at this term's start while the pool
 		// holds more slots than it has: one of its records may be a grant
 		// a deposed manager stored after a successor had given its slots
 		// away, whose holder never heard of it. Handing it out now would
 		// give a slot a second holder (docs/guarantees.md, problem 9);
-		// unrenewed, it expires at its TTL.
+		// unrenewed, it expires at its TTL. A shadow pool holds more
+		// slots than it has by design, and promises no such bound.
 		e = errorf(lease.CodeUnavailable, "lease %q was stored by an earlier manager while pool %q holds more slots than it has; retry after its TTL", h.rec.ID, p.name)
 	default:
 		// Existing tells the holder the record was written before this
@@ -133,9 +135,13 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 	if e := exceeds(p, req.Slots); e != nil {
 		return nil, e
 	}
+	if e := overBudget(p, req.Units); e != nil {
+		return nil, e
+	}
 	r := &request{id: req.RequestID, holder: req.Holder, secret: req.Secret, tenant: req.Tenant, key: req.Key, priority: req.Priority,
-		slots: req.Slots, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
-		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID}}
+		slots: req.Slots, units: req.Units, pool: p, reply: reply, since: time.Now(), pollMs: pollPromise(req.PollMs, who), owner: who.key,
+		origin: who.origin, cred: who.cred, conn: conn{req.ConnServer, req.ConnID},
+		group: req.Group, groupOwner: groupOwner(who, req.Group), onGroup: req.OnGroup}
 	r.lastSeen = r.since.UnixNano()
 	if m.gone.knownClosedLocked(r.conn) || m.gone.originClosedLocked(r.origin) {
 		// Sent just before its connection closed: nobody would hear of it.
@@ -165,6 +171,7 @@ func (m *Manager) enqueueLocked(ctx context.Context, r *request, req lease.Acqui
 	}
 	if err != nil {
 		e := enqueueError(p, req.Slots, err, m.cfg.TTL)
+		budgetWouldWait(e, p, req.Slots, req.Units)
 		if full != nil && !req.NoWait && errors.Is(err, pools.ErrWouldWait) {
 			e = full
 			e.RetryAfterMs = queueFullRetryMs(p, m.cfg.TTL)
@@ -238,6 +245,8 @@ func enqueueError(p *pool, slots int64, err error, ttl time.Duration) *lease.Err
 		return e
 	case errors.Is(err, pools.ErrExceedsCapacity):
 		return errorf(lease.CodeExceedsCapacity, "%v", err)
+	case errors.Is(err, pools.ErrInvalidUnits):
+		return errorf(lease.CodeBadRequest, "%v", err)
 	default:
 		return errorf(lease.CodeInternal, "%v", err)
 	}
@@ -273,6 +282,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	if len(req.Key) > lease.MaxKeyLen {
 		return errorf(lease.CodeBadRequest, "key is longer than %d bytes", lease.MaxKeyLen)
 	}
+	if e := validGroup(req); e != nil {
+		return e
+	}
 	if req.Slots <= 0 {
 		return errorf(lease.CodeInvalidSlots, "slots must be a positive integer, got %d", req.Slots)
 	}
@@ -281,6 +293,9 @@ func validateAcquire(req *lease.AcquireRequest) *lease.Error {
 	}
 	if req.WaitMs < 0 || req.WaitMs > lease.MaxWaitMs {
 		return errorf(lease.CodeBadRequest, "wait_ms must be between 0 and %d (30 days), got %d", lease.MaxWaitMs, req.WaitMs)
+	}
+	if e := checkUnits(req.Units); e != nil {
+		return e
 	}
 	return checkConn(req.ConnServer, req.ConnID)
 }

@@ -36,9 +36,9 @@ func decode(data []byte, v any) *lease.Error {
 	case *lease.AcquireRequest:
 		return decodeAcquire(data, v)
 	case *lease.RenewRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID, &v.LameDuck)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID, &v.LameDuck, nil)
 	case *lease.ReleaseRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil, nil)
+		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil, nil, &v.Units)
 	case *lease.CancelRequest:
 		return decodeCancel(data, v)
 	case *lease.ResizeRequest:
@@ -80,6 +80,12 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 			d.uint64(10, &req.ConnID)
 		case "key":
 			d.ident(11, &req.Key, lease.MaxKeyLen)
+		case "units":
+			d.int64(12, &req.Units)
+		case "group":
+			d.ident(13, &req.Group, lease.MaxGroupLen)
+		case "on_group":
+			d.ident(14, &req.OnGroup, maxOnGroupLen)
 		default:
 			d.unknown()
 		}
@@ -89,8 +95,9 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 
 // decodeLeaseRef decodes a renew or release request: both name a lease and
 // its token; a renewal (connServer not nil) also its connection, and
-// whether that connection's server is in lame duck mode.
-func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string, connServer *string, connID *uint64, lameDuck *bool) *lease.Error {
+// whether that connection's server is in lame duck mode; a release (units
+// not nil) the units it used.
+func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string, connServer *string, connID *uint64, lameDuck *bool, units **int64) *lease.Error {
 	d := newDecoder(data, lease.MaxRequestBody)
 	for d.next() {
 		switch string(d.key) {
@@ -118,6 +125,15 @@ func decodeLeaseRef(data []byte, leaseID *string, token *uint64, secret *string,
 				break
 			}
 			d.bool(5, lameDuck)
+		case "units":
+			if units == nil {
+				d.unknown()
+				break
+			}
+			var n int64
+			if d.int64(6, &n) {
+				*units = &n
+			}
 		default:
 			d.unknown()
 		}

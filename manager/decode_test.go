@@ -46,6 +46,12 @@ func fill(t *testing.T, v reflect.Value) {
 				t.Fatalf("%s.%s: slice type %s has no decoder", typ.Name(), sf.Name, sf.Type)
 			}
 			f.Set(reflect.ValueOf([]string{fmt.Sprintf("p%d", i), "r"}))
+		case reflect.Pointer:
+			if sf.Type != reflect.TypeFor[*int64]() {
+				t.Fatalf("%s.%s: pointer type %s has no decoder", typ.Name(), sf.Name, sf.Type)
+			}
+			n := int64(i + 1)
+			f.Set(reflect.ValueOf(&n))
 		default:
 			t.Fatalf("%s.%s: kind %s has no decoder", typ.Name(), sf.Name, f.Kind())
 		}

@@ -111,6 +111,9 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 	if r.Priority != 0 {
 		b = appendIntField(b, "priority", int64(r.Priority))
 	}
+	if r.Units != 0 {
+		b = appendIntField(b, "units", r.Units)
+	}
 	if r.ConnServer != "" {
 		b = appendStringField(b, "conn_server", r.ConnServer)
 	}
@@ -120,6 +123,12 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 	if r.DisconnectGraceMs != 0 {
 		b = appendIntField(b, "disconnect_grace_ms", r.DisconnectGraceMs)
 	}
+	if r.Group != "" {
+		b = appendStringField(b, "group", r.Group)
+	}
+	if r.GroupOwner != "" {
+		b = appendStringField(b, "group_owner", r.GroupOwner)
+	}
 	return append(b, '}')
 }
 
@@ -127,7 +136,7 @@ func appendRecord(b []byte, r *lease.Record) []byte {
 // queued, released) without stats or errors take the fast path, the others
 // encoding/json's (a new slice, not b).
 func appendReply(b []byte, r *lease.Reply) ([]byte, error) {
-	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil || r.ClusterPools != nil {
+	if r.Pools != nil || r.Error != nil || r.Node != "" || r.ServedBy != "" || r.Warnings != nil || r.ClusterPools != nil || r.Stop != nil {
 		return json.Marshal(r)
 	}
 	b = append(b, '{')
@@ -172,6 +181,9 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if e.Key != "" {
 		b = appendStringField(b, "key", e.Key)
 	}
+	if e.Group != "" {
+		b = appendStringField(b, "group", e.Group)
+	}
 	if e.Token != 0 {
 		b = appendUintField(b, "token", e.Token)
 	}
@@ -180,6 +192,12 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	}
 	if e.WaitMs != 0 {
 		b = appendIntField(b, "wait_ms", e.WaitMs)
+	}
+	if e.Units != 0 {
+		b = appendIntField(b, "units", e.Units)
+	}
+	if e.Settled != nil {
+		b = appendIntField(b, "settled", *e.Settled)
 	}
 	if e.Code != "" {
 		b = appendStringField(b, "code", string(e.Code))
@@ -221,7 +239,18 @@ func AppendEvent(b []byte, e *lease.Event) []byte {
 	if s.Tokens != 0 {
 		b = appendIntField(b, "tokens", s.Tokens)
 	}
-	return append(b, '}', '}')
+	b = appendBudgetStats(b, s)
+	if s.Shadow {
+		b = append(field(b, "shadow"), "true"...)
+	}
+	b = append(b, '}')
+	if e.Shadow != "" {
+		b = appendStringField(b, "shadow", string(e.Shadow))
+	}
+	if e.ShadowAction != "" {
+		b = appendStringField(b, "shadow_action", string(e.ShadowAction))
+	}
+	return append(b, '}')
 }
 
 // Buffers recycles encoding buffers of messages that are copied before the

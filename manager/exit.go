@@ -23,15 +23,15 @@ func (m *Manager) endLocked(r *request, e *lease.Error, kind lease.EventKind) {
 	r.trace.EndQueued(string(e.Code))
 	m.out.respond(r.reply, errReply(e))
 	if kind != "" {
-		m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Key: r.key, Code: e.Code, Message: e.Message})
+		m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Key: r.key, Group: r.group, Code: e.Code, Message: e.Message})
 	}
 }
 
 // grantedLocked tells r's holder of its stored lease, and watchers.
 func (m *Manager) grantedLocked(r *request, rec lease.Record, waitMs int64) {
 	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.out.emit(r.pool, lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key,
-		Token: rec.Token, WaitMs: waitMs})
+	m.out.emit(r.pool, withShadow(lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key, Group: r.group,
+		Token: rec.Token, WaitMs: waitMs, Units: rec.Units}, r))
 }
 
 // tellQueued tells r's holder it waits at position, and watchers.

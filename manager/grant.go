@@ -61,7 +61,8 @@ func (m *Manager) grant(r *request) {
 	rec := lease.Record{
 		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
 		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority,
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units,
+		Group: r.group, GroupOwner: r.groupOwner,
 	}
 	m.mu.Lock()
 	c := r.conn
@@ -139,6 +140,7 @@ func (m *Manager) grant(r *request) {
 		return
 	}
 	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
+	m.groupGrantedLocked(r, h)
 }
 
 // grantStore stores grants in the lease bucket: over the request's queue

@@ -34,6 +34,8 @@ type queueEntry struct {
 	QueuedAt  int64     `json:"queued_at,omitempty"` // enqueue order: unix ns, strictly increasing per manager
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	PollMs    int64     `json:"poll_ms,omitempty"` // the client's re-send promise
+	// OnGroup is its concurrency group's option (group.go).
+	OnGroup string `json:"on_group,omitempty"`
 }
 
 // storedValue is any value of the lease bucket: a lease record, or a queue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -76,6 +77,11 @@ type Config struct {
 	// account). Only the server may be able to publish there: a forged
 	// advisory frees a live holder's lease early. Empty: the TTL alone.
 	DisconnectEvents string
+	// GroupStopBound is how long after a holder was asked to stop by a
+	// newer request of its concurrency group its renewals are still
+	// answered (DefaultGroupStopBound if zero): a holder that ignores the
+	// request then loses its lease at its deadline (group.go).
+	GroupStopBound time.Duration
 	// DisconnectGrace is how long after a holder's connection closed its
 	// leases are freed (DefaultDisconnectGrace if zero), between
 	// MinDisconnectGrace and MaxDisconnectGrace and under TTL/2.
@@ -160,6 +166,7 @@ type Manager struct {
 	deltas  *deltaStore  // stored pool changes (pooldelta.go); nil without PoolStore
 	tally   *tally       // the pools' outcome counts (tally.go): own lock
 	counts  *countStore  // stored pool counts (tallystore.go); nil without PoolStore
+	budgets *budgetStore // stored budget windows (budgetstore.go); nil without PoolStore
 	grants  *grantStore  // a grant's writes (grant.go): stateless
 }
 
@@ -203,6 +210,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.out = &outbox{conn: cfg.Conn, rule: rule, events: m.tally, lead: m.lead, node: cfg.Node, log: m.log}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if m.cfg.PoolStore != nil {
+		m.budgets = &budgetStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, timeout: cfg.StoreTimeout, log: m.log, ops: &m.ops, ctx: m.ctx}
+	}
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
@@ -249,6 +259,10 @@ func (m *Manager) start(ctx context.Context) error {
 			return err
 		}
 		m.counts.start() // Close stops it
+	}
+	// The budgets' windows, before the records' reservations are counted.
+	if err := m.budgets.load(ctx, m.pools); err != nil {
+		return err
 	}
 	// Every record in the store is counted before any request is served.
 	if err := m.watch.start(ctx, m.ctx); err != nil {
@@ -341,6 +355,10 @@ func (m *Manager) Close() error {
 	if m.counts != nil {
 		m.counts.close() // after the last event too: a successor carries on from every count
 	}
+	m.mu.Lock()
+	ps := maps.Clone(m.pools)
+	m.mu.Unlock()
+	m.budgets.close(ps) // after the last settlement
 	return err
 }
 

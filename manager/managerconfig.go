@@ -70,6 +70,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(cfg.Pools) == 0 {
 		return cfg, errors.New("lease: manager needs at least one pool")
 	}
+	if cfg.GroupStopBound <= 0 {
+		cfg.GroupStopBound = DefaultGroupStopBound
+	}
 	if cfg.DisconnectGrace == 0 {
 		cfg.DisconnectGrace = min(lease.DefaultDisconnectGrace, cfg.TTL/2)
 	}

@@ -119,8 +119,8 @@ func (j *journal) entryLocked(r *request) (storedValue, time.Duration, bool) {
 	}
 	v := storedValue{
 		Record: lease.Record{ID: r.id, Node: j.node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder, Term: j.lead.term(), Manager: j.lead.instance,
-			Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority},
-		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs},
+			Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units, Group: r.group, GroupOwner: r.groupOwner},
+		queueEntry: queueEntry{Queued: true, ReplyTo: r.reply, QueuedAt: r.order, WaitUntil: unixTime(r.waitUntil), PollMs: r.pollMs, OnGroup: r.onGroup},
 	}
 	return v, j.entryTTL(r), true
 }

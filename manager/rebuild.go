@@ -115,6 +115,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 		return
 	}
 	h.pool.p.RestoreKey(rec.Tenant, rec.Key, rec.Slots)
+	h.pool.p.RestoreUnits(rec.Units) // its estimate stays reserved
 }
 
 // restoreQueue queues the stored entries found while rebuilding, in their
@@ -134,11 +135,12 @@ func (m *Manager) restoreQueue() {
 		v := e.entry
 		p := m.pools[v.Pool]
 		r := &request{
-			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, key: v.Key, priority: v.Priority, slots: v.Slots, pool: p, reply: v.ReplyTo,
+			id: v.ID, holder: v.Holder, secret: v.Secret, tenant: v.Tenant, key: v.Key, priority: v.Priority, slots: v.Slots, units: v.Units, pool: p, reply: v.ReplyTo,
 			since: time.Unix(0, v.QueuedAt), order: v.QueuedAt, waitUntil: unixNano(v.WaitUntil),
 			entry: entry{has: true, rev: e.rev},
 			// Its client has had no manager to re-send to: count from now.
 			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
+			group: v.Group, groupOwner: v.GroupOwner, onGroup: v.OnGroup,
 		}
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.
@@ -148,6 +150,9 @@ func (m *Manager) restoreQueue() {
 		}
 		m.journal.restoredLocked(v.QueuedAt)
 		e := exceeds(p, v.Slots)
+		if e == nil {
+			e = overBudget(p, v.Units)
+		}
 		if e == nil && r.waitUntil != 0 && time.Now().UnixNano() > r.waitUntil {
 			e = errorf(lease.CodeWaitExpired, "not granted within the wait deadline")
 		}
@@ -167,6 +172,7 @@ func (m *Manager) restoreQueue() {
 		}
 		r.w = w
 		m.waiters.add(r)
+		m.groupRestoredLocked(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

@@ -25,6 +25,10 @@ func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 		m.mu.Lock()
 		var h *held
 		if h, e = m.lookupLocked(requesterOf(msg, "", 0), msg.Subject, req.LeaseID, req.Token, req.Secret); e == nil {
+			e = checkSettle(req.Units)
+		}
+		if e == nil {
+			h.settle = req.Units
 			m.startReleaseLocked(h, lease.EventReleased)
 		}
 		m.mu.Unlock()
@@ -42,6 +46,7 @@ func (m *Manager) startReleaseLocked(h *held, kind lease.EventKind) {
 	h.releasing = true
 	h.releaseKind = kind
 	h.gone = make(chan struct{})
+	m.settleStartLocked(h)
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
@@ -59,6 +64,9 @@ const echoWait = time.Second
 // the next grant overlap a record still stored.
 func (m *Manager) release(h *held, kind lease.EventKind) {
 	defer m.ops.Done()
+	if !m.storeSettled(h) {
+		return // fenced out or closing: the record stays, its estimate counted
+	}
 	m.mu.Lock()
 	rev := h.rev
 	m.mu.Unlock()
@@ -136,8 +144,8 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if h.pool == nil {
 		return
 	}
-	granted := h.pool.p.ReleaseKey(h.rec.Tenant, h.rec.Key, h.rec.Slots)
-	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Key: h.rec.Key, Token: h.rec.Token, Code: code})
+	granted, settled := m.settleLocked(h)
+	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Key: h.rec.Key, Token: h.rec.Token, Code: code, Settled: settled})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)
 	}

@@ -96,6 +96,9 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 		var bound lease.Reply
 		h, e = m.lookupLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg.Subject, req.LeaseID, req.Token, req.Secret)
 		if e == nil {
+			e = m.stopRefusedLocked(h) // group.go
+		}
+		if e == nil {
 			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
 		}
 		if e == nil {
@@ -131,8 +134,9 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	if rec, ok := h.renewal.since(received); ok {
 		m.mu.Lock()
 		m.stop.renewedLocked(h)
+		stop := h.stop
 		m.mu.Unlock()
-		m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+		m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec, Stop: stop})
 		return
 	}
 	started := time.Now()
@@ -157,9 +161,10 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 				h.rec.ExpiresAt = rec.ExpiresAt
 			}
 			m.stop.renewedLocked(h)
+			stop := h.stop
 			m.mu.Unlock()
 			h.renewal.stored(started, rec)
-			m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec})
+			m.out.answerLater(reply, lease.Reply{Status: lease.StatusRenewed, Lease: &rec, Stop: stop})
 			return
 		case errors.Is(err, ErrStoreRevision):
 			// Either an earlier renewal moved the revision (one whose

@@ -47,6 +47,7 @@ type request struct {
 	key        string // fairness key
 	priority   int
 	slots      int64
+	units      int64 // the estimate, for a budget (budget.go)
 	pool       *pool
 	reply      string // where answers go; a retried acquire may move it
 	conn       conn   // the connection its latest send came on, if said
@@ -74,6 +75,13 @@ type request struct {
 	order     int64 // position in the node's enqueue order (queued_at)
 	waitUntil int64 // wait deadline in unix ns, 0 if none
 	entry     entry // its queue entry in the journal, if any
+
+	// group, groupOwner and onGroup are its concurrency group, scope and
+	// option; stop and stopAt a stop request that came while its grant
+	// was being stored (group.go).
+	group, groupOwner, onGroup string
+	stop                       *lease.StopNotice
+	stopAt                     time.Time
 }
 
 // reqState is where a request is on its way to a lease. A request leaves
@@ -114,6 +122,15 @@ type held struct {
 	// restored: counted from the store while rebuilding, not granted in
 	// this term (see the retry in acquire.go).
 	restored bool
+	// settle is what its end settles in a budget (budget.go): the actual
+	// its release gave, else nil for the estimate; settleGen, once its
+	// release is under way, the budget write that must store it first.
+	settle    *int64
+	settleGen uint64
+	// stop is the stop request of a newer request of its group, and
+	// stopAt when the first came (group.go).
+	stop   *lease.StopNotice
+	stopAt time.Time
 }
 
 // poolToken returns the pool token of a request subject
@@ -128,7 +145,7 @@ func poolToken(subject string) string {
 }
 
 func (r *request) poolRequest() pools.Request {
-	return pools.Request{Slots: r.slots, Priority: r.priority, Tenant: r.tenant, Key: r.key, Value: r}
+	return pools.Request{Slots: r.slots, Units: r.units, Priority: r.priority, Tenant: r.tenant, Key: r.key, Value: r}
 }
 
 // importedPollMs is the re-send promise of a request that crossed a

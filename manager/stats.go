@@ -21,7 +21,7 @@ func (m *Manager) Stats() []lease.PoolStats {
 func poolStats(ps map[string]*pool, t *tally) []lease.PoolStats {
 	out := make([]lease.PoolStats, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants(), Counts: t.of(p.name)})
+		out = append(out, lease.PoolStats{Name: p.name, Stats: p.p.Stats(), Tenants: p.p.Tenants(), Counts: t.of(p.name), ShadowCounts: t.shadowOf(p.name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	// A fair pool's configured weights, within one budget per reply so

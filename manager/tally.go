@@ -23,6 +23,9 @@ type tally struct {
 	// counts holds every pool counted or restored, also pools a resize
 	// removed since: added back, they carry on. Guarded by mu.
 	counts map[string]*lease.PoolCounts
+	// shadow holds, by pool, what shadow pools' limits would have done
+	// (lease.ShadowCounts), kept and stored like counts. Guarded by mu.
+	shadow map[string]lease.ShadowCounts
 	// changes counts the events counted, written the value it had at the
 	// last write: a write is due while they differ. Guarded by mu.
 	changes, written uint64
@@ -31,7 +34,7 @@ type tally struct {
 var _ Flusher = (*tally)(nil)
 
 func newTally(next EventSink) *tally {
-	return &tally{next: next, counts: make(map[string]*lease.PoolCounts)}
+	return &tally{next: next, counts: make(map[string]*lease.PoolCounts), shadow: make(map[string]lease.ShadowCounts)}
 }
 
 // Publish counts ev and passes it on.
@@ -44,6 +47,7 @@ func (t *tally) Publish(ev lease.Event) {
 			t.counts[ev.Pool] = c
 		}
 		*c.Field(o)++
+		t.countShadowLocked(ev)
 		t.changes++
 		t.mu.Unlock()
 	}
@@ -69,27 +73,28 @@ func (t *tally) of(pool string) *lease.PoolCounts {
 }
 
 // restore starts the counts from stored ones, before anything is counted.
-func (t *tally) restore(stored map[string]lease.PoolCounts) {
+func (t *tally) restore(stored storedCounts) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for name, c := range stored {
+	for name, c := range stored.Pools {
 		t.counts[name] = &c
 	}
+	t.restoreShadowLocked(stored.Shadow)
 }
 
 // due returns every pool's counts and the change they include, and false
 // if nothing was counted since the last write.
-func (t *tally) due() (map[string]lease.PoolCounts, uint64, bool) {
+func (t *tally) due() (storedCounts, uint64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.changes == t.written {
-		return nil, 0, false
+		return storedCounts{}, 0, false
 	}
 	out := make(map[string]lease.PoolCounts, len(t.counts))
 	for name, c := range t.counts {
 		out[name] = *c
 	}
-	return out, t.changes, true
+	return storedCounts{Pools: out, Shadow: t.shadowDueLocked()}, t.changes, true
 }
 
 // wrote records that the counts of change are stored.

@@ -42,20 +42,27 @@ func counts(t *testing.T, n *harness.Node) lease.PoolCounts {
 // none are.
 func storedCounts(t *testing.T, ps manager.Store) lease.PoolCounts {
 	t.Helper()
+	var v struct {
+		Pools map[string]lease.PoolCounts `json:"pools"`
+	}
+	readStoredCounts(t, ps, &v)
+	return v.Pools["p"]
+}
+
+// readStoredCounts decodes the node's stored counts into v, leaving it as
+// it is if none are stored.
+func readStoredCounts(t *testing.T, ps manager.Store, v any) {
+	t.Helper()
 	data, _, err := ps.Get(context.Background(), node+".counts")
 	if errors.Is(err, manager.ErrStoreNotFound) {
-		return lease.PoolCounts{}
+		return
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		Pools map[string]lease.PoolCounts `json:"pools"`
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		t.Fatalf("stored counts %q: %v", data, err)
 	}
-	return v.Pools["p"]
 }
 
 // Every outcome is counted in its pool as docs/protocol.md defines them,

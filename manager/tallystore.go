@@ -49,21 +49,34 @@ type storedCounts struct {
 	Manager string                      `json:"manager"`
 	Term    uint64                      `json:"term,omitempty"`
 	Pools   map[string]lease.PoolCounts `json:"pools"`
+	// Shadow is what shadow pools' limits would have done, by pool
+	// (shadowcounts.go); omitted while there is none.
+	Shadow map[string]lease.ShadowCounts `json:"shadow,omitempty"`
+}
+
+// decodeStored decodes a value of the pool bucket strictly into v: no
+// unknown field, nothing after it, and a manager that wrote it (manager
+// points to v's field).
+func decodeStored(data []byte, v any, manager *string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("does not decode: %w", err)
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	if *manager == "" {
+		return errors.New("names no manager")
+	}
+	return nil
 }
 
 // parseCounts decodes and checks a stored value.
 func parseCounts(data []byte) (storedCounts, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s storedCounts
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("does not decode: %w", err)
-	}
-	if dec.More() {
-		return s, errors.New("trailing data")
-	}
-	if s.Manager == "" {
-		return s, errors.New("names no manager")
+	if err := decodeStored(data, &s, &s.Manager); err != nil {
+		return s, err
 	}
 	if len(s.Pools) > maxCountedPools {
 		return s, fmt.Errorf("holds %d pools, more than %d", len(s.Pools), maxCountedPools)
@@ -73,7 +86,7 @@ func parseCounts(data []byte) (storedCounts, error) {
 			return s, fmt.Errorf("pool %q: %w", echo.Clip(name), err)
 		}
 	}
-	return s, nil
+	return s, checkShadowCounts(s.Shadow)
 }
 
 // countStore reads and writes a node's pool counts, and owns the goroutine
@@ -118,7 +131,7 @@ func (s *countStore) load(ctx context.Context) error {
 		s.log.Warn("refusing stored pool counts no manager wrote; counting from zero", "key", key, "why", echo.Clip(err.Error()))
 		return nil
 	}
-	s.tally.restore(stored.Pools)
+	s.tally.restore(stored)
 	return nil
 }
 
@@ -167,7 +180,8 @@ func (s *countStore) write() {
 		return
 	}
 	key := countsKey(s.node)
-	data, err := json.Marshal(storedCounts{Manager: s.lead.instance, Term: s.lead.term(), Pools: counts})
+	counts.Manager, counts.Term = s.lead.instance, s.lead.term()
+	data, err := json.Marshal(counts)
 	if err != nil {
 		s.log.Error("encoding the pool counts", "err", err)
 		return

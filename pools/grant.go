@@ -49,8 +49,23 @@ func (p *Pool) room() error {
 // grantable reports whether a new request may be granted at once: it would
 // be the next in service order, so it jumps nobody the policy puts first,
 // and its slots are free. p.mu must be held.
-func (p *Pool) grantable(tenant, key string, n int64, vt int64) bool {
-	return p.capacity-p.inUse >= n && p.q.first(p.lookup(tenant), key, n, vt) && p.tokens(n)
+func (p *Pool) grantable(r Request, vt int64) bool {
+	return p.capacity-p.inUse >= r.Slots && p.q.first(p.lookup(r.Tenant), r.Key, r.Slots, vt) && p.tokens(r.Slots) && p.affords(r.Units)
+}
+
+// checkRequest validates r's slots and units. p.mu must be held.
+func (p *Pool) checkRequest(r Request) error {
+	if err := p.check(r.Slots); err != nil {
+		return err
+	}
+	return p.checkUnits(r.Units)
+}
+
+// granted returns r's waiter, granted at once. p.mu must be held.
+func (p *Pool) granted(r Request) *Waiter {
+	p.start(r.Tenant, r.Key, r.Slots)
+	p.reserve(r.Units)
+	return &Waiter{Slots: r.Slots, Units: r.Units, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}
 }
 
 // tokens reports whether the start rate allows n slots now. p.mu must be
@@ -194,7 +209,7 @@ func (p *Pool) pushWaiter(w *Waiter, r Request, vt int64) {
 	p.seq++
 	t := p.tenant(r.Tenant)
 	*w = Waiter{
-		Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority,
+		Slots: r.Slots, Units: r.Units, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority,
 		pool: p, state: stateQueued, ready: w.ready, seq: p.seq, vt: vt, t: t,
 	}
 	if p.opts.Policy == PolicyFair {
@@ -273,11 +288,13 @@ func (p *Pool) grant(out []*Waiter) []*Waiter {
 			// multi-slot request that the policy puts first.
 			return out
 		}
-		if !p.tokens(w.Slots) {
-			// The start rate's turn: the next waiter goes first once the
-			// bucket has its slots (NextGrant), and nobody jumps it.
+		if !p.tokens(w.Slots) || !p.affords(w.Units) {
+			// The start rate's or the budget's turn: the next waiter goes
+			// first once the bucket has its slots or the window its units
+			// (NextGrant, or a settlement), and nobody jumps it.
 			return out
 		}
+		p.reserve(w.Units)
 		if p.bucket != nil {
 			p.bucket.take(w.Slots)
 			w.Started = p.startedAt()

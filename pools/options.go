@@ -117,6 +117,17 @@ type Options struct {
 	// NextGrant has passed: the caller owns the timer.
 	Rate  Rate
 	Burst int64
+	// Budget, if set, is a usage budget: Budget.Slots units per
+	// Budget.Per, a sliding window (budget.go). Every request must then
+	// give its estimate (Request.Units), reserved while it holds its
+	// slots and settled by ReleaseUnits. A waiter that fits the capacity
+	// but not the budget is granted by a release, or by Refill once
+	// NextGrant has passed.
+	Budget Rate
+	// Shadow puts the pool in shadow mode (shadow.go): it grants at once
+	// what its limits would have queued or refused, saying so on the
+	// waiter (Waiter.Shadow), and refuses only what it could never grant.
+	Shadow bool
 	// Now is the clock that dates requests for aging; nil means time.Now.
 	Now func() time.Time
 }
@@ -152,6 +163,11 @@ func (o Options) normalize() (Options, error) {
 	burst, err := normalizeRate(o.Rate, o.Burst)
 	if err != nil {
 		return bad("%v", err)
+	}
+	if o.Budget != (Rate{}) {
+		if _, err := newBudget(o.Budget); err != nil {
+			return bad("%v", err)
+		}
 	}
 	o.Burst = burst
 	if o.DefaultWeight == 0 {
@@ -258,6 +274,9 @@ type Request struct {
 	// slots across the keys of a tenant, and KeyCap caps each. "" is the
 	// tenant's requests without a key. Ignored by the other policies.
 	Key string
+	// Units is the request's estimate of its usage, for a pool with a
+	// budget (Options.Budget), which requires it; ignored by the others.
+	Units int64
 	// Value is the caller's, opaque to the pool.
 	Value any
 }

@@ -42,11 +42,18 @@ type Waiter struct {
 	Tenant   string
 	Key      string
 	Priority int
+	// Units is the request's estimate, reserved from the pool's budget
+	// while granted (Request.Units).
+	Units int64
 	// Started is when a pool with a start rate took the waiter's tokens,
 	// on the pool's clock (Options.Now): the time the rate was counted
 	// at, however late the caller reads a clock of its own. Zero without
 	// a rate.
 	Started time.Time
+	// Shadow, for a waiter a shadow pool granted (Options.Shadow), names
+	// the limit that would have held it back and what the pool would have
+	// done; zero when its limits would have granted it too.
+	Shadow Shadowed
 
 	pool *Pool
 	// elem is w's element in Pool.waiters (fifo) or in its share's queue
@@ -86,8 +93,8 @@ type Pool struct {
 	mu sync.Mutex
 
 	// Invariants, holding whenever mu is not held:
-	//   - 0 <= inUse, and inUse <= capacity except after Restore or a
-	//     SetCapacity shrink; while inUse > capacity nothing is granted, since
+	//   - 0 <= inUse, and inUse <= capacity except after Restore, a
+	//     SetCapacity shrink or a shadow grant (shadow.go); while inUse > capacity nothing is granted, since
 	//     a grant of n needs capacity-inUse >= n > 0.
 	//   - waiters are granted only as q.next() names them, and q.next(),
 	//     when not nil, does not fit (capacity-inUse < Slots): every
@@ -110,6 +117,7 @@ type Pool struct {
 
 	opts   Options   // normalized; only SetRate changes it (Rate, Burst)
 	bucket *bucket   // the start rate's tokens; nil without a rate
+	budget *budget   // the usage budget; nil without one
 	q      queue     // the policy's service order
 	epoch  time.Time // dates of priorities and of StarvationAge count from here
 
@@ -193,6 +201,11 @@ func NewWithOptions(capacity int64, o Options) (*Pool, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
+	if o.Budget != (Rate{}) {
+		if p.budget, err = newBudget(o.Budget); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
 	switch o.Policy {
 	case PolicyFIFO:
 		p.q = fifoQueue{p}
@@ -227,7 +240,9 @@ func (p *Pool) Enqueue(n int64, value any) (w *Waiter, granted bool, position in
 
 // EnqueueRequest grants r at once when it would be the next in service
 // order and its slots are free (granted is true and w, already granted, is
-// returned); otherwise it queues a waiter (granted is false). Under fifo a
+// returned), or in a shadow pool (Options.Shadow: w.Shadow says why its
+// limits would have held it back); otherwise it queues a waiter (granted
+// is false). Under fifo a
 // request is granted at once only when nobody is waiting. position is the
 // waiter's position (see Position), 0 when granted.
 //
@@ -250,13 +265,15 @@ func (p *Pool) EnqueueRequest(r Request) (w *Waiter, granted bool, position int,
 
 // enqueue is EnqueueRequest. p.mu must be held.
 func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err error) {
-	if err := p.check(r.Slots); err != nil {
+	if err := p.checkRequest(r); err != nil {
 		return nil, false, 0, err
 	}
 	vt := p.vtime(r.Priority)
-	if p.grantable(r.Tenant, r.Key, r.Slots, vt) {
-		p.start(r.Tenant, r.Key, r.Slots)
-		return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, true, 0, nil
+	if p.grantable(r, vt) {
+		return p.granted(r), true, 0, nil
+	}
+	if p.opts.Shadow {
+		return p.grantShadow(r, false), true, 0, nil
 	}
 	if err := p.room(); err != nil {
 		return nil, false, 0, err
@@ -266,34 +283,43 @@ func (p *Pool) enqueue(r Request) (w *Waiter, granted bool, position int, err er
 }
 
 // TryAcquire grants n slots only if that is possible right now without
-// queueing, and reports whether it did. It returns false for an invalid or
-// too large n.
+// queueing (or, in a shadow pool, if n is valid), and reports whether it
+// did. It returns false for an invalid or too large n.
 func (p *Pool) TryAcquire(n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.check(n) != nil || !p.grantable("", "", n, p.vtime(0)) {
+	if p.check(n) != nil || p.budget != nil {
 		return false
+	}
+	if !p.grantable(Request{Slots: n}, p.vtime(0)) {
+		if p.opts.Shadow {
+			p.grantShadow(Request{Slots: n}, true)
+		}
+		return p.opts.Shadow
 	}
 	p.start("", "", n)
 	return true
 }
 
 // TryAcquireRequest grants r exactly when EnqueueRequest would grant it at
-// once, and otherwise returns an error wrapping ErrWouldWait (or
+// once (a shadow pool grants every valid request, Waiter.Shadow saying it
+// would have been refused with ErrWouldWait), and otherwise returns an error wrapping ErrWouldWait (or
 // ErrInvalidSlots or ErrExceedsCapacity for a request that could never be
 // granted). It never queues.
 func (p *Pool) TryAcquireRequest(r Request) (*Waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.check(r.Slots); err != nil {
+	if err := p.checkRequest(r); err != nil {
 		return nil, err
 	}
-	if !p.grantable(r.Tenant, r.Key, r.Slots, p.vtime(r.Priority)) {
+	if !p.grantable(r, p.vtime(r.Priority)) {
+		if p.opts.Shadow {
+			return p.grantShadow(r, true), nil
+		}
 		return nil, fmt.Errorf("%w: %d slots requested, %d free, %d requests queued",
 			ErrWouldWait, r.Slots, max(0, p.capacity-p.inUse), p.queued)
 	}
-	p.start(r.Tenant, r.Key, r.Slots)
-	return &Waiter{Slots: r.Slots, Value: r.Value, Tenant: r.Tenant, Key: r.Key, Priority: r.Priority, pool: p, state: stateGranted, Started: p.startedAt()}, nil
+	return p.granted(r), nil
 }
 
 // Acquire blocks until n slots are granted or ctx is done. On success it
@@ -309,7 +335,7 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	done := ctx.Done()
 
 	p.mu.Lock()
-	if err := p.check(n); err != nil {
+	if err := p.checkRequest(Request{Slots: n}); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -322,8 +348,13 @@ func (p *Pool) Acquire(ctx context.Context, n int64) error {
 	default:
 	}
 	vt := p.vtime(0)
-	if p.grantable("", "", n, vt) {
+	if p.grantable(Request{Slots: n}, vt) {
 		p.start("", "", n)
+		p.mu.Unlock()
+		return nil
+	}
+	if p.opts.Shadow {
+		p.grantShadow(Request{Slots: n}, false)
 		p.mu.Unlock()
 		return nil
 	}
@@ -403,7 +434,7 @@ func (p *Pool) recheck() (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bucket == nil {
-		return 0, false
+		return 0, false // a budget's waiter is not Acquire's: it has no units
 	}
 	r := p.bucket.rate
 	return min(max(r.Per/time.Duration(r.Slots), 10*time.Millisecond), time.Second), true

@@ -60,6 +60,18 @@ type Stats struct {
 	Rate   string `json:"rate,omitempty"`
 	Burst  int64  `json:"burst,omitempty"`
 	Tokens int64  `json:"tokens,omitempty"`
+	// Budget (e.g. "100000/m"), BudgetLimit and BudgetWindowMs describe
+	// a usage budget; BudgetUsed is the units settled in the window now,
+	// BudgetReserved the estimates of the open grants. Omitted without
+	// one.
+	Budget         string `json:"budget,omitempty"`
+	BudgetLimit    int64  `json:"budget_limit,omitempty"`
+	BudgetWindowMs int64  `json:"budget_window_ms,omitempty"`
+	BudgetUsed     int64  `json:"budget_used,omitempty"`
+	BudgetReserved int64  `json:"budget_reserved,omitempty"`
+	// Shadow is set for a pool in shadow mode: its limits are counted, not
+	// enforced, and InUse may exceed Capacity.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Stats returns a snapshot of the pool's accounting. It is O(1); see
@@ -84,27 +96,45 @@ func (p *Pool) Stats() Stats {
 		s.OnFull = p.opts.OnFull
 	}
 	s.FailFast = p.opts.FailFast
+	s.Shadow = p.opts.Shadow
 	if b := p.bucket; b != nil {
 		s.Rate, s.Burst, s.Tokens = b.rate.String(), b.burst, b.tokens(p.opts.Now())
+	}
+	if b := p.budget; b != nil {
+		b.expire(p.opts.Now())
+		s.Budget, s.BudgetLimit, s.BudgetWindowMs = b.String(), b.limit, b.window.Milliseconds()
+		s.BudgetUsed, s.BudgetReserved = b.total, b.reserved
 	}
 	return s
 }
 
-// NextGrant reports how long until the start rate lets the next waiter in
-// service order be granted, when the rate is all it waits for (its slots
-// are free): ok is false when no waiter waits for the rate. The caller
-// calls Refill after that long; nothing else wakes such a waiter.
+// NextGrant reports how long until time lets the next waiter in service
+// order be granted, when time is all it waits for (its slots are free):
+// the start rate's tokens, or the budget's window moving past units spent.
+// ok is false when no waiter waits for time alone. The caller calls Refill
+// after that long; nothing else wakes such a waiter.
 func (p *Pool) NextGrant() (d time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.bucket == nil {
+	if p.bucket == nil && p.budget == nil {
 		return 0, false
 	}
 	w := p.q.next()
 	if w == nil || p.capacity-p.inUse < w.Slots {
 		return 0, false
 	}
-	return p.bucket.when(p.opts.Now(), w.Slots), true
+	now := p.opts.Now()
+	if p.bucket != nil {
+		d = p.bucket.when(now, w.Slots)
+	}
+	if p.budget != nil {
+		b, ok := p.budget.when(now, w.Units)
+		if !ok {
+			return 0, false // the reservations fill the budget: a release frees them
+		}
+		d = max(d, b)
+	}
+	return d, true
 }
 
 // RetryAfter is how long, at the least, until the start rate would let a
@@ -116,13 +146,30 @@ func (p *Pool) NextGrant() (d time.Duration, ok bool) {
 func (p *Pool) RetryAfter(n int64) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.bucket == nil || n > p.bucket.burst {
-		return 0
+	var d time.Duration
+	if p.bucket != nil && n <= p.bucket.burst {
+		m := n
+		if p.opts.Policy == PolicyFIFO {
+			m += p.queuedSlots
+		}
+		d = p.bucket.when(p.opts.Now(), m)
 	}
-	if p.opts.Policy == PolicyFIFO {
-		n += p.queuedSlots
+	return d
+}
+
+// RetryAfterUnits is RetryAfter, and with a budget, at the least how long
+// until its window frees room for an estimate of units (0 when only a
+// settlement would).
+func (p *Pool) RetryAfterUnits(n, units int64) time.Duration {
+	d := p.RetryAfter(n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.budget != nil {
+		if b, ok := p.budget.when(p.opts.Now(), units); ok {
+			d = max(d, b)
+		}
 	}
-	return p.bucket.when(p.opts.Now(), n)
+	return d
 }
 
 // Tenants returns the tenants with slots held or requests queued, sorted

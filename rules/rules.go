@@ -155,16 +155,23 @@ var rateUnits = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h"
 
 // ParseRate parses a start rate: N/s, N/m or N/h, N from 1 to
 // pools.MaxCapacity, e.g. "60/m". Its errors are reasons only.
-func ParseRate(s string) (pools.Rate, error) {
+func ParseRate(s string) (pools.Rate, error) { return parsePer(s, "rate", "60/m") }
+
+// ParseBudget parses a usage budget: N/s, N/m or N/h units per window, N
+// from 1 to pools.MaxUnits, e.g. "100000/m". Its errors are reasons only.
+func ParseBudget(s string) (pools.Rate, error) { return parsePer(s, "budget", "100000/m") }
+
+// parsePer parses N per a unit for what, a rate or a budget.
+func parsePer(s, what, example string) (pools.Rate, error) {
 	num, unit, ok := strings.Cut(s, "/")
 	if !ok {
-		return pools.Rate{}, Reason(fmt.Sprintf("rate %q: want N/s, N/m or N/h, e.g. 60/m", s))
+		return pools.Rate{}, Reason(fmt.Sprintf("%s %q: want N/s, N/m or N/h, e.g. %s", what, s, example))
 	}
 	per, ok := rateUnits[unit]
 	if !ok {
-		return pools.Rate{}, Reason(fmt.Sprintf("rate %q: unit %q is not s, m or h", s, unit))
+		return pools.Rate{}, Reason(fmt.Sprintf("%s %q: unit %q is not s, m or h", what, s, unit))
 	}
-	n, err := ParseBounded(num, "rate", 1, pools.MaxCapacity)
+	n, err := ParseBounded(num, what, 1, pools.MaxCapacity)
 	if err != nil {
 		return pools.Rate{}, err
 	}

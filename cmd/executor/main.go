@@ -39,6 +39,11 @@ const (
 	ExitTimeout   = 124 // the command ran past --timeout and was stopped
 )
 
+// ExitSuperseded: a newer request of the run's concurrency group replaced
+// it while it waited, or asked it to stop while it ran (it was stopped as
+// a cancel stops it, and its leases released).
+const ExitSuperseded = 77
+
 func main() {
 	sandbox.Init() // the sandbox re-executes this binary to apply limits before exec
 	// Workers may run as the same user (where no other ids can be had,

@@ -46,6 +46,8 @@ type runFlags struct {
 	tenant      string
 	key         string
 	noWait      bool
+	units       int64 // the estimate for pools with a budget; 0 none (usagefile.go)
+	group       groupFlags
 }
 
 // runSetup defines run's flags; its action parses and checks them into
@@ -74,6 +76,8 @@ func runSetup(cmd *cobra.Command) action {
 	fs.StringVar(&f.tenant, "tenant", "", "tenant to share slots as (pools with the fair policy)")
 	fs.StringVar(&f.key, "key", "", "fairness key: fair pools share slots by key within a tenant, POOL_KEY_LIMITS caps each")
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (exit 75, would_wait) instead of queueing")
+	fs.Int64Var(&f.units, "units", 0, "estimated usage for pools with a budget (POOL_BUDGETS); the command may write the actual to $LEASE_USAGE_FILE")
+	f.group.define(fs)
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagDirname("dir")
 	_ = cmd.MarkFlagDirname("writable")
@@ -93,11 +97,17 @@ func (f *runFlags) check(pools poolFlags, slotsSet bool, cmd []string) error {
 	if f.slots <= 0 {
 		return fmt.Errorf("--slots %d: must be a positive integer", f.slots)
 	}
+	if err := checkUnitsFlag(f.units); err != nil {
+		return err
+	}
 	var err error
 	if f.pools, err = pools.resolve(f.slots, slotsSet); err != nil {
 		return err
 	}
 	if _, err := leasePriority(f.priority); err != nil {
+		return err
+	}
+	if err := f.group.check(); err != nil {
 		return err
 	}
 	for name, d := range map[string]time.Duration{"--wait": f.wait, "--timeout": f.timeout, "--cpu": f.cpu, "--kill-grace": f.grace} {
@@ -167,11 +177,15 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	if err != nil {
 		return ExitUsage, &exitError{code: ExitUsage, err: err}
 	}
-	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key))
+	opts = append(opts, lease.WithPriority(prio), lease.WithTenant(f.tenant), lease.WithKey(f.key), lease.WithUnits(f.units))
+	opts = append(opts, f.group.options()...)
 	if f.noWait {
 		opts = append(opts, lease.NoWait())
 	}
 	set, err := client.AcquireAll(ctx, f.pools, opts...)
+	if errors.Is(err, lease.ErrSuperseded) {
+		return ExitSuperseded, fail(ExitSuperseded, "no lease: %w", err)
+	}
 	if err != nil {
 		return ExitNoLease, fail(ExitNoLease, "no lease: %w", err)
 	}
@@ -179,21 +193,31 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	for _, l := range leases {
 		fmt.Fprintf(stderr, "executor: lease %s granted: %d slot(s) of pool %s on node %s, token %d\n", l.ID(), l.Slots(), l.Pool(), l.Node(), l.Token())
 	}
+	usage, lend, env, err := newRunUsage(f, hide, workerEnv(leases, f.env))
+	if err != nil {
+		_ = set.Release(context.WithoutCancel(ctx))
+		err = notIsolated(err)
+		return codeOf(err), err
+	}
 	defer func() {
 		// The caller's context may be done (a signal): release on a fresh,
 		// bounded one so the slots come back now rather than at the TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := set.Release(rctx); err != nil {
+		if err := usage.release(rctx, set, stderr); err != nil {
 			fmt.Fprintf(stderr, "executor: %v (it expires on its own)\n", err)
 		}
 	}()
 
-	res, err := sandbox.Run(ctx, sandbox.Spec{
-		Command: cmd, Env: workerEnv(leases, f.env), Dir: f.dir, KeepWorkdir: f.keepWorkdir,
+	// A newer run of the group asking this one to stop stops the command
+	// as a cancel does: SIGTERM, --kill-grace, SIGKILL (groupstop.go).
+	runCtx, stopped := stopOnRequest(ctx, set)
+	defer stopped()
+	res, err := sandbox.Run(runCtx, sandbox.Spec{
+		Command: cmd, Env: env, Dir: f.dir, KeepWorkdir: f.keepWorkdir,
 		Timeout: f.timeout, CPUTime: f.cpu, MemoryBytes: int64(f.memory), MaxProcs: f.maxProcs, MaxOpenFiles: f.maxFiles,
 		Isolate: f.isolate, NoNetwork: f.noNetwork, Stdout: stdout, Stderr: stderr, KillGrace: f.grace, LostGrace: set.LossGrace(), Deadline: set.Deadline, CaptureBytes: -1,
-		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()),
+		Hide: hide, Writable: writableIfConfined(hide, f.writable.real()), Lend: lend,
 	}, set.Done())
 	if err != nil {
 		err = notIsolated(fmt.Errorf("running %q: %w", cmd[0], err))
@@ -204,6 +228,9 @@ func runCommand(ctx context.Context, f *runFlags, cmd []string, stdout, stderr i
 	}
 	if res.Workdir != "" && f.keepWorkdir {
 		fmt.Fprintf(stderr, "executor: working directory kept at %s\n", res.Workdir)
+	}
+	if stopErr := set.StopErr(); stopErr != nil && res.StoppedBy == sandbox.StoppedCancelled {
+		return ExitSuperseded, fail(ExitSuperseded, "%v; the command was stopped", stopErr)
 	}
 	switch res.StoppedBy {
 	case sandbox.StoppedLeaseLost:

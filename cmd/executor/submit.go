@@ -100,6 +100,7 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 		also                          poolFlags
 		writable                      pathFlags
 		noPoolCheck                   bool
+		group                         groupFlags
 	)
 	fs := cmd.Flags()
 	fs.StringVar(&specFile, "spec", "", "read the job spec (JSON, see docs/jobs.md) from this file; - for stdin")
@@ -122,7 +123,9 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 	fs.Var(&writable, "writable", "an absolute path the job may write besides its working directory, as far as its ids may (repeatable)")
 	fs.StringVar(&s.Tenant, "tenant", "", "tenant of the job's lease: fair pools share by it, tenant caps count it")
 	fs.StringVar(&s.Key, "key", "", "fairness key of the job's lease: fair pools share by key within a tenant, POOL_KEY_LIMITS caps each")
+	fs.Int64Var(&s.Units, "units", 0, "estimated usage of each attempt for pools with a budget (POOL_BUDGETS); the command may write the actual to $LEASE_USAGE_FILE")
 	fs.StringVar(&s.IdempotencyKey, "idempotency-key", "", "any string naming this job: submitting it again returns the job submitted first")
+	group.define(fs)
 	fs.BoolVar(&noPoolCheck, "no-pool-check", false, "submit without asking the lease managers whether the pools exist and can grant the slots (to queue for a pool that does not exist yet)")
 	words(cmd, "priority", "high", "normal", "low")
 	_ = cmd.MarkFlagFilename("spec", "json")
@@ -164,9 +167,16 @@ func submitFlags(cmd *cobra.Command) func(args []string, stdin io.Reader) ([]job
 		if s.Slots <= 0 {
 			return nil, false, fmt.Errorf("--slots %d: must be a positive integer", s.Slots)
 		}
+		if err := checkUnitsFlag(s.Units); err != nil {
+			return nil, false, err
+		}
 		if s.MaxAttempts < 1 || s.MaxAttempts > jobs.MaxMaxAttempts {
 			return nil, false, fmt.Errorf("--max-attempts %d: must be from 1 to %d", s.MaxAttempts, jobs.MaxMaxAttempts)
 		}
+		if err := group.check(); err != nil {
+			return nil, false, err
+		}
+		s.Group, s.OnGroup = group.group, group.onGroup()
 		s.Priority, s.Command, s.Env, s.Writable = p, args, env, writable
 		for _, w := range also {
 			s.Pools = append(s.Pools, jobs.PoolSlots{Pool: w.Pool, Slots: max(w.Slots, 1)})

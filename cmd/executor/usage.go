@@ -19,7 +19,8 @@ var commandHelp = []struct {
 	reads                        []string // the executor's own variables it reads (config.ReadByExecutor)
 }{
 	{"run", "Run a command under a lease", `run --pool P[=K]... [--slots K] [--wait D] [--priority high|normal|low|N] [--tenant T]
-    [--key K] [--no-wait] [--timeout D] [--memory SIZE] [--cpu D] [--max-procs N] [--max-files N]
+    [--key K] [--no-wait] [--units N] [--group G [--cancel-in-progress|--cancel-pending]] [--timeout D]
+    [--memory SIZE] [--cpu D] [--max-procs N] [--max-files N]
     [--keep-workdir] [--dir D] [--writable PATH]... [--isolate] [--no-network]
     [--kill-grace D] [--env K=V]... [--node N] -- CMD ARGS...`,
 		`Acquires K slots of pool P on this node's lease manager (of every pool
@@ -28,10 +29,15 @@ leases are held, releases them, and exits with CMD's exit code.
 Exit codes of its own: 2 usage or configuration; 71 the worker could not
 be confined (nothing was run); 75 no lease (refused, or dropped from a
 full queue: the message names the code); 76 the lease was lost while
-CMD ran (it was stopped); 124 --timeout passed (it was stopped).`, []string{config.EnvExecutorUnconfined}},
+CMD ran (it was stopped); 77 superseded: a newer run of its --group
+replaced it while it waited, or stopped it (SIGTERM, --kill-grace,
+SIGKILL) with --cancel-in-progress; 124 --timeout passed (it was stopped).
+--units N reserves an estimate of N units from pools with a budget; CMD
+may write what it used, a decimal, to the file $LEASE_USAGE_FILE names,
+which is settled at release (else the estimate, and stderr says why).`, []string{config.EnvExecutorUnconfined}},
 	{"submit", "Store jobs in the durable job queue", `submit --pool P [--slots K] [--also-pool P[=K]]... [--priority high|normal|low]
     [--max-attempts N] [--timeout D] [--env K=V]... [--id ID] [--batch NAME] [--tenant T] [--key K]
-    [flags] -- CMD ARGS...
+    [--units N] [--group G [--cancel-in-progress|--cancel-pending]] [flags] -- CMD ARGS...
 submit [--batch NAME] [--no-pool-check] --spec FILE|-  |  --specs FILE|-   (JSON Lines: many jobs)`,
 		`Stores job(s) in the durable job queue and prints their ids. --batch
 NAME puts them in a batch. Inside a job, submit goes through the job's

@@ -86,11 +86,14 @@ func runClusterCandidate(ctx context.Context, cfg *config.Manager, mc manager.Co
 	})
 	defer metrics.SetPoolSource(lease.ClusterNode, nil)
 
-	self := candidacy.Record{Node: cfg.NodeID, Instance: mc.Instance, Pools: map[string]int64{}, Rates: map[string]string{}}
+	self := candidacy.Record{Node: cfg.NodeID, Instance: mc.Instance, Pools: map[string]int64{}, Rates: map[string]string{}, Budgets: map[string]string{}}
 	for _, p := range cfg.ClusterPools {
 		self.Pools[p.Name] = p.Capacity
 		if p.Rate != (pools.Rate{}) {
 			self.Rates[p.Name] = fmt.Sprintf("%v burst %d", p.Rate, p.Burst)
+		}
+		if p.Budget != (pools.Rate{}) {
+			self.Budgets[p.Name] = p.Budget.String()
 		}
 	}
 	var wg sync.WaitGroup

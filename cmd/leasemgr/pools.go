@@ -145,8 +145,9 @@ func printCounts(w io.Writer, nodes []lease.NodePools) error {
 }
 
 // printPools prints the pools of nodes in one table, the cluster pools
-// (node "cluster") among them, then their counts (printCounts), and then
-// what their managers warned of.
+// (node "cluster") among them, then their counts (printCounts) and what
+// shadow pools' limits would have done (printShadowCounts), and then what
+// their managers warned of.
 func printPools(w io.Writer, nodes ...lease.NodePools) error {
 	for i := range nodes {
 		if c := nodes[i].Cluster; c != nil {
@@ -168,6 +169,10 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			if policy == "" {
 				policy = "fifo"
 			}
+			if s.Shadow {
+				policy = "SHADOW " + policy
+				notes = append(notes, shadowNote(n.Node, s))
+			}
 			if s.MaxQueue > 0 && s.MaxQueue != config.DefaultMaxQueue { // the default goes without saying
 				policy += fmt.Sprintf(" max_queue=%d", s.MaxQueue)
 			}
@@ -185,6 +190,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 			}
 			if s.Rate != "" {
 				policy += fmt.Sprintf(" rate=%s burst=%d tokens=%d", s.Rate, s.Burst, s.Tokens)
+			}
+			if s.Budget != "" {
+				policy += fmt.Sprintf(" budget=%s used=%d reserved=%d", s.Budget, s.BudgetUsed, s.BudgetReserved)
 			}
 			capacity, available := strconv.FormatInt(s.Capacity, 10), strconv.FormatInt(s.Available, 10)
 			if s.Capacity == pools.MaxCapacity {
@@ -214,6 +222,9 @@ func printPools(w io.Writer, nodes ...lease.NodePools) error {
 		return err
 	}
 	if err := printCounts(w, nodes); err != nil {
+		return err
+	}
+	if err := printShadowCounts(w, nodes); err != nil {
 		return err
 	}
 	for _, n := range notes {

@@ -258,8 +258,8 @@ func poolConfigs(cfg *config.Manager, ps []config.Pool) []manager.PoolConfig {
 		out = append(out, manager.PoolConfig{Name: p.Name, Capacity: p.Capacity, Options: pools.Options{
 			Policy: pools.Policy(p.Policy), MaxQueue: p.MaxQueue, FailFast: p.FailFast, OnFull: pools.OnFull(p.OnFull),
 			TenantCap: p.TenantCap, AgingStep: cfg.PriorityAging,
-			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight, Rate: p.Rate, Burst: p.Burst,
-			KeyCap: p.KeyLimit, Quantum: p.Quantum, StarvationAge: p.StarvationAge,
+			Weights: cfg.TenantWeights, DefaultWeight: cfg.TenantDefaultWeight, Rate: p.Rate, Burst: p.Burst, Budget: p.Budget,
+			KeyCap: p.KeyLimit, Quantum: p.Quantum, StarvationAge: p.StarvationAge, Shadow: p.Shadow,
 		}})
 	}
 	return out

@@ -146,6 +146,9 @@ func formatEvent(ev lease.Event) string {
 	if ev.Kind == lease.EventGranted {
 		fmt.Fprintf(&b, " waited=%dms", ev.WaitMs)
 	}
+	if ev.Shadow != "" {
+		fmt.Fprintf(&b, " shadow=%s/%s", ev.Shadow, ev.ShadowAction) // what the limit would have done
+	}
 	if ev.Code != "" {
 		fmt.Fprintf(&b, " code=%s", ev.Code)
 	}
@@ -160,6 +163,12 @@ func formatEvent(ev lease.Event) string {
 	}
 	if s.Rate != "" {
 		fmt.Fprintf(&b, " tokens=%d/%d", s.Tokens, s.Burst)
+	}
+	if s.Budget != "" {
+		fmt.Fprintf(&b, " budget=%d+%d/%d", s.BudgetUsed, s.BudgetReserved, s.BudgetLimit)
+	}
+	if s.Shadow {
+		b.WriteString(" SHADOW")
 	}
 	b.WriteString("]")
 	return b.String()

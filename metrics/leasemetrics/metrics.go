@@ -12,6 +12,10 @@
 //	lease.queued_slots    lease_queued_slots{node,pool}                gauge, slots they want
 //	lease.rate_tokens     lease_rate_tokens{node,pool}                 gauge, slots the start rate's bucket
 //	                                                                   allows now (pools with a rate only)
+//	lease.budget_limit    lease_budget_limit{node,pool}                gauge, units a budget allows per window,
+//	lease.budget_window   lease_budget_window_seconds{node,pool}       its window, the units settled in it and
+//	lease.budget_used     lease_budget_used{node,pool}                 those the open leases reserved (pools
+//	lease.budget_reserved lease_budget_reserved{node,pool}             with a budget only)
 //	lease.requests        lease_requests_total{node,pool}              new acquire requests
 //	lease.enqueued        lease_enqueued_total{node,pool}              requests that waited 50 ms or more
 //	lease.grants          lease_grants_total{node,pool}                grants stored and sent
@@ -19,10 +23,16 @@
 //	lease.releases        lease_releases_total{node,pool}              leases released
 //	lease.expirations     lease_expirations_total{node,pool}           leases whose TTL lapsed
 //	lease.cancellations   lease_cancellations_total{node,pool}         acquires withdrawn by their holder
+//	lease.group_stops     lease_group_stops_total{node,pool}           holders asked to stop by a newer request of
+//	                                                                   their concurrency group (cancel_in_progress)
+//	lease.superseded      lease_superseded_total{node,pool}            queued requests a newer request of their
+//	                                                                   concurrency group replaced
 //	lease.pool_outcomes   lease_pool_outcomes_total{node,pool,outcome} how the pool's requests and leases ended
 //	                                                                   (granted, completed, failed, rejected, dropped,
 //	                                                                   cancelled: lease.PoolCounts), as the serving
 //	                                                                   manager reports them, carried across restarts
+//	lease.shadow          lease_shadow_total{node,pool,reason,action}  what a shadow pool's limits would have done with
+//	                                                                   the requests it granted anyway (shadow.go)
 //	lease.records_refused lease_records_refused_total{node,reason}     stored records the manager refused (see
 //	                                                                   manager.RefusalReasons), each reason from 0
 //	lease.replies_refused lease_replies_refused_total{node}            requests dropped for a reply subject that is
@@ -102,6 +112,7 @@ var AcquireCodes = []lease.Code{
 // Metrics holds the instruments. It is safe for concurrent use.
 type Metrics struct {
 	requests, enqueued, grants, rejections, releases, expirations, cancellations metric.Int64Counter
+	groupStops, superseded                                                       metric.Int64Counter
 	recordsRefused                                                               metric.Int64Counter
 	repliesRefused                                                               metric.Int64Counter
 	secretsRefused                                                               metric.Int64Counter
@@ -126,8 +137,9 @@ type poolState struct {
 	attrs   *attrs
 	rejects map[lease.Code]*attrs // attribute sets of rejections, by code
 	// outcomes are the attribute sets of lease_pool_outcomes_total, in
-	// lease.Outcomes' order.
+	// lease.Outcomes' order; shadow those of lease_shadow_total.
 	outcomes []*attrs
+	shadow   map[shadowKey]*attrs
 }
 
 // rejectAttrs returns the attribute set of the pool's rejections with code,
@@ -175,6 +187,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.releases = counter("lease.releases", "{lease}", "Leases released.")
 	m.expirations = counter("lease.expirations", "{lease}", "Leases freed because their TTL lapsed.")
 	m.cancellations = counter("lease.cancellations", "{request}", "Acquire requests or fresh grants withdrawn by their holder.")
+	m.groupStops = counter("lease.group_stops", "{lease}", "Holders asked to stop by a newer request of their concurrency group (cancel_in_progress).")
+	m.superseded = counter("lease.superseded", "{request}", "Queued requests a newer request of their concurrency group replaced.")
 	m.recordsRefused = counter("lease.records_refused", "{record}", "Stored lease records the manager refused to honour, by reason.")
 	m.repliesRefused = counter("lease.replies_refused", "{request}", "Requests dropped unanswered because their reply subject is not an inbox.")
 	m.secretsRefused = counter("lease.secrets_refused", "{request}", "Requests refused over their lease secret: a wrong one, or too many wrong ones from the connection, by reason.")
@@ -206,11 +220,16 @@ func New(meter metric.Meter) (*Metrics, error) {
 	queued := gauge("lease.queued", "{request}", "Acquire requests waiting.")
 	queuedSlots := gauge("lease.queued_slots", "{slot}", "Slots wanted by the waiting requests.")
 	tokens := gauge("lease.rate_tokens", "{slot}", "Slots the start rate's bucket allows now (pools with a rate only).")
+	budget := budgetGauges(gauge)
 	if err != nil {
 		return nil, err
 	}
 	outcomes, err := meter.Int64ObservableCounter("lease.pool_outcomes", metric.WithUnit("{request}"),
 		metric.WithDescription("How the pool's requests and leases ended, by outcome (granted, completed, failed, rejected, dropped, cancelled), as its manager counts them: carried across restarts and takeovers."))
+	if err != nil {
+		return nil, err
+	}
+	shadow, err := newShadowCounter(meter)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +245,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 			if st.Rate != "" {
 				o.ObserveInt64(tokens, st.Tokens, a.observe...)
 			}
+			budget.observe(o, st, a.observe)
 		}
 		m.mu.Lock()
 		sources := maps.Clone(m.sources)
@@ -249,11 +269,12 @@ func New(meter metric.Meter) (*Metrics, error) {
 						o.ObserveInt64(outcomes, int64(*ps.Counts.Field(oc)), p.outcomes[i].observe...)
 					}
 				}
+				observeShadow(o, shadow, p, &ps)
 				m.sched.observe(o, node, &ps)
 			}
 		}
 		return nil
-	}, append(m.sched.instruments(), capacity, inUse, queued, queuedSlots, tokens, outcomes)...)
+	}, append(append(m.sched.instruments(), budget.instruments()...), capacity, inUse, queued, queuedSlots, tokens, outcomes, shadow)...)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +336,7 @@ func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
 		for _, o := range lease.Outcomes {
 			p.outcomes = append(p.outcomes, newAttrs(KeyNode.String(node), KeyPool.String(pool), KeyOutcome.String(string(o))))
 		}
+		p.shadow = newShadowAttrs(node, pool)
 		m.pools[k] = p
 		created = true
 	}
@@ -324,7 +346,7 @@ func (m *Metrics) poolLocked(node, pool string) (p *poolState, created bool) {
 // zeroCounters creates every counter series of a new pool at 0.
 func (m *Metrics) zeroCounters(p *poolState) {
 	ctx := context.Background()
-	for _, c := range []metric.Int64Counter{m.requests, m.enqueued, m.grants, m.releases, m.expirations, m.cancellations} {
+	for _, c := range []metric.Int64Counter{m.requests, m.enqueued, m.grants, m.releases, m.expirations, m.cancellations, m.groupStops, m.superseded} {
 		c.Add(ctx, 0, p.attrs.add...)
 	}
 	for _, c := range AcquireCodes {
@@ -404,6 +426,10 @@ func (m *Metrics) Record(ev lease.Event) {
 		m.expirations.Add(ctx, 1, a.add...)
 	case lease.EventCancelled:
 		m.cancellations.Add(ctx, 1, a.add...)
+	case lease.EventStopRequested:
+		m.groupStops.Add(ctx, 1, a.add...)
+	case lease.EventSuperseded:
+		m.superseded.Add(ctx, 1, a.add...)
 	}
 }
 

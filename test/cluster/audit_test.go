@@ -78,6 +78,14 @@ func TestAuditChecks(t *testing.T) {
 			h.gone(300, lease.RecordKey("n1", "p", "a"))
 			h.gone(300, lease.RecordKey("n1", "p", "b"))
 		}, "over-grant (KV view)"},
+		{"two records at once in a shadow pool", func(h *history, in *AuditInput) {
+			in.Shadow = map[string]map[string]bool{"n1": {"p": true}} // its capacity is not enforced
+			a := h.grant(100, "a", 1, "m1")
+			b := h.grant(200, "b", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 250, HoldReleased), hold("y#1", "b", b, 1, 210, 250, HoldReleased))
+			h.gone(300, lease.RecordKey("n1", "p", "a"))
+			h.gone(300, lease.RecordKey("n1", "p", "b"))
+		}, ""},
 		{"holders overlap", func(h *history, in *AuditInput) {
 			// x relies on a past its record's end, into b's lease.
 			a := h.grant(100, "a", 1, "m1")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -385,6 +386,7 @@ type ServerFault struct {
 // AuditInput is everything the analysis needs.
 type AuditInput struct {
 	Capacity   map[string]map[string]int64     // node -> pool -> true capacity
+	Shadow     map[string]map[string]bool      // node -> pool -> in shadow mode (POOL_SHADOW): no capacity, no over-grant
 	Rates      map[string]map[string]RateLimit // node -> pool -> start rate, for the pools that have one
 	LeaseTTL   time.Duration
 	Leases     []Observation
@@ -534,7 +536,7 @@ func Audit(in AuditInput) *Report {
 		byPool[l.Node+"."+l.Pool] = append(byPool[l.Node+"."+l.Pool], interval{l.Start, l.End, l.Slots, what})
 	}
 	for pool, ivs := range byPool {
-		capacity, ok := capacityOf(in.Capacity, pool)
+		capacity, ok := in.capacityOf(pool)
 		if !ok {
 			r.violate("KV: lease records in %s, a pool the run does not have", pool)
 			continue
@@ -565,7 +567,7 @@ func Audit(in AuditInput) *Report {
 		held[h.Node+"."+h.Pool] = append(held[h.Node+"."+h.Pool], interval{h.Start, end, h.Slots, fmt.Sprintf("%s lease %s token %d (%d slots, %s..%s, %s)", h.Executor, h.LeaseID, h.Token, h.Slots, h.Start.Format(tsFormat), end.Format(tsFormat), h.Outcome)})
 	}
 	for pool, ivs := range held {
-		capacity, ok := capacityOf(in.Capacity, pool)
+		capacity, ok := in.capacityOf(pool)
 		if !ok {
 			r.violate("holders: leases in %s, a pool the run does not have", pool)
 			continue
@@ -846,6 +848,16 @@ func capacityOf(c map[string]map[string]int64, nodePool string) (int64, bool) {
 	node, pool, _ := strings.Cut(nodePool, ".")
 	v, ok := c[node][pool]
 	return v, ok
+}
+
+// capacityOf is the capacity the over-grant checks hold nodePool
+// ("node.pool") to: its true capacity, or no bound for a shadow pool.
+func (in *AuditInput) capacityOf(nodePool string) (int64, bool) {
+	c, ok := capacityOf(in.Capacity, nodePool)
+	if node, pool, _ := strings.Cut(nodePool, "."); ok && in.Shadow[node][pool] {
+		c = math.MaxInt64
+	}
+	return c, ok
 }
 
 // sweep walks the intervals in time order (an end before a start at the

@@ -36,13 +36,18 @@ type pair struct {
 
 func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 	t.Helper()
+	return startPairOf(t, leaseTTL, []manager.PoolConfig{{Name: "gpu", Capacity: 1}})
+}
+
+// startPairOf is startPair serving pools.
+func startPairOf(t *testing.T, leaseTTL time.Duration, pools []manager.PoolConfig) *pair {
+	t.Helper()
 	// Starting a cluster beside the other suites can take a while; two
 	// minutes only catch one that never comes up.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
 	cl := provisionedCluster(ctx, t, &st)
-	pools := []manager.PoolConfig{{Name: "gpu", Capacity: 1}}
 	a, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "a", Pools: pools})
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ func TestConfigFormRefusedBeforeStarting(t *testing.T) {
 		{"NATS_REPLICAS= 1", `NATS_REPLICAS: " 1": must not have spaces around it`},
 		{"POOL_RATES=gpu=60/min", `POOL_RATES: entry "gpu=60/min": rate "60/min": unit "min" is not s, m or h`},
 		{"POOL_RATE_BURST=gpu=5", `POOL_RATE_BURST: entry "gpu=5": pool "gpu" has no rate (give it one in POOL_RATES first)`},
+		{"POOL_SHADOW=gpu,tpu", `POOL_SHADOW: entry "tpu": no pool "tpu" (name it in POOL_CAPACITIES, CLUSTER_POOLS or POOL_RATES first)`},
 	} {
 		t.Run(tt.set, func(t *testing.T) {
 			env, _ := managerEnv(t, "form", "gpu=1", "15s")

@@ -24,7 +24,9 @@ func TestMetricsPassPromtool(t *testing.T) {
 	tool := promtool.Ensure(t)
 	const node = "prom"
 	env, httpAddr := managerEnv(t, node, "gpu=1,idle=3,fair=2", "15s")
-	env = append(env, "POOL_POLICIES=fair=fair") // the fair scheduler's families too
+	env = append(env, "POOL_POLICIES=fair=fair", // the fair scheduler's families too
+		"POOL_BUDGETS=tokens=1000/m", // the budgets'
+		"POOL_SHADOW=idle")           // and shadow mode's
 	startManager(t, env, httpAddr)
 
 	// The first scrape, before any traffic: the histograms of every pool
@@ -38,7 +40,12 @@ func TestMetricsPassPromtool(t *testing.T) {
 		`lease_grant_latency_seconds_sum{node="prom",pool="default"} 0`,
 		`lease_scheduler_selections_total{key="_other",node="prom",pool="fair",tenant="_other"} 0`,
 		`lease_scheduler_starvation_promotions_total{node="prom",pool="fair"} 0`,
+		`lease_shadow_total{action="queued",node="prom",pool="idle",reason="capacity"} 0`,
 		`slotlease_build_info{`,
+		`lease_budget_limit{node="prom",pool="tokens"} 1000`,
+		`lease_budget_window_seconds{node="prom",pool="tokens"} 60`,
+		`lease_budget_used{node="prom",pool="tokens"} 0`,
+		`lease_budget_reserved{node="prom",pool="tokens"} 0`,
 	} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first scrape of /metrics has no line %q", want)

@@ -16,13 +16,14 @@ import {
   UnknownPoolError,
   WaitExpiredError,
 } from "./errors.js";
-import { Lease, LeaseSet, margin, releaseAll, type LeaseHost } from "./lease.js";
+import { checkUnits, Lease, LeaseSet, margin, releaseAll, type LeaseHost } from "./lease.js";
 import { newSecret } from "./secret.js";
 import { Liveness, type Conn } from "./liveness.js";
 import {
   CLUSTER_NODE,
   DEFAULT_PREFIX,
   eventFilter,
+  MAX_GROUP_LEN,
   MAX_HOLDER_LEN,
   MAX_POLL_MS,
   MAX_SET_POOLS,
@@ -99,6 +100,25 @@ export interface AcquireOptions {
    * within a tenant, and POOL_KEY_LIMITS caps the slots in flight per key.
    */
   key?: string;
+  /**
+   * The estimate of the work's usage (tokens, cents: the budget's unit),
+   * 1 to 2^40: a pool with a budget (POOL_BUDGETS) requires it and
+   * reserves it while the lease is held; settle the actual with
+   * Lease.releaseUsage. Pools without a budget ignore it.
+   */
+  units?: number;
+  /**
+   * Concurrency group (at most 128 bytes), scoped to the pool on the
+   * manager that serves it, the tenant and the connection's credential.
+   */
+  group?: string;
+  /**
+   * What this request does to its group's older ones: "cancel_pending"
+   * replaces the queued ones (they reject with SupersededError);
+   * "cancel_in_progress" also asks the holders to stop (lease.stopSignal).
+   * Needs group.
+   */
+  onGroup?: "cancel_in_progress" | "cancel_pending";
   /**
    * The request id: retrying with the same id after a lost reply or a crash
    * returns the same lease (with the same secret). A fresh one otherwise.
@@ -180,6 +200,12 @@ export class Client implements LeaseHost {
   // clean stop, makes every lease renew at once (lease/wake.go).
   private readonly wakeN = new Notifier();
   private readonly stopSubs = new Map<string, Subscription>();
+  // A stop_requested event naming one of this client's leases (a newer
+  // request of its concurrency group) wakes the heartbeats too, at most
+  // once a second: the renewal's answer is what counts, so a forged event
+  // costs a renewal (lease/groupstop.go).
+  private readonly stopAskSubs = new Map<string, Subscription>();
+  private lastStopPoke = 0;
   private statusIter: { stop(): void } | undefined;
 
   constructor(nc: NatsConnection, opts: ClientOptions) {
@@ -284,6 +310,20 @@ export class Client implements LeaseHost {
         // through a manager restart.
       }
     }
+    if (!this.stopAskSubs.has(node)) {
+      try {
+        this.stopAskSubs.set(
+          node,
+          this.nc.subscribe(eventFilter(this.prefix, node, "", "stop_requested"), {
+            callback: (err, msg) => {
+              if (err === null) this.onStopAsked(msg);
+            },
+          }),
+        );
+      } catch {
+        // Without it the holder hears of a stop request at its next renewal.
+      }
+    }
     if (this.statusIter === undefined) {
       const it = this.nc.status();
       this.statusIter = it as unknown as { stop(): void };
@@ -296,6 +336,22 @@ export class Client implements LeaseHost {
           // closed
         }
       })();
+    }
+  }
+
+  /** Wakes the heartbeats when a stop_requested event names a lease of this client. */
+  private onStopAsked(msg: Msg): void {
+    let evs: unknown;
+    try {
+      evs = JSON.parse(new TextDecoder().decode(msg.data));
+    } catch {
+      return;
+    }
+    const list = (Array.isArray(evs) ? evs : [evs]) as LeaseEvent[];
+    const mine = list.some((ev) => ev?.kind === "stop_requested" && [...this.leases].some((l) => l.id === ev.lease_id && l.node === ev.node && l.pool === ev.pool));
+    if (mine && now() - this.lastStopPoke >= 1000) {
+      this.lastStopPoke = now();
+      this.fire();
     }
   }
 
@@ -376,7 +432,12 @@ export class Client implements LeaseHost {
     if (opts.priority !== undefined && opts.priority !== 0) req.priority = opts.priority;
     if (opts.tenant !== undefined && opts.tenant !== "") req.tenant = opts.tenant;
     if (opts.key !== undefined && opts.key !== "") req.key = opts.key;
+    if (opts.units !== undefined && opts.units !== 0) req.units = checkUnits(opts.units, 1);
     if (opts.noWait === true) req.no_wait = true;
+    const gp = groupProblem(opts.group, opts.onGroup);
+    if (gp !== undefined) throw new BadRequestError(gp);
+    if (opts.group !== undefined && opts.group !== "") req.group = opts.group;
+    if (opts.onGroup !== undefined) req.on_group = opts.onGroup;
     // Each send names the connection it goes on (fast release).
     const body = (): string => {
       const c: Conn | undefined = this.live.identity();
@@ -691,6 +752,8 @@ export class Client implements LeaseHost {
     this.live.close();
     for (const s of this.stopSubs.values()) s.unsubscribe();
     this.stopSubs.clear();
+    for (const s of this.stopAskSubs.values()) s.unsubscribe();
+    this.stopAskSubs.clear();
     this.statusIter?.stop();
     for (const [s, stop] of this.eventSubs) {
       stop();
@@ -718,4 +781,14 @@ function checkWants(wants: Want[], requestId: string | undefined): void {
       if (ip !== undefined) throw new BadRequestError(`request id ${JSON.stringify(requestId)} with pool ${w.pool}: ${ip}`);
     }
   }
+}
+
+/** The group options' problem, or undefined. */
+function groupProblem(group: string | undefined, onGroup: string | undefined): string | undefined {
+  if (group !== undefined && new TextEncoder().encode(group).length > MAX_GROUP_LEN) return `group is longer than ${MAX_GROUP_LEN} bytes`;
+  if (onGroup !== undefined && onGroup !== "cancel_in_progress" && onGroup !== "cancel_pending") {
+    return `onGroup must be "cancel_in_progress" or "cancel_pending", got ${JSON.stringify(onGroup)}`;
+  }
+  if (onGroup !== undefined && (group === undefined || group === "")) return `onGroup ${JSON.stringify(onGroup)} needs a group`;
+  return undefined;
 }

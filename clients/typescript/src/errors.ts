@@ -13,6 +13,7 @@ export type ErrorCode =
   | "would_wait"
   | "dropped"
   | "cancelled"
+  | "superseded"
   | "holder_disconnected"
   | "lease_not_found"
   | "token_mismatch"
@@ -83,6 +84,12 @@ export class WouldWaitError extends sub("would_wait") {}
 export class DroppedError extends sub("dropped") {}
 /** A cancel (from elsewhere, with this request's holder and secret) withdrew the queued request. */
 export class CancelledError extends sub("cancelled") {}
+/**
+ * A newer request of the request's concurrency group (the group option)
+ * replaced it while it waited; on a renewal, the lease was asked to stop
+ * long ago and was not released: it is lost.
+ */
+export class SupersededError extends sub("superseded") {}
 /** Fast release: the requester's connection closed while the request was queued. */
 export class HolderDisconnectedError extends sub("holder_disconnected") {}
 /** No live lease with that id: on a renewal, the lease is lost. */
@@ -114,6 +121,7 @@ const byCode: Record<ErrorCode, Ctor> = {
   would_wait: WouldWaitError,
   dropped: DroppedError,
   cancelled: CancelledError,
+  superseded: SupersededError,
   holder_disconnected: HolderDisconnectedError,
   lease_not_found: LeaseNotFoundError,
   token_mismatch: TokenMismatchError,

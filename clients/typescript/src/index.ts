@@ -8,4 +8,4 @@ export type { ConnectOptions, ResolvedConfig } from "./connect.js";
 export { Lease, LeaseSet } from "./lease.js";
 export * from "./errors.js";
 export { CLUSTER_NODE, DEFAULT_PREFIX, MAX_SET_POOLS, eventFilter, sanitizeNodeId } from "./protocol.js";
-export type { EventKind, KeyStats, LeaseEvent, LeaseRecord, PoolCounts, PoolStats, Reply, ResizeRequest, SchedulerStats, TenantStats } from "./protocol.js";
+export type { EventKind, KeyStats, LeaseEvent, LeaseRecord, PoolCounts, PoolStats, Reply, ResizeRequest, SchedulerStats, StopNotice, TenantStats } from "./protocol.js";

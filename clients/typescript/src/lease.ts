@@ -2,10 +2,11 @@
 // lease/lease.go and lease/renew.go.
 
 import type { LeaseRecord, Reply } from "./protocol.js";
-import { subject } from "./protocol.js";
+import { MAX_UNITS, subject } from "./protocol.js";
 import type { Conn, Liveness } from "./liveness.js";
 import { sameConn } from "./liveness.js";
 import {
+  BadRequestError,
   ConnectionDroppedError,
   ConnectionSilentError,
   DeadlinePassedError,
@@ -15,9 +16,18 @@ import {
   TokenMismatchError,
   UnavailableError,
   UnknownPoolError,
+  SupersededError,
 } from "./errors.js";
 import { deferred, Latch, now, Queue, toDate, waitFirst, type Deferred, type Source } from "./util.js";
 import type { Msg } from "@nats-io/transport-node";
+
+/** @internal checks an estimate (lo 1) or an actual (lo 0) of units (docs/protocol.md, section 7.2). */
+export function checkUnits(units: number, lo: number): number {
+  if (!Number.isSafeInteger(units) || units < lo || units > MAX_UNITS) {
+    throw new BadRequestError(`units must be an integer from ${lo} to ${MAX_UNITS}, got ${units}`);
+  }
+  return units;
+}
 
 /** What a Lease needs of the Client that made it. */
 export interface LeaseHost {
@@ -75,6 +85,14 @@ export class Lease {
   readonly done: Promise<LeaseLostError | null>;
   /** Aborted when the lease ends (lost or released), with the same reason: pass it to the work. */
   readonly signal: AbortSignal;
+  /**
+   * Aborted, with a SupersededError naming the group and the newer
+   * request, when a newer request of the lease's concurrency group asked
+   * the holder to stop (onGroup "cancel_in_progress"): stop the work, then
+   * release. Heard at once (a stop_requested event makes the lease renew),
+   * or else at the next renewal (every TTL/3).
+   */
+  readonly stopSignal: AbortSignal;
 
   /** @internal the disconnect grace of a lease with fast release (0 without). */
   readonly grace: number;
@@ -86,10 +104,13 @@ export class Lease {
   private readonly host: LeaseHost;
   private readonly ended: Deferred<LeaseLostError | null>;
   private readonly abort = new AbortController();
+  private readonly stopAsk = new AbortController();
   private readonly stopL = new Latch();
   private readonly hbDone = deferred<void>();
   private heartbeatStarted = false;
   private endReason: LeaseLostError | null | undefined;
+  /** @internal the actual units releaseUsage settles; undefined: the estimate. */
+  usage: number | undefined;
 
   /** @internal */
   constructor(host: LeaseHost, rec: LeaseRecord) {
@@ -98,6 +119,7 @@ export class Lease {
     this.ended = deferred();
     this.done = this.ended.promise;
     this.signal = this.abort.signal;
+    this.stopSignal = this.stopAsk.signal;
     this.grace = rec.disconnect_grace_ms !== undefined && rec.disconnect_grace_ms > 0 ? rec.disconnect_grace_ms : 0;
   }
 
@@ -182,9 +204,27 @@ export class Lease {
     this.end(null);
   }
 
+  /**
+   * release() that settles units, what the work actually used, in the
+   * pool's budget instead of the estimate (AcquireOptions.units): less is
+   * free again at once, more is debited. release() alone settles the
+   * estimate, as does a lease that ends otherwise.
+   */
+  async releaseUsage(units: number, timeoutMs = 5000): Promise<void> {
+    this.usage = checkUnits(units, 0);
+    return this.release(timeoutMs);
+  }
+
+  /** The estimate the lease reserved (AcquireOptions.units), 0 if none. */
+  get units(): number {
+    return this.record.units ?? 0;
+  }
+
   private sendRelease(timeoutMs: number): Promise<Reply> {
     const r = this.record;
-    return this.host.request(subject(this.host.prefix, r.node, r.pool, "release"), { lease_id: r.id, token: r.token, secret: r.secret }, timeoutMs);
+    const body: Record<string, unknown> = { lease_id: r.id, token: r.token, secret: r.secret };
+    if (this.usage !== undefined) body.units = this.usage;
+    return this.host.request(subject(this.host.prefix, r.node, r.pool, "release"), body, timeoutMs);
   }
 
   /** @internal ends the lease, once. */
@@ -284,7 +324,7 @@ export class Lease {
         nextAt = first + interval;
       } catch (err) {
         if (this.stopped) return;
-        if (err instanceof LeaseNotFoundError || err instanceof TokenMismatchError || err instanceof UnknownPoolError) {
+        if (err instanceof LeaseNotFoundError || err instanceof TokenMismatchError || err instanceof UnknownPoolError || err instanceof SupersededError) {
           this.end(new LeaseLostError(this.id, err));
           return;
         }
@@ -401,6 +441,7 @@ export class Lease {
             }
             continue; // the renewal's own answer follows
           }
+          if (rep.stop !== undefined && !this.stopAsk.signal.aborted) this.stopAsk.abort(new SupersededError(rep.stop.message));
           return { first, rec: rep.lease };
         }
         const t = now();
@@ -470,6 +511,13 @@ export class LeaseSet {
    * error of a lease that was still held (a lost lease's loss is in done,
    * not here). Calling it again returns the first call's result.
    */
+  /** release() settling units in the budget of every pool of the set (Lease.releaseUsage). */
+  releaseUsage(units: number, timeoutMs = 5000): Promise<void> {
+    const n = checkUnits(units, 0);
+    for (const l of this.leases) l.usage = n;
+    return this.release(timeoutMs);
+  }
+
   release(timeoutMs = 5000): Promise<void> {
     this.releasing ??= releaseAll(this.leases, timeoutMs);
     return this.releasing;

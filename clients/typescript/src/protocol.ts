@@ -12,10 +12,14 @@ export const MAX_REQUEST_ID_LEN = 128;
 export const MAX_HOLDER_LEN = 256;
 export const MAX_SECRET_LEN = 128;
 export const MAX_TENANT_LEN = 128;
+/** A concurrency group's bound (Go: lease.MaxGroupLen). */
+export const MAX_GROUP_LEN = 128;
 /** wait_ms's bound: 30 days. */
 export const MAX_WAIT_MS = 30 * 24 * 60 * 60 * 1000;
 /** poll_ms's bound: 24 hours. */
 export const MAX_POLL_MS = 24 * 60 * 60 * 1000;
+/** Bound of an estimate and an actual of units (2^40; Go: lease.MaxUnits). */
+export const MAX_UNITS = 2 ** 40;
 const MAX_TOKEN_LEN = 64;
 
 /** The lease record (docs/protocol.md, section 3), as granted and renewed. */
@@ -38,9 +42,23 @@ export interface LeaseRecord {
   /** The acquire's fairness key, if it gave one. */
   key?: string;
   priority?: number;
+  /** The acquire's estimate, reserved from a budget pool while the lease lives. */
+  units?: number;
   conn_server?: string;
   conn_id?: number;
   disconnect_grace_ms?: number;
+  /** The acquire's concurrency group, and a digest of the credential that acquired it. */
+  group?: string;
+  group_owner?: string;
+}
+
+/** A renewal's word that a newer request of the lease's group asked its holder to stop. */
+export interface StopNotice {
+  code: string;
+  group: string;
+  /** The request id of the newer request. */
+  by: string;
+  message: string;
 }
 
 /** One tenant's figures in a pool (stats `tenants`). */
@@ -73,6 +91,17 @@ export interface PoolStats {
   rate?: string;
   burst?: number;
   tokens?: number;
+  /** A usage budget (POOL_BUDGETS), e.g. "100000/m", and its figures (docs/protocol.md, section 7.2). */
+  budget?: string;
+  budget_limit?: number;
+  budget_window_ms?: number;
+  /** Units settled in the window now. */
+  budget_used?: number;
+  /** The estimates of the leases held now. */
+  budget_reserved?: number;
+  /** true for a pool in shadow mode (POOL_SHADOW): its limits are counted,
+   * not enforced, and in_use may exceed capacity (docs/protocol.md, 7.2). */
+  shadow?: boolean;
   weights?: Record<string, number>;
   default_weight?: number;
   /** A fair pool's scheduler (docs/protocol.md, section 2.5). */
@@ -80,6 +109,9 @@ export interface PoolStats {
   /** How the pool's requests and leases ended, carried across restarts
    * (docs/protocol.md, section 2.5); absent from older managers. */
   counts?: PoolCounts;
+  /** What the pool's limits would have done with the requests it granted
+   * in shadow mode, by reason then action, e.g. {capacity: {queued: 2}}. */
+  shadow_counts?: Record<string, Record<string, number>>;
 }
 
 /** What a fair pool's deficit round robin holds now. */
@@ -132,6 +164,7 @@ export interface Reply {
   served_by?: string;
   warnings?: string[];
   server_stopping?: string;
+  stop?: StopNotice;
 }
 
 /** The kinds of lease events (docs/protocol.md, section 6). */
@@ -144,7 +177,9 @@ export type EventKind =
   | "cancelled"
   | "rejected"
   | "resized"
-  | "stopping";
+  | "stopping"
+  | "stop_requested"
+  | "superseded";
 
 /** A lease event (docs/protocol.md, section 6); never carries a secret. */
 export interface LeaseEvent {
@@ -159,11 +194,21 @@ export interface LeaseEvent {
   tenant?: string;
   /** The request's or lease's fairness key, when it has one. */
   key?: string;
+  /** The concurrency group of a stop_requested or superseded event (and of others, when the request has one). */
+  group?: string;
   token?: number;
   position?: number;
   wait_ms?: number;
+  /** granted: the estimate the grant reserved from its pool's budget. */
+  units?: number;
+  /** released, expired, cancelled of a budget pool's lease: the units settled. */
+  settled?: number;
   code?: string;
   message?: string;
+  /** On a shadow pool's "granted": the limit that would have held the
+   * request back, and what the pool would have done (docs/protocol.md, 7.2). */
+  shadow?: string;
+  shadow_action?: string;
   stats: Omit<PoolStats, "name" | "tenants">;
 }
 

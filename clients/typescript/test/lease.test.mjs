@@ -18,6 +18,7 @@ import {
   WouldWaitError,
   DroppedError,
   CancelledError,
+  SupersededError,
   HolderDisconnectedError,
   LeaseNotFoundError,
   TokenMismatchError,
@@ -36,7 +37,7 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3",
+    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3,tok=4,grp=1",
     env: {
       POOL_MAX_QUEUE: "qf=1,drop=1",
       POOL_ON_FULL: "drop=drop_oldest",
@@ -44,6 +45,7 @@ before(async () => {
       CLUSTER_POOLS: "capi=1",
       POOL_POLICIES: "keys=fair",
       POOL_KEY_LIMITS: "keys=1",
+      POOL_BUDGETS: "tok=1000/h",
     },
   });
   client = await mgr.connect();
@@ -226,6 +228,37 @@ test("every error code", async (t) => {
     await expect(queued, CancelledError);
     await held.release();
     await expect(raw("release", { lease_id: "held-1", token: held.token, secret: "sec" }), LeaseNotFoundError);
+  });
+
+  await t.test("superseded: the group option replaces queued requests and asks holders to stop", async () => {
+    await expect(client.acquire("grp", { onGroup: "cancel_pending" }), BadRequestError);
+    await expect(client.acquire("grp", { group: "g", onGroup: "newest" }), BadRequestError);
+    await expect(client.acquire("grp", { group: "g".repeat(129) }), BadRequestError);
+    const held = await client.acquire("grp", { group: "g" });
+    assert.equal(held.record.group, "g");
+    const old = client.acquire("grp", { group: "g" });
+    await eventually("the old request to queue", async () => (await client.stats("grp")).queued === 1);
+    // Another tenant's group of the same name is another group.
+    const other = client.acquire("grp", { group: "g", tenant: "b", onGroup: "cancel_pending" });
+    await eventually("tenant b's request to queue", async () => (await client.stats("grp")).queued === 2);
+    const newer = client.acquire("grp", { group: "g", onGroup: "cancel_pending", requestId: "grp-pending" });
+    const e = await expect(old, SupersededError);
+    assert.match(e.message, /superseded in group "g" by request "grp-pending"/);
+    const newest = client.acquire("grp", { group: "g", onGroup: "cancel_in_progress", requestId: "grp-newest" });
+    await expect(newer, SupersededError);
+    const asked = Date.now();
+    const reason = await new Promise((resolve) => held.stopSignal.addEventListener("abort", () => resolve(held.stopSignal.reason), { once: true }));
+    const took = Date.now() - asked;
+    console.log(`# holder told to stop ${took}ms after the request`);
+    assert.ok(took < 4000, `told after ${took}ms: the stop_requested event should make it renew at once, not at its next renewal (TTL/3 = 5s)`);
+    assert.ok(reason instanceof SupersededError);
+    assert.match(reason.message, /"grp-newest" of group "g"/);
+    assert.equal(held.signal.aborted, false, "asked to stop, the lease is still held");
+    await held.release();
+    await (await other).release();
+    const l = await newest;
+    assert.equal(l.stopSignal.aborted, false);
+    await l.release();
   });
 
   await t.test("queue_full with its retry hint", async () => {
@@ -416,6 +449,58 @@ test("acquireAll: many sets in random orders, no deadlock, Go's global order", a
   await assert.rejects(client.acquireAll([{ pool: "a" }, { pool: "nope" }]), UnknownPoolError);
   await freed("a");
   await assert.rejects(client.acquireAll([{ pool: "a" }, { pool: "a" }]), BadRequestError);
+});
+
+test("budgets: units reserve an estimate, releaseUsage settles the actual", async () => {
+  await assert.rejects(client.acquire("tok"), BadRequestError); // a budget pool needs an estimate
+  await assert.rejects(client.acquire("tok", { units: 1001 }), ExceedsCapacityError);
+  await assert.rejects(client.acquire("tok", { units: 1.5 }), BadRequestError);
+  await assert.rejects(client.acquire("tok", { units: 2 ** 40 + 1 }), BadRequestError);
+  const ac = new AbortController();
+  const events = client.events({ node: "tsnode", pool: "tok", signal: ac.signal });
+  const granted = [];
+  const settled = [];
+  const seen = (async () => {
+    for await (const ev of events) {
+      if (ev.kind === "granted") granted.push(ev.units);
+      if (ev.kind === "released") settled.push(ev.settled);
+      if (settled.length === 3) break;
+    }
+  })();
+  await client.nc.flush();
+  const figures = async () => {
+    const s = await client.stats("tok");
+    return [s.budget_used ?? 0, s.budget_reserved ?? 0];
+  };
+
+  const a = await client.acquire("tok", { units: 600 });
+  assert.equal(a.units, 600);
+  assert.equal(a.record.units, 600);
+  const s = await client.stats("tok");
+  assert.equal(s.budget, "1000/h");
+  assert.equal(s.budget_limit, 1000);
+  assert.equal(s.budget_window_ms, 3_600_000);
+  assert.deepEqual(await figures(), [0, 600]);
+  const e = await client.acquire("tok", { units: 500, noWait: true }).catch((e) => e);
+  assert.ok(e instanceof WouldWaitError, `${e}`);
+  // A waiter the budget alone holds back starts as soon as the holder
+  // settles less than its estimate.
+  const waiter = client.acquire("tok", { units: 500 });
+  await eventually("the waiter to queue", async () => (await client.stats("tok")).queued === 1, 5000);
+  await assert.rejects(a.releaseUsage(-1), BadRequestError);
+  await a.releaseUsage(200);
+  const b = await waiter;
+  assert.equal(b.units, 500);
+  await eventually("200 spent, 500 reserved", async () => JSON.stringify(await figures()) === "[200,500]", 5000);
+  await b.release(); // no actual: the estimate is settled
+  await eventually("700 spent", async () => JSON.stringify(await figures()) === "[700,0]", 5000);
+  const c = await client.acquire("tok", { units: 300 });
+  await c.releaseUsage(0);
+  await seen;
+  ac.abort();
+  assert.deepEqual(granted, [600, 500, 300]);
+  assert.deepEqual(settled, [200, 500, 0]);
+  assert.deepEqual(await figures(), [700, 0]);
 });
 
 test("stats and events", async () => {

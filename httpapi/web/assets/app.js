@@ -10,7 +10,7 @@
   const MAX_EVENTS = 50;
   const POLL_DOWN_MS = 2000;
   const POLL_LIVE_MS = 5000;
-  const KINDS = ['requested', 'queued', 'granted', 'released', 'expired', 'cancelled', 'rejected', 'message'];
+  const KINDS = ['requested', 'queued', 'granted', 'released', 'expired', 'cancelled', 'rejected', 'stop_requested', 'superseded', 'message'];
   const W = 240, H = 48;
 
   const poolsEl = document.getElementById('pools');

@@ -250,7 +250,8 @@
     open.setAttribute('aria-controls', 'detail');
     open.setAttribute('aria-expanded', k === selected ? 'true' : 'false');
     cell(tr, 'name').appendChild(open);
-    cell(tr, 'policy', slotleaseFormat.policy(p));
+    const pc = cell(tr, 'policy', slotleaseFormat.policy(p));
+    if (p.shadow) pc.title = 'shadow mode (POOL_SHADOW): limits counted, not enforced; in use may exceed capacity';
     cell(tr, 'in_use', String(p.in_use), 'num');
     const bar = cell(tr, '', undefined, 'col-bar');
     bar.innerHTML = '<div class="barcell"><div class="minibar" role="meter" aria-valuemin="0" aria-valuemax="100"><div></div></div>' +
@@ -352,6 +353,8 @@
     $('detail-name').textContent = selected;
     $('detail-figures').textContent = p.in_use + ' of ' + slotleaseFormat.capacity(p.capacity) + ' slots in use, ' + p.queued + ' queued (' +
       slotleaseFormat.policy(p) + ')' + (p.counts ? '; so far ' + slotleaseFormat.counts(p.counts) : '') +
+      (p.shadow || p.shadow_counts ? '; ' + (p.shadow ? 'SHADOW MODE, capacity not enforced' : 'was in shadow mode') +
+        ': its limits would have held ' + slotleaseFormat.shadow(p.shadow_counts) : '') +
       (x.n.stale ? '; node stale, as last seen' : '');
     const hb = document.querySelector('#holders tbody');
     hb.replaceChildren(...p.holders.map((h) => {

@@ -17,11 +17,15 @@ const slotleaseFormat = (function () {
   // capacity is a pool's capacity, "unlimited" for a pool with only a rate.
   function capacity(c) { return c === MAX_CAPACITY ? 'unlimited' : String(c); }
 
-  // policy is a pool's queue policy and, if it has one, its start rate:
-  // "fifo, rate 60/m (3 of 5 tokens)".
+  // policy is a pool's queue policy and, if it has them, its start rate
+  // and its budget: "fifo, rate 60/m (3 of 5 tokens), budget 100000/m
+  // (41200 used, 8000 reserved)"; "SHADOW fifo" for a pool in shadow mode
+  // (POOL_SHADOW: its limits counted, not enforced).
   function policy(s) {
     let out = s.policy || 'fifo';
+    if (s.shadow) out = 'SHADOW ' + out;
     if (s.rate) out += ', rate ' + s.rate + ' (' + (s.tokens || 0) + ' of ' + s.burst + ' tokens)';
+    if (s.budget) out += ', budget ' + s.budget + ' (' + (s.budget_used || 0) + ' used, ' + (s.budget_reserved || 0) + ' reserved)';
     return out;
   }
 
@@ -33,5 +37,14 @@ const slotleaseFormat = (function () {
     return ['granted', 'completed', 'failed', 'rejected', 'dropped', 'cancelled'].map((k) => k + ' ' + (c[k] || 0)).join(', ');
   }
 
-  return { two: two, clock: clock, capacity: capacity, policy: policy, counts: counts };
+  // shadow is what a shadow pool's limits would have done (its stats'
+  // shadow_counts, docs/protocol.md section 2.5): "capacity: queued 2,
+  // would_wait 1; rate: queued 4"; "none yet" without counts.
+  function shadow(c) {
+    const reasons = Object.keys(c || {}).sort();
+    if (reasons.length === 0) return 'none yet';
+    return reasons.map((r) => r + ': ' + Object.keys(c[r]).sort().map((a) => a + ' ' + c[r][a]).join(', ')).join('; ');
+  }
+
+  return { two: two, clock: clock, capacity: capacity, policy: policy, counts: counts, shadow: shadow };
 })();
