@@ -519,6 +519,9 @@ type Record struct {
 	// Existing is set by Submit when the job was submitted before: the
 	// record is that job's, in whatever state it is now. Not stored.
 	Existing bool `json:"-"`
+	// Superseded lists, on Submit's record, the older jobs of the job's
+	// concurrency group its on_group cancelled (supersede.go). Not stored.
+	Superseded []string `json:"-"`
 	// CancelRequested is set by Cancel on a running job's record: its
 	// executor is to stop it. Not stored (the marker is, cancel.go).
 	CancelRequested bool `json:"-"`

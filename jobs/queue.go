@@ -243,6 +243,10 @@ func (q *Queue) submit(ctx context.Context, spec Spec, trace map[string]string) 
 	if _, err := q.results.Create(ctx, spec.ID, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("jobs: storing the record of job %s (the job itself is queued): %w", spec.ID, err)
 	}
+	rec.Superseded, err = q.supersede(ctx, rec) // supersede.go
+	if err != nil {
+		return rec, fmt.Errorf("job %s is queued, but: %w", rec.ID, err)
+	}
 	return rec, nil
 }
 

@@ -80,6 +80,9 @@ func submitCommand(ctx context.Context, specs []jobs.Spec, noPoolCheck bool, std
 		if rec.Existing {
 			fmt.Fprintf(stderr, "executor: job %s exists (%s): submitted before with this spec\n", rec.ID, rec.State)
 		}
+		for _, id := range rec.Superseded {
+			fmt.Fprintf(stderr, "executor: job %s of group %q cancelled: job %s replaces it (%s)\n", id, rec.Spec.Group, rec.ID, rec.Spec.OnGroup)
+		}
 	}
 	return 0, nil
 }

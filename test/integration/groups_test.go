@@ -138,12 +138,13 @@ func TestGroupCancelPendingReplacesTheQueuedOne(t *testing.T) {
 }
 
 // A job submitted with a group and --cancel-in-progress stops the running
-// job of its group, which ends cancelled (superseded), and runs. (An
-// executor takes a job only while its pool has a free slot: docs/jobs.md,
-// "Concurrency groups".)
+// job of its group, which ends cancelled (superseded), and runs: on a pool
+// of one slot, which the running job holds, so the newer job is never
+// taken by an executor before the older one ends (no hoarding); its submit
+// cancels it (docs/jobs.md, "Concurrency groups").
 func TestGroupJobCancelsTheRunningJob(t *testing.T) {
 	t.Parallel()
-	env, httpAddr := managerEnv(t, "grj", "p=2", "15s")
+	env, httpAddr := managerEnv(t, "grj", "p=1", "15s")
 	startManager(t, env, httpAddr)
 	dir := sharedDir(t)
 	submit := func(name string, args ...string) string {
@@ -156,7 +157,11 @@ func TestGroupJobCancelsTheRunningJob(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("submit: exit %d\n%s", code, out)
 		}
-		return strings.TrimSpace(out)
+		id, said, _ := strings.Cut(strings.TrimSpace(out), "\n")
+		if name == "second" && !strings.Contains(said, "cancelled: job "+id+" replaces it") {
+			t.Errorf("the second submit did not say which job it replaced:\n%s", out)
+		}
+		return id
 	}
 	q := jobQueue(t, env)
 	first := submit("first", "--group", "g")
