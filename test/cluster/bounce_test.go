@@ -97,9 +97,13 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 	harness.BounceWithRequests(t, reader, append([]string{
 		lease.StatsSubject(st.Prefix, node), lease.SnapshotSubject(st.Prefix, node),
 	}, harness.DiscoveryRequests()...), nonce, targets)
-	if _, err := reader.Request(lease.StatsSubject(st.Prefix, node), nil, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	// The manager still answers the reader. Asked again while it works
+	// through the bounced requests: beside a second copy of the suite
+	// (load 12) one request went unanswered for 10 s.
+	harness.Eventually(t, 2*time.Minute, "the manager to answer the reader's stats request", func() bool {
+		_, err := reader.Request(lease.StatsSubject(st.Prefix, node), nil, 5*time.Second)
+		return err == nil
+	})
 	spy.Check(t, "reader")
 
 	select {
@@ -117,7 +121,7 @@ func TestJetStreamAnswersOnTheCluster(t *testing.T) {
 		if l.Token() <= held.Token() {
 			t.Fatalf("the waiter's token %d after the holder's %d", l.Token(), held.Token())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // only a grant that never comes
 		t.Fatal("the waiter was not granted the released slot")
 	}
 }
