@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,41 +26,25 @@ func TestRuntimesRunUnderMemoryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go on PATH: %v", err)
 	}
-	users := map[string]func(t *testing.T) *asuser.User{"as the test's user": func(*testing.T) *asuser.User { return nil }}
-	if os.Geteuid() == 0 {
-		users["as an ordinary user"] = func(t *testing.T) *asuser.User { return asuser.New(t, asuser.Plain, 42221, 0) }
-	}
-	for who, user := range users {
-		t.Run(who, func(t *testing.T) {
-			t.Parallel()
-			u := user(t)
-			env, httpAddr := managerEnv(t, "mem", "p=2", "15s")
-			if u != nil {
-				// The store and home below the user's own HOME (asuser's),
-				// not in this test's private temporary directories.
-				env = slices.DeleteFunc(env, func(kv string) bool {
-					return strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "NATS_STORE_DIR=")
-				})
+	asEachUser(t, 42221, "mem", "p=2", func(t *testing.T, u *asuser.User, env []string, httpAddr string) {
+		startManagerAs(t, u, env, httpAddr)
+		run := func(args ...string) (int, string) {
+			p := startAs(t, u, env, "executor", append([]string{"run", "--pool", "p"}, args...)...)
+			return p.Wait(t, 2*time.Minute), p.Output()
+		}
+		for name, argv := range map[string][]string{
+			"node": {node, "-e", "const b = Buffer.alloc(64 << 20, 1); console.log('node ran', b.length)"},
+			"go":   {goBin, "version"},
+		} {
+			if code, out := run(append([]string{"--memory", "512M", "--"}, argv...)...); code != 0 {
+				t.Errorf("executor run --memory 512M -- %s: exit %d:\n%s", name, code, out)
 			}
-			startManagerAs(t, u, env, httpAddr)
-			run := func(args ...string) (int, string) {
-				p := startAs(t, u, env, "executor", append([]string{"run", "--pool", "p"}, args...)...)
-				return p.Wait(t, 2*time.Minute), p.Output()
-			}
-			for name, argv := range map[string][]string{
-				"node": {node, "-e", "const b = Buffer.alloc(64 << 20, 1); console.log('node ran', b.length)"},
-				"go":   {goBin, "version"},
-			} {
-				if code, out := run(append([]string{"--memory", "512M", "--"}, argv...)...); code != 0 {
-					t.Errorf("executor run --memory 512M -- %s: exit %d:\n%s", name, code, out)
-				}
-			}
-			code, out := run("--memory", "100M", "--", "sh", "-c",
-				"for i in 1 2 3 4; do dd if=/dev/zero bs=41943040 count=1 2>/dev/null | sleep 60 & done; wait")
-			if code != 137 || !strings.Contains(out, "the command was stopped by its memory limit") {
-				t.Fatalf("four 40 MiB processes under --memory 100M: exit %d, want 137 and the memory limit named:\n%s", code, out)
-			}
-			t.Logf("over the limit: exit %d:\n%s", code, out)
-		})
-	}
+		}
+		code, out := run("--memory", "100M", "--", "sh", "-c",
+			"for i in 1 2 3 4; do dd if=/dev/zero bs=41943040 count=1 2>/dev/null | sleep 60 & done; wait")
+		if code != 137 || !strings.Contains(out, "the command was stopped by its memory limit") {
+			t.Fatalf("four 40 MiB processes under --memory 100M: exit %d, want 137 and the memory limit named:\n%s", code, out)
+		}
+		t.Logf("over the limit: exit %d:\n%s", code, out)
+	})
 }

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,69 +20,55 @@ import (
 // ids of its own) and as an ordinary user (the worker keeps its uid).
 func TestExecutorSettlesTheUsageFile(t *testing.T) {
 	t.Parallel()
-	users := map[string]func(t *testing.T) *asuser.User{"as the test's user": func(*testing.T) *asuser.User { return nil }}
-	if os.Geteuid() == 0 {
-		users["as an ordinary user"] = func(t *testing.T) *asuser.User { return asuser.New(t, asuser.Plain, 42242, 0) }
-	}
-	for who, user := range users {
-		t.Run(who, func(t *testing.T) {
-			t.Parallel()
-			u := user(t)
-			env, httpAddr := managerEnv(t, "usage", "llm=4", "15s")
-			if u != nil {
-				env = slices.DeleteFunc(env, func(kv string) bool {
-					return strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "NATS_STORE_DIR=")
-				})
+	asEachUser(t, 42242, "usage", "llm=4", func(t *testing.T, u *asuser.User, env []string, httpAddr string) {
+		env = append(env, "POOL_BUDGETS=llm=100000/h")
+		startManagerAs(t, u, env, httpAddr)
+		run := func(script string) string {
+			t.Helper()
+			p := startAs(t, u, env, "executor", "run", "--pool", "llm", "--units", "500", "--", "sh", "-c", script)
+			if code := p.Wait(t, 2*time.Minute); code != 0 {
+				t.Fatalf("executor run -- sh -c %q: exit %d:\n%s", script, code, p.Output())
 			}
-			env = append(env, "POOL_BUDGETS=llm=100000/h")
-			startManagerAs(t, u, env, httpAddr)
-			run := func(script string) string {
-				t.Helper()
-				p := startAs(t, u, env, "executor", "run", "--pool", "llm", "--units", "500", "--", "sh", "-c", script)
-				if code := p.Wait(t, 2*time.Minute); code != 0 {
-					t.Fatalf("executor run -- sh -c %q: exit %d:\n%s", script, code, p.Output())
-				}
-				return p.Output()
+			return p.Output()
+		}
+		var spent int64
+		settles := func(out string, units int64, why string) {
+			t.Helper()
+			if !strings.Contains(out, why) {
+				t.Errorf("no %q in:\n%s", why, out)
 			}
-			var spent int64
-			settles := func(out string, units int64, why string) {
-				t.Helper()
-				if !strings.Contains(out, why) {
-					t.Errorf("no %q in:\n%s", why, out)
-				}
-				spent += units
-				eventually(t, 30*time.Second, "the budget to count "+strconv.FormatInt(spent, 10)+" units spent", func() bool {
-					s := httpPools(t, httpAddr)["llm"]
-					return s.BudgetUsed == spent && s.BudgetReserved == 0
-				})
-			}
+			spent += units
+			eventually(t, 30*time.Second, "the budget to count "+strconv.FormatInt(spent, 10)+" units spent", func() bool {
+				s := httpPools(t, httpAddr)["llm"]
+				return s.BudgetUsed == spent && s.BudgetReserved == 0
+			})
+		}
 
-			out := run(`echo "dir $(stat -c '%a %u' "$(dirname "$LEASE_USAGE_FILE")") me $(id -u)"; echo 120 > "$LEASE_USAGE_FILE"`)
-			settles(out, 120, "settling 120 units (estimated 500)")
-			var mode, owner, me string
-			for _, line := range strings.Split(out, "\n") {
-				if f := strings.Fields(line); len(f) == 5 && f[0] == "dir" && f[3] == "me" {
-					mode, owner, me = f[1], f[2], f[4]
-				}
+		out := run(`echo "dir $(stat -c '%a %u' "$(dirname "$LEASE_USAGE_FILE")") me $(id -u)"; echo 120 > "$LEASE_USAGE_FILE"`)
+		settles(out, 120, "settling 120 units (estimated 500)")
+		var mode, owner, me string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 5 && f[0] == "dir" && f[3] == "me" {
+				mode, owner, me = f[1], f[2], f[4]
 			}
-			if mode != "700" || owner != me || me == "" {
-				t.Errorf("the usage file's directory: mode %q owner %q, the worker is %q; want 700, the worker's own", mode, owner, me)
-			}
-			const estimate = "settling the estimate, 500 units"
-			settles(run(`true`), 500, "the command wrote no usage file; "+estimate)
-			settles(run(`printf 'twelve' > "$LEASE_USAGE_FILE"`), 500, "the usage file does not hold a decimal integer from 0 to 1099511627776; "+estimate)
-			settles(run(`echo -5 > "$LEASE_USAGE_FILE"`), 500, "does not hold a decimal integer")
-			settles(run(`echo 0x10 > "$LEASE_USAGE_FILE"`), 500, "does not hold a decimal integer")
-			settles(run(`head -c 100 /dev/zero | tr '\0' 1 > "$LEASE_USAGE_FILE"`), 500, "the usage file holds more than 64 bytes; "+estimate)
-			settles(run(`echo 7 > "$HOME/u"; ln -s "$HOME/u" "$LEASE_USAGE_FILE"`), 500, "the usage file could not be opened (not a regular file?); "+estimate)
-			settles(run(`mkfifo "$LEASE_USAGE_FILE"`), 500, "the usage file is not a regular file of one link; "+estimate)
-			settles(run(`echo 0 > "$LEASE_USAGE_FILE"`), 0, "settling 0 units (estimated 500)")
-			if out := run(`printf 'secret-%s' 42 > "$LEASE_USAGE_FILE"`); strings.Contains(out, "secret-42") {
-				t.Errorf("the executor echoed the usage file's content:\n%s", out)
-			}
-			spent += 500
-		})
-	}
+		}
+		if mode != "700" || owner != me || me == "" {
+			t.Errorf("the usage file's directory: mode %q owner %q, the worker is %q; want 700, the worker's own", mode, owner, me)
+		}
+		const estimate = "settling the estimate, 500 units"
+		settles(run(`true`), 500, "the command wrote no usage file; "+estimate)
+		settles(run(`printf 'twelve' > "$LEASE_USAGE_FILE"`), 500, "the usage file does not hold a decimal integer from 0 to 1099511627776; "+estimate)
+		settles(run(`echo -5 > "$LEASE_USAGE_FILE"`), 500, "does not hold a decimal integer")
+		settles(run(`echo 0x10 > "$LEASE_USAGE_FILE"`), 500, "does not hold a decimal integer")
+		settles(run(`head -c 100 /dev/zero | tr '\0' 1 > "$LEASE_USAGE_FILE"`), 500, "the usage file holds more than 64 bytes; "+estimate)
+		settles(run(`echo 7 > "$HOME/u"; ln -s "$HOME/u" "$LEASE_USAGE_FILE"`), 500, "the usage file could not be opened (not a regular file?); "+estimate)
+		settles(run(`mkfifo "$LEASE_USAGE_FILE"`), 500, "the usage file is not a regular file of one link; "+estimate)
+		settles(run(`echo 0 > "$LEASE_USAGE_FILE"`), 0, "settling 0 units (estimated 500)")
+		if out := run(`printf 'secret-%s' 42 > "$LEASE_USAGE_FILE"`); strings.Contains(out, "secret-42") {
+			t.Errorf("the executor echoed the usage file's content:\n%s", out)
+		}
+		spent += 500
+	})
 }
 
 // The same for jobs: `executor submit --units N` stores the estimate, and
