@@ -169,6 +169,15 @@ func (p *Pool) take(name, key string, n int64) {
 // release counts n slots less in use by the named tenant, or panics. The
 // caller grants. p.mu must be held.
 func (p *Pool) release(name, key string, n int64) {
+	if p.checkRelease(name, key, n) {
+		p.forget(p.untake(name, key, n))
+	}
+}
+
+// checkRelease panics if the named tenant and key do not hold n slots,
+// and reports whether there is anything to release (n > 0). p.mu must be
+// held.
+func (p *Pool) checkRelease(name, key string, n int64) bool {
 	if n < 0 {
 		panic("pools: release of negative slots")
 	}
@@ -184,17 +193,25 @@ func (p *Pool) release(name, key string, n int64) {
 		panic(fmt.Sprintf("pools: released %d slots for tenant %q, which holds %d", n, name, held))
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	if p.opts.Policy == PolicyFair {
 		if s := shareOf(t, key); s == nil || n > s.inUse {
 			panic(fmt.Sprintf("pools: released %d slots for tenant %q key %q, which holds fewer", n, name, key))
 		}
 	}
+	return true
+}
+
+// untake counts n checked slots less in use by the named tenant and key,
+// keeping the tenant's entry (forget drops it, take undoes this), and
+// returns the tenant. p.mu must be held.
+func (p *Pool) untake(name, key string, n int64) *tenant {
+	t := p.lookup(name)
 	p.inUse -= n
 	t.inUse -= n
 	p.q.took(t, key, -n)
-	p.forget(t)
+	return t
 }
 
 // push queues a new waiter. p.mu must be held.

@@ -461,6 +461,28 @@ func (p *Pool) ReleaseKey(tenant, key string, n int64) []*Waiter {
 	return p.grant(nil)
 }
 
+// HandOver returns n slots held by tenant under key key and grants
+// waiters in service order, as ReleaseKey does, if that grants anyone. If
+// it would grant nobody, nothing changes: the slots stay in use by tenant,
+// and it returns nil. The manager hands a released lease's slots to the
+// next request in one store write this way, and otherwise keeps them until
+// the record is deleted. It panics as ReleaseKey does.
+func (p *Pool) HandOver(tenant, key string, n int64) []*Waiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.checkRelease(tenant, key, n) || p.queued == 0 {
+		return nil
+	}
+	t := p.untake(tenant, key, n)
+	granted := p.grant(nil)
+	if len(granted) == 0 {
+		p.take(tenant, key, n)
+		return nil
+	}
+	p.forget(t)
+	return granted
+}
+
 // Cancel removes a queued waiter. removed is false when w was already
 // granted (the caller owns its slots and must give them back with
 // ReleaseKey(w.Tenant, w.Key, w.Slots)) or already removed. Removing the next waiter in service order may let the waiters
