@@ -21,6 +21,9 @@ type echoes struct {
 type awaited struct {
 	value []byte
 	rev   chan uint64 // gets the stored revision, once
+	// done, if set, is called instead (notify).
+	done func(rev uint64, ok bool)
+	stop *time.Timer
 }
 
 // expect registers the write of value at key, before it is sent.
@@ -67,11 +70,49 @@ func (e *echoes) wait(key string, w *awaited, d time.Duration) (uint64, bool) {
 // waits for exactly this value at this key.
 func (e *echoes) seen(ch Change) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	w := e.waiting[ch.Key]
 	if w == nil || !bytes.Equal(w.value, ch.Value) {
+		e.mu.Unlock()
 		return
 	}
 	delete(e.waiting, ch.Key)
+	e.mu.Unlock()
+	if w.done != nil {
+		w.stop.Stop()
+		w.done(ch.Rev, true)
+		return
+	}
 	w.rev <- ch.Rev
+}
+
+// notify registers the write of value at key, before it is sent, and
+// calls done once, without the echoes' lock: with the stored revision,
+// on the watch's goroutine, when the watch shows the write stored; or
+// with false, on a timer's, if it did not within d. Unless withdraw, which
+// reports whether it withdrew the write before either (done is then never
+// called).
+func (e *echoes) notify(key string, value []byte, d time.Duration, done func(rev uint64, ok bool)) (withdraw func() bool) {
+	w := &awaited{value: value, done: done}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.waiting == nil {
+		e.waiting = make(map[string]*awaited)
+	}
+	e.waiting[key] = w
+	claim := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.waiting[key] != w {
+			return false
+		}
+		delete(e.waiting, key)
+		w.stop.Stop()
+		return true
+	}
+	w.stop = time.AfterFunc(d, func() {
+		if claim() {
+			done(0, false)
+		}
+	})
+	return claim
 }

@@ -10,20 +10,26 @@ import (
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // startGrantLocked writes the lease record of a request whose slots were
 // granted in memory. The holder hears of the grant only once the write is
 // acknowledged.
 func (m *Manager) startGrantLocked(r *request) {
+	r.granting()
+	m.ops.Add(1)
+	go m.grant(r)
+}
+
+// granting marks r granted in memory, its record not yet stored.
+func (r *request) granting() {
 	r.state = granting
 	r.grantedAt = time.Now()
 	if s := r.w.Started; !s.IsZero() {
 		r.grantedAt = s // when the pool's rate counted it (pools.Waiter)
 	}
 	r.stopTimer()
-	m.ops.Add(1)
-	go m.grant(r)
 }
 
 // startGrantsLocked starts the grants of waiters p just granted, except
@@ -53,26 +59,10 @@ func (m *Manager) grant(r *request) {
 	defer m.ops.Done()
 	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
 	defer span.End()
-	// granted_at is when the slots were taken, not when this goroutine got
-	// to run: under load that came seconds later and out of order, and a
-	// rate's windows measured on the records then showed bursts the
-	// bucket never allowed. expires_at estimates the write's TTL.
-	now := time.Now()
-	rec := lease.Record{
-		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
-		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: now.Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units,
-		Group: r.group, GroupOwner: r.groupOwner,
-	}
 	m.mu.Lock()
-	c := r.conn
+	rec := m.recordLocked(r)
+	key, entryRev := m.storeKeyLocked(r)
 	m.mu.Unlock()
-	if c.known() && m.cfg.DisconnectEvents != "" {
-		// Fast release: the lease is bound to the connection the request
-		// came on, and the holder is told the grace it must keep.
-		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, m.cfg.DisconnectGrace.Milliseconds()
-	}
-	key := lease.RecordKey(m.cfg.Node, r.pool.name, r.id)
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	var rev uint64
 	var err error
@@ -82,7 +72,11 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
-		rev, err = m.grants.put(key, r.id, data, r.entry.await())
+		if entryRev {
+			rev, err = m.grants.put(key, r.id, data, r.entry.await())
+		} else {
+			rev, err = m.grants.put(key, r.id, data, 0)
+		}
 	}
 
 	m.mu.Lock()
@@ -114,6 +108,14 @@ func (m *Manager) grant(r *request) {
 		m.endLocked(r, e, lease.EventRejected)
 		return
 	}
+	m.grantStoredLocked(r, rec, key, rev, span)
+}
+
+// grantStoredLocked counts r's grant, whose record is stored at key with
+// revision rev, and tells its holder: the step after a grant's write,
+// whichever write stored it (grant, or handover over a released record).
+func (m *Manager) grantStoredLocked(r *request, rec lease.Record, key string, rev uint64, span trace.Span) {
+	m.waiters.drop(r)
 	if m.ctx.Err() != nil {
 		// Stored, but this manager is closing, perhaps past its leadership
 		// deadline: a successor may not have counted this record and will
@@ -125,13 +127,13 @@ func (m *Manager) grant(r *request) {
 		return
 	}
 	rec.Token = rev
-	h := &held{key: key, rec: rec, rev: rev, pool: p}
-	m.leases[key] = h
+	h := &held{key: key, rec: rec, rev: rev, pool: r.pool}
+	m.addLeaseLocked(h)
 	natstrace.SetAttributes(span, natstrace.Token(rev))
 	if m.cfg.GrantLatency != nil {
-		m.cfg.GrantLatency(p.name, time.Since(r.since))
+		m.cfg.GrantLatency(r.pool.name, time.Since(r.since))
 	}
-	if m.gone.knownClosedLocked(c) {
+	if m.gone.knownClosedLocked(r.conn) {
 		m.freeOnCloseLocked(h) // its connection closed while the record was written
 	}
 	if r.state == grantCancelled {
@@ -141,6 +143,26 @@ func (m *Manager) grant(r *request) {
 	}
 	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
 	m.groupGrantedLocked(r, h)
+}
+
+// recordLocked is the lease record r's grant stores. granted_at is when
+// the slots were taken, not when the write got to run: under load that
+// came seconds later and out of order, and a rate's windows measured on
+// the records then showed bursts the bucket never allowed. expires_at
+// estimates the write's TTL.
+func (m *Manager) recordLocked(r *request) lease.Record {
+	rec := lease.Record{
+		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
+		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: time.Now().Add(m.cfg.TTL).UTC(),
+		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units,
+		Group: r.group, GroupOwner: r.groupOwner,
+	}
+	if c := r.conn; c.known() && m.cfg.DisconnectEvents != "" {
+		// Fast release: the lease is bound to the connection the request
+		// came on, and the holder is told the grace it must keep.
+		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, m.cfg.DisconnectGrace.Milliseconds()
+	}
+	return rec
 }
 
 // grantStore stores grants in the lease bucket: over the request's queue

@@ -144,7 +144,8 @@ type Manager struct {
 	// that their holders and latecomers are told so, not that the node
 	// never had them.
 	removed  map[string]bool
-	leases   map[string]*held       // by record key; every live record of this node
+	leases   map[string]*held       // by the key it is stored at; every live record of this node
+	aliases  map[string]*held       // the leases stored at another key than their own, by their own (leases.go)
 	closed   bool                   // Close has begun
 	delta    poolDelta              // runtime pool changes in force
 	restored map[string]restoredReq // queue entries seen while rebuilding
@@ -180,6 +181,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.Node),
 		leases:   make(map[string]*held),
+		aliases:  make(map[string]*held),
 		restored: make(map[string]restoredReq),
 		waiters:  newWaiters(cfg),
 	}

@@ -109,7 +109,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 	}
 	delete(m.restored, ch.Key)
 	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool], restored: true}
-	m.leases[ch.Key] = h
+	m.addLeaseLocked(h)
 	if h.pool == nil {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
 		return
@@ -141,6 +141,12 @@ func (m *Manager) restoreQueue() {
 			// Its client has had no manager to re-send to: count from now.
 			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
 			group: v.Group, groupOwner: v.GroupOwner, onGroup: v.OnGroup,
+		}
+		if p != nil && m.leaseLocked(p.name, v.ID) != nil {
+			// Granted at another key (a slot handed over to it) before
+			// its entry's delete was stored: the entry goes.
+			m.journal.dropLocked(r)
+			continue
 		}
 		if p == nil {
 			// The pool was removed meanwhile: refuse the request, drop its entry.

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/rules"
 )
 
@@ -25,8 +24,9 @@ import (
 //   - it does not decode as a lease record or queue entry (RefusedUnreadable);
 //   - it decodes but is not one a manager writes: no slots, an invalid id
 //     (RefusedShape);
-//   - its key is not <node>.<pool>.<id> of its own content, or it names
-//     another node (RefusedKey);
+//   - its key is not <node>.<pool>.<id> of its own content (a grant may be
+//     at another id's key of its node and pool: a slot handed over to it,
+//     handover.go), or it names another node (RefusedKey);
 //   - it names no manager instance (RefusedForeign).
 //
 // Each refusal is logged and counted (Config.RecordRefused, the
@@ -114,7 +114,7 @@ func (c *recordCheck) accept(ch Change, rebuilt bool, known func(key string) boo
 	case rules.ValidRequestID(rec.ID) != nil || rec.Pool == "":
 		c.refuse(ch.Key, RefusedShape, "its id or pool is invalid")
 		return nil, false
-	case rec.Node != c.node || ch.Key != lease.RecordKey(rec.Node, rec.Pool, rec.ID):
+	case rec.Node != c.node || !keyFits(ch.Key, &rec):
 		c.refuse(ch.Key, RefusedKey, "its key does not match the node, pool and id it names")
 		return nil, false
 	case rec.Manager == "":
@@ -139,6 +139,17 @@ func knownKey(node string, leases map[string]*held, ps map[string]*pool, key str
 	}
 	p := ps[pool]
 	return p != nil && p.waiting[id] != nil
+}
+
+// keyFits reports whether rec may be stored at key: its own id's key of
+// its node and pool, or, for a grant, another valid id's key of them (a
+// slot handed over to it). A queue entry is always at its own.
+func keyFits(key string, rec *storedValue) bool {
+	id, ok := strings.CutPrefix(key, rec.Node+"."+rec.Pool+".")
+	if !ok || rules.ValidRequestID(id) != nil {
+		return false
+	}
+	return id == rec.ID || !rec.Queued
 }
 
 // refusalLogEvery bounds the log lines about refused records: whoever can

@@ -82,7 +82,10 @@ func forge(t *testing.T, url, inst, round string) []string {
 		`","queued":true,"reply_to":"$KV.lease_leaders.`+node+`","queued_at":1}`), false)
 	put("foreign"+round, rec("foreign"+round, 1, ""), true)
 	put("garbage"+round, []byte("not a record {"), true)
-	put("wrongkey"+round, rec("someoneelse", 1, inst), true)
+	// A grant may be stored at another lease's key of its pool (a slot
+	// handed over to it), a queue entry never.
+	put("wrongkey"+round, []byte(`{"id":"someoneelse","node":"`+node+`","pool":"p","slots":1,"holder":"attacker","manager":"`+inst+
+		`","queued":true,"reply_to":"_INBOX.x","queued_at":1}`), true)
 	put("noslots"+round, rec("noslots"+round, 0, inst), true)
 	return []string{manager.RefusedNoTTL, manager.RefusedForeign, manager.RefusedUnreadable, manager.RefusedKey, manager.RefusedShape}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/slotlease/slotlease/internal/echo"
 	"github.com/slotlease/slotlease/lease"
+	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
 )
@@ -29,7 +30,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 		}
 		if e == nil {
 			h.settle = req.Units
-			m.startReleaseLocked(h, lease.EventReleased)
+			m.releaseLocked(h)
 		}
 		m.mu.Unlock()
 	}
@@ -136,7 +137,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if m.leases[h.key] != h {
 		return
 	}
-	delete(m.leases, h.key)
+	m.dropLeaseLocked(h)
 	if h.gone != nil {
 		close(h.gone)
 	}
@@ -144,7 +145,13 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if h.pool == nil {
 		return
 	}
-	granted, settled := m.settleLocked(h)
+	var granted []*pools.Waiter
+	var settled *int64
+	if h.handedOver {
+		granted, h.next = h.next, nil // its slots went back at its release (handover.go)
+	} else {
+		granted, settled = m.settleLocked(h)
+	}
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Key: h.rec.Key, Token: h.rec.Token, Code: code, Settled: settled})
 	if !m.closed {
 		m.startGrantsLocked(h.pool, granted)

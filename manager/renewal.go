@@ -59,7 +59,7 @@ func (m *Manager) lookupLocked(who requester, subject string, leaseID string, to
 	if err := rules.ValidRequestID(leaseID); err != nil {
 		return nil, errorf(lease.CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))
 	}
-	h := m.leases[lease.RecordKey(m.cfg.Node, poolName, leaseID)]
+	h := m.leaseLocked(poolName, leaseID)
 	if h == nil || h.releasing {
 		return nil, errorf(lease.CodeLeaseNotFound, "no live lease %q in pool %q on node %s", leaseID, poolName, m.cfg.Node)
 	}

@@ -28,6 +28,11 @@ func (s *renewSeq) lock() { s.mu.Lock() }
 
 func (s *renewSeq) unlock() { s.mu.Unlock() }
 
+// tryLock takes the lock if no renewal is in flight, and reports whether
+// it did. The handover holds it from its write until its outcome
+// (handover.go), which may end on another goroutine.
+func (s *renewSeq) tryLock() bool { return s.mu.TryLock() }
+
 // since returns the record of a successful write that began no earlier than
 // received. Answering a request with it is as safe as writing for it: the
 // holder dates its deadline from a send before received, and the record

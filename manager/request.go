@@ -131,6 +131,11 @@ type held struct {
 	// stopAt when the first came (group.go).
 	stop   *lease.StopNotice
 	stopAt time.Time
+	// handedOver: its slots went back to its pool at its release, before
+	// its record was gone (handover.go); next are the requests they went
+	// to that wait for the record to go, started by freeLocked.
+	handedOver bool
+	next       []*pools.Waiter
 }
 
 // poolToken returns the pool token of a request subject
