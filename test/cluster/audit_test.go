@@ -71,6 +71,37 @@ func TestAuditChecks(t *testing.T) {
 			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 1010, 1500, HoldReleased))
 			h.gone(1600, lease.RecordKey("n1", "p", "b"))
 		}, ""},
+		{"handover", func(h *history, in *AuditInput) {
+			// b's grant replaces a's record at a's key: a ends as b begins.
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 900, HoldReleased))
+			b := h.put(1000, lease.RecordKey("n1", "p", "a"), storedRecord{ID: "b", Node: "n1", Pool: "p", Slots: 1, Manager: "m1"})
+			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 1010, 1500, HoldReleased))
+			h.gone(1600, lease.RecordKey("n1", "p", "a"))
+		}, ""},
+		{"handover, then another record at once", func(h *history, in *AuditInput) {
+			h.grant(100, "a", 1, "m1")
+			b := h.put(1000, lease.RecordKey("n1", "p", "a"), storedRecord{ID: "b", Node: "n1", Pool: "p", Slots: 1, Manager: "m1"})
+			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 1010, 1050, HoldReleased))
+			c := h.grant(1100, "c", 1, "m1")
+			in.Holds = append(in.Holds, hold("z#1", "c", c, 1, 1110, 1150, HoldReleased))
+			h.gone(1200, lease.RecordKey("n1", "p", "c"))
+			h.gone(1600, lease.RecordKey("n1", "p", "a"))
+		}, "over-grant (KV view)"},
+		{"handover while the released holder still relies", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 1005, HoldReleased))
+			b := h.put(1000, lease.RecordKey("n1", "p", "a"), storedRecord{ID: "b", Node: "n1", Pool: "p", Slots: 1, Manager: "m1"})
+			in.Holds = append(in.Holds, hold("y#1", "b", b, 1, 1010, 1500, HoldReleased))
+			h.gone(1600, lease.RecordKey("n1", "p", "a"))
+		}, "x#1 relied on lease"},
+		{"handed-over token claimed under the key's id", func(h *history, in *AuditInput) {
+			a := h.grant(100, "a", 1, "m1")
+			in.Holds = append(in.Holds, hold("x#1", "a", a, 1, 110, 900, HoldReleased))
+			b := h.put(1000, lease.RecordKey("n1", "p", "a"), storedRecord{ID: "b", Node: "n1", Pool: "p", Slots: 1, Manager: "m1"})
+			in.Holds = append(in.Holds, hold("y#1", "a", b, 1, 1010, 1500, HoldReleased))
+			h.gone(1600, lease.RecordKey("n1", "p", "a"))
+		}, "y#1 holds lease n1.p.a with token"},
 		{"two records at once", func(h *history, in *AuditInput) {
 			a := h.grant(100, "a", 1, "m1")
 			b := h.grant(200, "b", 1, "m1")
@@ -301,7 +332,11 @@ func TestAuditWriters(t *testing.T) {
 	}{
 		"lease without TTL":    {func(in *AuditInput) { in.Leases[0].TTL = 0 }, "stored without a TTL"},
 		"unknown manager":      {func(in *AuditInput) { in.Leases[0].Data = rec("a", "mallory") }, `names manager "mallory"`},
-		"key of another lease": {func(in *AuditInput) { in.Leases[0].Key = "n1.p.b" }, "holds the record of n1.p.a"},
+		"key of another pool":  {func(in *AuditInput) { in.Leases[0].Key = "n1.q.a" }, "holds the record of n1.p.a"},
+		"entry at another key": {func(in *AuditInput) {
+			in.Leases[0].Key = "n1.p.b"
+			in.Leases[0].Data = []byte(`{"id":"a","node":"n1","pool":"p","slots":1,"manager":"m1","queued":true}`)
+		}, "holds the record of n1.p.a"},
 		"leader without TTL":   {func(in *AuditInput) { in.Leaders[0].TTL = 0 }, "leadership key n1 revision 1 was stored without a TTL"},
 		"unknown leader":       {func(in *AuditInput) { in.Leaders[0].Data = leader("mallory") }, `names instance "mallory"`},
 		"candidate of another": {func(in *AuditInput) { in.Leaders[1].Data = leader("m2") }, `candidate record cluster.candidates.m1`},

@@ -478,6 +478,7 @@ func (r *Report) note(format string, args ...any) {
 // until its record was deleted or expired.
 type kvLease struct {
 	Key        string
+	ID         string // the lease id the record names: its key's, or another's after a handover
 	Node, Pool string
 	Slots      int64
 	Token      uint64
@@ -583,21 +584,27 @@ func Audit(in AuditInput) *Report {
 	for i := range kv {
 		byToken[kv[i].Token] = &kv[i]
 	}
-	seqKey := map[uint64]string{}
+	// Which lease each revision of the bucket was: a record names its
+	// lease, which need not be its key's (a handover).
+	seqLease := map[uint64]string{}
 	for _, o := range in.Leases {
-		seqKey[o.Rev] = o.Key
+		seqLease[o.Rev] = o.Key
+		var v storedRecord
+		if o.Op == jetstream.KeyValuePut && json.Unmarshal(o.Data, &v) == nil {
+			seqLease[o.Rev] = lease.RecordKey(v.Node, v.Pool, v.ID)
+		}
 	}
 	for _, h := range in.Holds {
 		key := lease.RecordKey(h.Node, h.Pool, h.LeaseID)
 		l := byToken[h.Token]
 		if l == nil {
-			if k, seen := seqKey[h.Token]; seen && k != key {
+			if k, seen := seqLease[h.Token]; seen && k != key {
 				r.violate("%s holds lease %s with token %d, but revision %d of the bucket is %s", h.Executor, key, h.Token, h.Token, k)
 			}
 			continue
 		}
-		if l.Key != key {
-			r.violate("%s holds lease %s with token %d, but that token is the record of %s", h.Executor, key, h.Token, l.Key)
+		if l.ID != h.LeaseID || l.Node != h.Node || l.Pool != h.Pool {
+			r.violate("%s holds lease %s with token %d, but that token is the record of %s.%s.%s at %s", h.Executor, key, h.Token, l.Node, l.Pool, l.ID, l.Key)
 			continue
 		}
 		r.HoldsCovered++
@@ -665,7 +672,7 @@ func Audit(in AuditInput) *Report {
 		}
 		r.GrantedEvents++
 		key := lease.RecordKey(ev.Node, ev.Pool, ev.LeaseID)
-		k, seen := seqKey[ev.Token]
+		k, seen := seqLease[ev.Token]
 		if !seen {
 			continue
 		}
@@ -948,6 +955,15 @@ func buildKVLeases(in AuditInput, r *Report) []kvLease {
 				cur.LastPut = o.TS
 				continue
 			}
+			if v.Token == 0 && v.ID != cur.ID {
+				// A handover: the next lease's grant replaced the
+				// released one's record in one write, so the one ended
+				// as the other began.
+				closeLease(cur, o.TS, true)
+				cur = nil
+			}
+		}
+		if cur != nil {
 			// The watch missed the record's end (a delete marker replaced
 			// before delivery): it ended some time after its last write.
 			// Take the earliest, so the capacity check cannot blame it.
@@ -959,7 +975,7 @@ func buildKVLeases(in AuditInput, r *Report) []kvLease {
 			// (written and renewed before delivery): count it from here.
 			r.note("KV: first write seen of %s token %d is a renewal at %s", o.Key, token, o.TS.Format(tsFormat))
 		}
-		open[o.Key] = &kvLease{Key: o.Key, Node: v.Node, Pool: v.Pool, Slots: v.Slots, Token: token, Instance: v.Manager, Start: o.TS, GrantedAt: v.GrantedAt, LastPut: o.TS, FromGrant: v.Token == 0,
+		open[o.Key] = &kvLease{Key: o.Key, ID: v.ID, Node: v.Node, Pool: v.Pool, Slots: v.Slots, Token: token, Instance: v.Manager, Start: o.TS, GrantedAt: v.GrantedAt, LastPut: o.TS, FromGrant: v.Token == 0,
 			TTL: time.Duration(v.TTLMs) * time.Millisecond}
 	}
 	for _, l := range open {

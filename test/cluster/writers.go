@@ -12,7 +12,7 @@ import (
 // the run wrote (issue 28: the server could be made to write them for a
 // client): a lease record or queue entry without a TTL, naming a manager
 // the run did not start, or under a key that is not its node, pool and
-// id; a leadership key without a TTL or naming an unknown instance; a
+// id (a grant: of its node and pool); a leadership key without a TTL or naming an unknown instance; a
 // cluster pool candidate's record without a TTL or under another
 // instance's key; a pool bucket value (pool changes, pool counts) not
 // under <node>.delta or <node>.counts, or naming no manager of the run. It checks nothing without in.Instances.
@@ -33,7 +33,9 @@ func checkWriters(in AuditInput, r *Report) {
 			r.violate("KV: %s revision %d was stored without a TTL: no manager wrote it", o.Key, o.Rev)
 		case !in.Instances[v.Manager]:
 			r.violate("KV: %s revision %d names manager %q, none of the run's", o.Key, o.Rev, v.Manager)
-		case o.Key != v.Node+"."+v.Pool+"."+v.ID:
+		case !strings.HasPrefix(o.Key, v.Node+"."+v.Pool+".") || (v.Queued && o.Key != v.Node+"."+v.Pool+"."+v.ID):
+			// A grant may be at another lease's key of its pool (a slot
+			// handed over to it); a queue entry only at its own.
 			r.violate("KV: %s revision %d holds the record of %s.%s.%s", o.Key, o.Rev, v.Node, v.Pool, v.ID)
 		}
 	}
