@@ -330,9 +330,9 @@ func TestAuditWriters(t *testing.T) {
 		mod  func(*AuditInput)
 		want string
 	}{
-		"lease without TTL":    {func(in *AuditInput) { in.Leases[0].TTL = 0 }, "stored without a TTL"},
-		"unknown manager":      {func(in *AuditInput) { in.Leases[0].Data = rec("a", "mallory") }, `names manager "mallory"`},
-		"key of another pool":  {func(in *AuditInput) { in.Leases[0].Key = "n1.q.a" }, "holds the record of n1.p.a"},
+		"lease without TTL":   {func(in *AuditInput) { in.Leases[0].TTL = 0 }, "stored without a TTL"},
+		"unknown manager":     {func(in *AuditInput) { in.Leases[0].Data = rec("a", "mallory") }, `names manager "mallory"`},
+		"key of another pool": {func(in *AuditInput) { in.Leases[0].Key = "n1.q.a" }, "holds the record of n1.p.a"},
 		"entry at another key": {func(in *AuditInput) {
 			in.Leases[0].Key = "n1.p.b"
 			in.Leases[0].Data = []byte(`{"id":"a","node":"n1","pool":"p","slots":1,"manager":"m1","queued":true}`)
