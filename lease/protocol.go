@@ -60,9 +60,10 @@ func EventFilter(prefix, node, pool string, kind EventKind) string {
 	return prefix + ".events." + star(node) + "." + star(pool) + "." + star(string(kind))
 }
 
-// RecordKey is a lease record's KV key: <node>.<pool>.<lease id>. The lease id
-// is the acquire's request id, so a retried acquire finds the stored grant
-// through the key itself, also after a manager restart.
+// RecordKey is a lease record's own KV key: <node>.<pool>.<lease id>. The
+// lease id is the acquire's request id. A grant handed a released lease's
+// slots is stored at that lease's key instead (docs/protocol.md, section
+// 5.6); the record's id says whose it is.
 func RecordKey(node, pool, id string) string {
 	return node + "." + pool + "." + id
 }

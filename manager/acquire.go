@@ -48,7 +48,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
-	if h, r := m.leaseLocked(p.name, req.RequestID), p.waiting[req.RequestID]; h != nil || r != nil {
+	if h, r := m.leases.byID(p.name, req.RequestID), p.waiting[req.RequestID]; h != nil || r != nil {
 		return retried(span, m.guesses, who, p, req, msg.Reply, h, r)
 	}
 	r, e := m.newRequestLocked(ctx, p, req, who, msg.Reply)

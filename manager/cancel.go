@@ -61,7 +61,7 @@ func (m *Manager) handleCancel(msg *nats.Msg) lease.Reply {
 		}
 		return lease.Reply{Status: lease.StatusCancelled}
 	}
-	if h := m.leaseLocked(p.name, req.RequestID); h != nil {
+	if h := m.leases.byID(p.name, req.RequestID); h != nil {
 		if e := m.guesses.cancellerLocked(who, req, h.rec.Holder, h.rec.Secret); e != nil {
 			return errReply(e)
 		}

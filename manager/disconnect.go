@@ -332,7 +332,7 @@ func (g *disconnects) wait() { g.wg.Wait() }
 // boundLocked reports whether a lease or a queued request is bound to c,
 // of the server named name.
 func (m *Manager) boundLocked(c conn, name string) bool {
-	for _, h := range m.leases {
+	for _, h := range m.leases.byKey {
 		if recordConn(&h.rec) == c {
 			return true
 		}
@@ -358,7 +358,7 @@ func (m *Manager) boundLocked(c conn, name string) bool {
 // named none stayed queued after its client was gone, and was granted in
 // its turn to nobody).
 func (m *Manager) closedLocked(c conn, name string) {
-	for _, h := range m.leases {
+	for _, h := range m.leases.byKey {
 		if recordConn(&h.rec) == c {
 			m.freeOnCloseLocked(h)
 		}
@@ -393,7 +393,7 @@ func (m *Manager) freeOnCloseLocked(h *held) {
 	// that is what its holder was told.
 	grace := max(m.cfg.DisconnectGrace, time.Duration(h.rec.DisconnectGraceMs)*time.Millisecond)
 	m.gone.afterGraceLocked(grace, func() {
-		if m.leases[h.key] != h || h.releasing || recordConn(&h.rec) != c {
+		if m.leases.byKey[h.key] != h || h.releasing || recordConn(&h.rec) != c {
 			return // gone already, or moved to a live connection
 		}
 		m.log.Info("freeing a lease whose holder's connection closed", "key", h.key, "grace", grace)

@@ -61,7 +61,7 @@ func (m *Manager) grant(r *request) {
 	defer span.End()
 	m.mu.Lock()
 	rec := m.recordLocked(r)
-	key, entryRev := m.storeKeyLocked(r)
+	key, entryRev := m.leases.storeKey(r)
 	m.mu.Unlock()
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	var rev uint64
@@ -128,7 +128,7 @@ func (m *Manager) grantStoredLocked(r *request, rec lease.Record, key string, re
 	}
 	rec.Token = rev
 	h := &held{key: key, rec: rec, rev: rev, pool: r.pool}
-	m.addLeaseLocked(h)
+	m.leases.add(h)
 	natstrace.SetAttributes(span, natstrace.Token(rev))
 	if m.cfg.GrantLatency != nil {
 		m.cfg.GrantLatency(r.pool.name, time.Since(r.since))

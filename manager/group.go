@@ -110,7 +110,7 @@ func (m *Manager) groupRestoredLocked(r *request) {
 func (m *Manager) askHoldersLocked(r *request) {
 	g := r.groupOf()
 	now := time.Now()
-	for _, h := range m.leases {
+	for _, h := range m.leases.byKey {
 		if h.releasing || h.pool == nil || h.rec.Group == "" || h.groupOf() != g {
 			continue
 		}

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -21,6 +22,9 @@ import (
 // pool without a usage budget (whose settlement is stored before the
 // delete, budget.go), and a lease with no renewal in flight (whose write
 // would race the handover's compare-and-set).
+
+// errHandOverUnseen is why a handover was not taken as stored.
+var errHandOverUnseen = errors.New("handover not seen stored")
 
 // releaseLocked starts the release h's holder asked for.
 func (m *Manager) releaseLocked(h *held) {
@@ -67,7 +71,8 @@ func successor(h *held, granted []*pools.Waiter) (*request, []*pools.Waiter) {
 
 // handOverLocked sends r's record over h's and settles the outcome when
 // the watch shows it stored (handedLocked), or not within echoWait
-// (handOverFailedLocked). h's renewal lock is held until then.
+// and the store does not have it either (handOverFailedLocked). h's
+// renewal lock is held until then.
 func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 	h.releasing, h.releaseKind, h.gone = true, lease.EventReleased, make(chan struct{})
 	r.granting()
@@ -75,9 +80,20 @@ func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 	rec := m.recordLocked(r)
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	m.ops.Add(1)
+	sent := time.Now()
 	done := func(rev uint64, stored bool) {
 		defer m.ops.Done()
 		defer span.End()
+		if !stored {
+			// Not seen: stored unseen (the watch was being set up
+			// again), refused, or still on its way. The store tells;
+			// a later arrival is refused once anything else is stored
+			// at the key, as the delete that follows expects the same
+			// revision.
+			var err error
+			rev, err = m.grants.resolve(h.key, r.id, sent, errHandOverUnseen)
+			stored = err == nil
+		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		h.renewal.unlock()
@@ -119,7 +135,7 @@ func (m *Manager) handedLocked(h *held, r *request, rec lease.Record, rev uint64
 // lost. r is granted once the record is gone, in its own write. A
 // handover stored unseen is deleted with it: r's holder was told nothing.
 func (m *Manager) handOverFailedLocked(h *held, r *request) {
-	if m.leases[h.key] != h {
+	if m.leases.byKey[h.key] != h {
 		// Already gone (expired, or freed): r's slots are free.
 		m.startGrantsLocked(r.pool, []*pools.Waiter{r.w})
 		return

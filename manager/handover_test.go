@@ -180,3 +180,125 @@ func TestHandedOverLeaseAcrossARestart(t *testing.T) {
 	}
 	harness.Eventually(t, 10*time.Second, "the pool idle", func() bool { return harness.PoolStats(t, second.Manager, "p").InUse == 0 })
 }
+
+// handoverStore passes everything to the real store but what the test
+// takes away from handovers (writes whose record is another id's key's):
+// their send (drop), or their echo on the manager's watch (blind).
+type handoverStore struct {
+	manager.Store
+	ew          manager.EchoWriter
+	drop, blind bool
+}
+
+func isHandover(key string, value []byte) bool {
+	var rec lease.Record
+	return json.Unmarshal(value, &rec) == nil && rec.ID != "" && key != lease.RecordKey(rec.Node, rec.Pool, rec.ID)
+}
+
+func (s *handoverStore) SendCreate(key string, value []byte, ttl time.Duration) error {
+	return s.ew.SendCreate(key, value, ttl)
+}
+
+func (s *handoverStore) SendDelete(key string, rev uint64) error { return s.ew.SendDelete(key, rev) }
+
+func (s *handoverStore) SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error {
+	if s.drop && isHandover(key, value) {
+		return nil // "sent", and lost
+	}
+	return s.ew.SendRenew(key, value, ttl, rev)
+}
+
+func (s *handoverStore) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
+	w, err := s.Store.Watch(ctx, filter)
+	if err != nil || !s.blind {
+		return w, err
+	}
+	out := &filteredWatch{Watcher: w, ch: make(chan manager.Change)}
+	go func() {
+		defer close(out.ch)
+		for ch := range w.Changes() {
+			if ch.Op == manager.ChangePut && isHandover(ch.Key, ch.Value) {
+				continue
+			}
+			out.ch <- ch
+		}
+	}()
+	return out, nil
+}
+
+type filteredWatch struct {
+	manager.Watcher
+	ch chan manager.Change
+}
+
+func (w *filteredWatch) Changes() <-chan manager.Change { return w.ch }
+
+// startHandover starts a manager for a 1-slot pool "p" on a handoverStore,
+// and has a lease a held and a request queued behind it.
+func startHandover(t *testing.T, s *handoverStore) (n *harness.Node, a *lease.Lease, got <-chan *lease.Lease, errc <-chan error) {
+	t.Helper()
+	srv := harness.StartServer(t)
+	n = harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+		func(inner manager.Store) manager.Store {
+			s.Store, s.ew = inner, inner.(manager.EchoWriter)
+			return s
+		})
+	c := harness.Client(t, srv.URL, node)
+	a, err := c.Acquire(context.Background(), "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, errc, _ = harness.QueuedAcquire(t, c, context.Background(), "p", 1)
+	return n, a, got, errc
+}
+
+func granted(t *testing.T, got <-chan *lease.Lease, errc <-chan error) *lease.Lease {
+	t.Helper()
+	select {
+	case b := <-got:
+		return b
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter was not granted")
+	}
+	return nil
+}
+
+// A handover that is lost becomes a delete, and the waiter is granted in
+// a write of its own once the released record is gone.
+func TestLostHandoverBecomesADelete(t *testing.T) {
+	t.Parallel()
+	n, a, got, errc := startHandover(t, &handoverStore{drop: true})
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := granted(t, got, errc)
+	if id, _ := storedAt(t, n, lease.RecordKey(node, "p", b.ID())); id != b.ID() {
+		t.Fatalf("the waiter's own key holds %s", id)
+	}
+	if _, _, err := n.Store.Get(context.Background(), lease.RecordKey(node, "p", a.ID())); !errors.Is(err, manager.ErrStoreNotFound) {
+		t.Fatalf("the released record: %v, want deleted", err)
+	}
+	if s := harness.PoolStats(t, n.Manager, "p"); s.InUse != 1 {
+		t.Fatalf("%d slots in use, want 1", s.InUse)
+	}
+}
+
+// A handover stored but not seen on the watch is found in the store and
+// kept: the waiter is granted the record at the released lease's key.
+func TestUnseenHandoverIsFoundStored(t *testing.T) {
+	t.Parallel()
+	n, a, got, errc := startHandover(t, &handoverStore{blind: true})
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := granted(t, got, errc)
+	if id, rev := storedAt(t, n, lease.RecordKey(node, "p", a.ID())); id != b.ID() || rev != b.Token() {
+		t.Fatalf("the released lease's key holds %s revision %d, want %s revision %d", id, rev, b.ID(), b.Token())
+	}
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 10*time.Second, "the pool idle", func() bool { return harness.PoolStats(t, n.Manager, "p").InUse == 0 })
+}

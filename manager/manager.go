@@ -119,7 +119,9 @@ type Config struct {
 //   - slots are taken from the pool before the record is written, and the
 //     holder hears of a grant only after the Store acknowledged the write;
 //   - slots come back only when the record is gone from the Store (deleted
-//     by a release, or expired and seen by the watcher), never before;
+//     by a release, or expired and seen by the watcher), never before; or,
+//     at a release, go at once to a request whose record replaces the
+//     released one in one conditional write (handover.go);
 //   - on start, every record in the Store is counted before any request is
 //     served.
 //
@@ -144,8 +146,7 @@ type Manager struct {
 	// that their holders and latecomers are told so, not that the node
 	// never had them.
 	removed  map[string]bool
-	leases   map[string]*held       // by the key it is stored at; every live record of this node
-	aliases  map[string]*held       // the leases stored at another key than their own, by their own (leases.go)
+	leases   leaseTable             // every live record of this node (leases.go)
 	closed   bool                   // Close has begun
 	delta    poolDelta              // runtime pool changes in force
 	restored map[string]restoredReq // queue entries seen while rebuilding
@@ -180,8 +181,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.Node),
-		leases:   make(map[string]*held),
-		aliases:  make(map[string]*held),
+		leases:   newLeaseTable(cfg.Node),
 		restored: make(map[string]restoredReq),
 		waiters:  newWaiters(cfg),
 	}
@@ -305,7 +305,7 @@ func (m *Manager) start(ctx context.Context) error {
 		return fmt.Errorf("lease: subscribe: %w", err)
 	}
 	m.mu.Lock()
-	restored := len(m.leases)
+	restored := len(m.leases.byKey)
 	m.mu.Unlock()
 	m.log.Info("lease manager serving", "prefix", m.cfg.Prefix, "pools", len(m.pools), "leases_restored", restored, "fast_release", m.cfg.DisconnectEvents != "")
 	return nil
@@ -369,8 +369,8 @@ func (m *Manager) Close() error {
 func (m *Manager) Leases() []lease.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]lease.Record, 0, len(m.leases))
-	for _, h := range m.leases {
+	out := make([]lease.Record, 0, len(m.leases.byKey))
+	for _, h := range m.leases.byKey {
 		out = append(out, h.rec.Public())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })

@@ -21,7 +21,7 @@ func (m *Manager) observeGone(ch Change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.restored, ch.Key)
-	h := m.leases[ch.Key]
+	h := m.leases.byKey[ch.Key]
 	if h == nil || ch.Rev <= h.rev {
 		return
 	}
@@ -48,11 +48,11 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 	m.grants.echoes.seen(ch) // a grant waiting for this write, if any
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	stored, ok := m.records.accept(ch, rebuilt, func(key string) bool { return knownKey(m.cfg.Node, m.leases, m.pools, key) })
+	stored, ok := m.records.accept(ch, rebuilt, func(key string) bool { return knownKey(m.cfg.Node, m.leases.byKey, m.pools, key) })
 	if !ok {
 		return
 	}
-	if h := m.leases[ch.Key]; h != nil {
+	if h := m.leases.byKey[ch.Key]; h != nil {
 		if ch.Rev > h.rev {
 			h.rev = ch.Rev
 		}
@@ -109,7 +109,7 @@ func (m *Manager) observePut(ch Change, rebuilt bool) {
 	}
 	delete(m.restored, ch.Key)
 	h := &held{key: ch.Key, rec: rec.Record, rev: ch.Rev, pool: m.pools[rec.Pool], restored: true}
-	m.addLeaseLocked(h)
+	m.leases.add(h)
 	if h.pool == nil {
 		m.log.Warn("stored lease names a pool this node does not have; it is not counted and cannot be renewed", "key", ch.Key, "pool", rec.Pool)
 		return
@@ -142,7 +142,7 @@ func (m *Manager) restoreQueue() {
 			pollMs: v.PollMs, lastSeen: time.Now().UnixNano(),
 			group: v.Group, groupOwner: v.GroupOwner, onGroup: v.OnGroup,
 		}
-		if p != nil && m.leaseLocked(p.name, v.ID) != nil {
+		if p != nil && m.leases.byID(p.name, v.ID) != nil {
 			// Granted at another key (a slot handed over to it) before
 			// its entry's delete was stored: the entry goes.
 			m.journal.dropLocked(r)

@@ -134,10 +134,10 @@ func (m *Manager) release(h *held, kind lease.EventKind) {
 
 // freeLocked returns a gone lease's slots to its pool and grants waiters.
 func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
-	if m.leases[h.key] != h {
+	if m.leases.byKey[h.key] != h {
 		return
 	}
-	m.dropLeaseLocked(h)
+	m.leases.drop(h)
 	if h.gone != nil {
 		close(h.gone)
 	}

@@ -59,7 +59,7 @@ func (m *Manager) lookupLocked(who requester, subject string, leaseID string, to
 	if err := rules.ValidRequestID(leaseID); err != nil {
 		return nil, errorf(lease.CodeBadRequest, "lease_id: %v", strings.TrimPrefix(err.Error(), "request_id "))
 	}
-	h := m.leaseLocked(poolName, leaseID)
+	h := m.leases.byID(poolName, leaseID)
 	if h == nil || h.releasing {
 		return nil, errorf(lease.CodeLeaseNotFound, "no live lease %q in pool %q on node %s", leaseID, poolName, m.cfg.Node)
 	}
@@ -198,7 +198,7 @@ func (m *Manager) stillStored(h *held) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.leases[h.key] != h || h.releasing {
+	if m.leases.byKey[h.key] != h || h.releasing {
 		return false
 	}
 	if rev > h.rev {

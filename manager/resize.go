@@ -361,7 +361,7 @@ func (m *Manager) removePoolLocked(p *pool, quiet bool) {
 		p.p.Cancel(r.w)
 		m.endLocked(r, errorf(lease.CodeUnknownPool, "pool %q was removed from node %s (leasemgr resize --remove --force)", p.name, m.cfg.Node), "")
 	}
-	for _, h := range m.leases {
+	for _, h := range m.leases.byKey {
 		if h.pool == p && !h.releasing {
 			m.startReleaseLocked(h, lease.EventReleased)
 		}

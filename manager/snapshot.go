@@ -25,7 +25,7 @@ func (m *Manager) Snapshot(history bool) lease.NodeSnapshot {
 	history = history && m.disc != nil
 	now := time.Now().UTC()
 	holders := make(map[*pool][]lease.HolderView, len(m.pools))
-	for _, h := range m.leases {
+	for _, h := range m.leases.byKey {
 		if h.pool != nil {
 			holders[h.pool] = append(holders[h.pool], holderView(h.rec))
 		}

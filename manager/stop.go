@@ -62,7 +62,7 @@ func (m *Manager) announceStop() {
 			m.out.stopServer.Store(&id)
 		}
 	}
-	done := m.stop.awaitLocked(m.leases)
+	done := m.stop.awaitLocked(m.leases.byKey)
 	for _, p := range m.pools {
 		m.out.emit(p, lease.Event{Kind: lease.EventStopping, Message: "the lease manager is stopping: holders renew now"})
 	}

@@ -45,6 +45,10 @@ type rateStart struct {
 // (docs/guarantees.md §2.3).
 func checkRates(in AuditInput, kv []kvLease, r *Report) {
 	starts := map[string][]rateStart{}
+	// One grant is one start, however many records it had: a handover
+	// whose write was not seen stored becomes a delete, and the grant is
+	// then stored again at its own key (docs/protocol.md, section 5.6).
+	seen := map[string]bool{}
 	for _, l := range kv {
 		if _, ok := rateOf(in.Rates, l.Node+"."+l.Pool); !ok {
 			continue
@@ -53,7 +57,12 @@ func checkRates(in AuditInput, kv []kvLease, r *Report) {
 			r.violate("KV: %s token %d has no granted_at", l.Key, l.Token)
 			continue
 		}
-		starts[l.Node+"."+l.Pool] = append(starts[l.Node+"."+l.Pool], rateStart{l.GrantedAt, l.Slots, fmt.Sprintf("%s token %d", l.Key, l.Token)})
+		grant := l.Node + "." + l.Pool + "." + l.ID + "@" + l.GrantedAt.Format(time.RFC3339Nano)
+		if seen[grant] {
+			continue
+		}
+		seen[grant] = true
+		starts[l.Node+"."+l.Pool] = append(starts[l.Node+"."+l.Pool], rateStart{l.GrantedAt, l.Slots, fmt.Sprintf("%s token %d (lease %s, %d slots)", l.Key, l.Token, l.ID, l.Slots)})
 	}
 	for pool, ss := range starts {
 		lim, _ := rateOf(in.Rates, pool)
@@ -69,8 +78,12 @@ func checkRates(in AuditInput, kv []kvLease, r *Report) {
 				bound := float64(lim.Burst) + perSec*(window+RateSlack).Seconds()
 				worst = max(worst, float64(n)/bound)
 				if float64(n) > bound {
-					r.violate("over-rate: %s started %d slots in %v (%s..%s), over burst %d + rate %v x (the window + %v) = %.2f; first %s, last %s",
-						pool, n, window.Round(time.Millisecond), ss[i].at.Format(tsFormat), ss[j].at.Format(tsFormat), lim.Burst, lim.Rate, RateSlack, bound, ss[i].what, ss[j].what)
+					var all []string
+					for _, s := range ss[i : j+1] {
+						all = append(all, s.what)
+					}
+					r.violate("over-rate: %s started %d slots in %v (%s..%s), over burst %d + rate %v x (the window + %v) = %.2f; first %s, last %s; all: %s",
+						pool, n, window.Round(time.Millisecond), ss[i].at.Format(tsFormat), ss[j].at.Format(tsFormat), lim.Burst, lim.Rate, RateSlack, bound, ss[i].what, ss[j].what, strings.Join(all, "; "))
 					break // one report per window start
 				}
 			}

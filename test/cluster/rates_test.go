@@ -75,3 +75,29 @@ func TestAuditRates(t *testing.T) {
 		})
 	}
 }
+
+// A grant whose handover write was stored unseen is stored again at its
+// own key after that record's delete: one start, not two.
+func TestAuditRatesCountsAGrantOnce(t *testing.T) {
+	t.Parallel()
+	h := &history{}
+	in := AuditInput{Capacity: map[string]map[string]int64{"n1": {"p": 10}}, LeaseTTL: 4 * time.Second, RunEnd: at(12000),
+		HangGrace: 2 * time.Second, StrictKill: true,
+		Rates: map[string]map[string]RateLimit{"n1": {"p": {Rate: pools.Rate{Slots: 2, Per: time.Second}, Burst: 3}}}}
+	b := storedRecord{ID: "b", Node: "n1", Pool: "p", Slots: 3, Manager: "m1", GrantedAt: at(1000)}
+	h.put(1010, lease.RecordKey("n1", "p", "a"), b) // over a's record, unseen
+	h.gone(1100, lease.RecordKey("n1", "p", "a"))
+	tok := h.put(1200, lease.RecordKey("n1", "p", "b"), b)
+	in.Holds = append(in.Holds, hold("x", "b", tok, 3, 1205, 1250, HoldReleased))
+	h.gone(1300, lease.RecordKey("n1", "p", "b"))
+	in.Leases = h.leases
+	rep := Audit(in)
+	for _, v := range rep.Violations {
+		if strings.HasPrefix(v, "over-rate") {
+			t.Fatalf("violation %q: one grant counted twice", v)
+		}
+	}
+	if rep.RateStarts["n1.p"] != 1 {
+		t.Errorf("%d starts counted, want 1", rep.RateStarts["n1.p"])
+	}
+}
