@@ -56,8 +56,8 @@ func (m *Manager) releaseLocked(h *held) {
 
 // successor picks, among the requests granted h's slots, the one whose
 // record can replace h's: as many slots as h (so the store counts the
-// same), and a client still there. Every other request granted fits in slots free before h's
-// release.
+// same), and a client still there. Every other request granted fits in
+// slots free before h's release.
 func successor(h *held, granted []*pools.Waiter) (*request, []*pools.Waiter) {
 	now := time.Now().UnixNano()
 	for i, w := range granted {
@@ -84,12 +84,13 @@ func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 	done := func(rev uint64, stored bool) {
 		defer m.ops.Done()
 		defer span.End()
-		if !stored {
+		if !stored && m.ctx.Err() == nil {
 			// Not seen: stored unseen (the watch was being set up
 			// again), refused, or still on its way. The store tells;
 			// a later arrival is refused once anything else is stored
 			// at the key, as the delete that follows expects the same
-			// revision.
+			// revision. (Closing, the records stay as they are for the
+			// successor, and r's holder hears nothing.)
 			var err error
 			rev, err = m.grants.resolve(h.key, r.id, sent, errHandOverUnseen)
 			stored = err == nil
