@@ -27,6 +27,22 @@ func storedAt(t *testing.T, n *harness.Node, key string) (string, uint64) {
 	return rec.ID, rev
 }
 
+// handOver has c acquire a slot of pool "p" (a), queue a request behind
+// it and release a, and returns a and the request's lease (b).
+func handOver(t *testing.T, c *lease.Client) (a, b *lease.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := c.Acquire(ctx, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, errc, _ := harness.QueuedAcquire(t, c, ctx, "p", 1)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, granted(t, got, errc)
+}
+
 // A release with a request waiting hands the slot over in one write: the
 // waiter's record replaces the holder's at the holder's key, the events
 // say released then granted, and the new holder renews and releases by
@@ -45,22 +61,7 @@ func TestReleaseHandsTheSlotOver(t *testing.T) {
 	evs := harness.ReadEvents(sub)
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
-	a, err := c.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, errc, _ := harness.QueuedAcquire(t, c, ctx, "p", 1)
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var b *lease.Lease
-	select {
-	case b = <-got:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(time.Minute):
-		t.Fatal("the waiter was not granted")
-	}
+	a, b := handOver(t, c)
 	aKey := lease.RecordKey(node, "p", a.ID())
 	if id, rev := storedAt(t, n, aKey); id != b.ID() || rev != b.Token() {
 		t.Fatalf("%s holds lease %s revision %d, want the waiter's %s revision %d", aKey, id, rev, b.ID(), b.Token())
@@ -122,24 +123,11 @@ func TestHandedOverLeaseAcrossARestart(t *testing.T) {
 	first := harness.StartManager(t, srv.URL, cfg)
 	c := harness.Client(t, srv.URL, node)
 	ctx := context.Background()
-	a, err := c.Acquire(ctx, "p", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	other, err := c.Acquire(ctx, "p", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, errc, _ := harness.QueuedAcquire(t, c, ctx, "p", 1)
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var b *lease.Lease
-	select {
-	case b = <-got:
-	case err := <-errc:
-		t.Fatal(err)
-	}
+	a, b := handOver(t, c)
 	if id, _ := storedAt(t, first, lease.RecordKey(node, "p", a.ID())); id != b.ID() {
 		t.Fatalf("not handed over: %s at the old holder's key", id)
 	}
