@@ -58,7 +58,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if e != nil {
 		return m.out.reject(span, p, poolName, req, e)
 	}
-	m.groupArrivedLocked(r)
+	m.groups.arrivedLocked(r, func(q *request, e *lease.Error) { m.leaveQueueLocked(q, e, lease.EventSuperseded) })
 	return lease.Reply{} // granted or queued: answered later
 }
 

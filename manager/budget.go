@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/slotlease/slotlease/lease"
@@ -64,32 +65,34 @@ func budgetWouldWait(e *lease.Error, p *pool, slots, units int64) {
 	}
 }
 
-// settleStartLocked, as h's release starts, hands its settlement to the
-// budget store, which writes it before the record's delete is sent.
-func (m *Manager) settleStartLocked(h *held) {
+// startLocked, as h's release starts, takes its settlement, to be
+// written before the record's delete is sent. The Manager's lock is held.
+func (s *budgetStore) startLocked(h *held) {
 	if h.pool == nil {
 		return
 	}
-	s, ok := h.pool.p.Settling(settledUnits(h))
+	sp, ok := h.pool.p.Settling(settledUnits(h))
 	if ok {
-		h.settleGen = m.budgets.pend(h.pool, h, s)
+		h.settleGen = s.pend(h.pool, h, sp)
 	}
 }
 
 // storeSettled stores the window with h's settlement, if its release
 // has one to store, and reports whether the delete may go on: not once
-// this manager's term is over or it closes (the record then stays, and
-// a successor counts its estimate).
-func (m *Manager) storeSettled(h *held) bool {
+// this manager's term is over or it closes (ctx; the record then stays,
+// and a successor counts its estimate).
+func (s *budgetStore) storeSettled(ctx context.Context, h *held) bool {
 	if h.settleGen == 0 {
 		return true
 	}
-	return m.budgets.flushUntil(m.ctx, h.pool, h.settleGen)
+	return s.flushUntil(ctx, h.pool, h.settleGen)
 }
 
 // settleLocked gives a gone lease's slots back to its pool and settles
-// its units; settled is what it settled, nil without a budget.
-func (m *Manager) settleLocked(h *held) (granted []*pools.Waiter, settled *int64) {
+// its units; settled is what it settled, nil without a budget. closed:
+// the Manager is closing (Close stores the window). The Manager's lock is
+// held.
+func (s *budgetStore) settleLocked(h *held, closed bool) (granted []*pools.Waiter, settled *int64) {
 	p := h.pool
 	if !p.p.HasBudget() {
 		return p.p.ReleaseKey(h.rec.Tenant, h.rec.Key, h.rec.Slots), nil
@@ -97,12 +100,12 @@ func (m *Manager) settleLocked(h *held) (granted []*pools.Waiter, settled *int64
 	actual := settledUnits(h)
 	granted = p.p.ReleaseUnits(h.rec.Tenant, h.rec.Key, h.rec.Slots, h.rec.Units, actual)
 	if h.settleGen != 0 {
-		m.budgets.settled(p, h) // in the pool's window now: after, never before
+		s.settled(p, h) // in the pool's window now: after, never before
 	} else {
 		// Expired, or freed by a delete this manager did not send: the
 		// window is stored as soon as it can be (while closing, by
 		// Close: budgetStore.close).
-		m.budgets.dirty(p, !m.closed)
+		s.dirty(p, !closed)
 	}
 	return granted, &actual
 }

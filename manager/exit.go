@@ -27,10 +27,10 @@ func (m *Manager) endLocked(r *request, e *lease.Error, kind lease.EventKind) {
 	}
 }
 
-// grantedLocked tells r's holder of its stored lease, and watchers.
-func (m *Manager) grantedLocked(r *request, rec lease.Record, waitMs int64) {
-	m.out.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
-	m.out.emit(r.pool, withShadow(lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key, Group: r.group,
+// granted tells r's holder of its stored lease, and watchers.
+func (o *outbox) granted(r *request, rec lease.Record, waitMs int64) {
+	o.respond(r.reply, lease.Reply{Status: lease.StatusGranted, Lease: &rec})
+	o.emit(r.pool, withShadow(lease.Event{Kind: lease.EventGranted, RequestID: r.id, LeaseID: rec.ID, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key, Group: r.group,
 		Token: rec.Token, WaitMs: waitMs, Units: rec.Units}, r))
 }
 

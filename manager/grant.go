@@ -60,7 +60,7 @@ func (m *Manager) grant(r *request) {
 	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
 	defer span.End()
 	m.mu.Lock()
-	rec := m.recordLocked(r)
+	rec := m.grants.recordLocked(r)
 	key, entryRev := m.leases.storeKey(r)
 	m.mu.Unlock()
 	data := appendRecord(make([]byte, 0, 384), &rec)
@@ -141,8 +141,8 @@ func (m *Manager) grantStoredLocked(r *request, rec lease.Record, key string, re
 		m.startReleaseLocked(h, lease.EventCancelled)
 		return
 	}
-	m.grantedLocked(r, rec, time.Since(r.since).Milliseconds())
-	m.groupGrantedLocked(r, h)
+	m.out.granted(r, rec, time.Since(r.since).Milliseconds())
+	m.groups.grantedLocked(r, h)
 }
 
 // recordLocked is the lease record r's grant stores. granted_at is when
@@ -150,17 +150,17 @@ func (m *Manager) grantStoredLocked(r *request, rec lease.Record, key string, re
 // came seconds later and out of order, and a rate's windows measured on
 // the records then showed bursts the bucket never allowed. expires_at
 // estimates the write's TTL.
-func (m *Manager) recordLocked(r *request) lease.Record {
+func (gs *grantStore) recordLocked(r *request) lease.Record {
 	rec := lease.Record{
-		ID: r.id, Node: m.cfg.Node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
-		TTLMs: m.cfg.TTL.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: time.Now().Add(m.cfg.TTL).UTC(),
-		Term: m.lead.term(), Manager: m.cfg.Instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units,
+		ID: r.id, Node: gs.node, Pool: r.pool.name, Slots: r.slots, Holder: r.holder,
+		TTLMs: gs.ttl.Milliseconds(), GrantedAt: r.grantedAt.UTC(), ExpiresAt: time.Now().Add(gs.ttl).UTC(),
+		Term: gs.lead.term(), Manager: gs.instance, Secret: r.secret, Tenant: r.tenant, Key: r.key, Priority: r.priority, Units: r.units,
 		Group: r.group, GroupOwner: r.groupOwner,
 	}
-	if c := r.conn; c.known() && m.cfg.DisconnectEvents != "" {
+	if c := r.conn; c.known() && gs.grace > 0 {
 		// Fast release: the lease is bound to the connection the request
 		// came on, and the holder is told the grace it must keep.
-		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, m.cfg.DisconnectGrace.Milliseconds()
+		rec.ConnServer, rec.ConnID, rec.DisconnectGraceMs = c.server, c.id, gs.grace.Milliseconds()
 	}
 	return rec
 }
@@ -175,7 +175,10 @@ type grantStore struct {
 	journal  *journal // takes over a queue entry an earlier attempt left
 	ttl      time.Duration
 	timeout  time.Duration
+	node     string
 	instance string
+	lead     *leadership   // the term a record names
+	grace    time.Duration // DisconnectGrace with fast release, else 0
 	log      *slog.Logger
 	echoes   echoes // the writes sent without an acknowledgement
 }

@@ -65,10 +65,21 @@ func (h *held) groupOf() groupOf {
 	return groupOf{pool: h.pool, owner: h.rec.GroupOwner, tenant: h.rec.Tenant, group: h.rec.Group}
 }
 
-// groupArrivedLocked applies r's on_group, r being committed to its pool
-// (granted or queued): it replaces the older queued requests of its group
-// and, with cancel_in_progress, asks the group's holders to stop.
-func (m *Manager) groupArrivedLocked(r *request) {
+// groups keeps the concurrency groups' rules. It holds no state of its
+// own (the stop requests live on the requests and leases it marks), and
+// is called with the Manager's lock held, which guards what it reads.
+type groups struct {
+	node   string
+	bound  time.Duration // Config.GroupStopBound
+	leases *leaseTable
+	out    *outbox
+}
+
+// arrivedLocked applies r's on_group, r being committed to its pool
+// (granted or queued): it has leave end the older queued requests of its
+// group, which r replaces, and, with cancel_in_progress, asks the group's
+// holders to stop.
+func (gs *groups) arrivedLocked(r *request, leave func(q *request, e *lease.Error)) {
 	if r.group == "" || r.onGroup == "" {
 		return
 	}
@@ -82,72 +93,71 @@ func (m *Manager) groupArrivedLocked(r *request) {
 			replaced = append(replaced, q)
 		} else if r.onGroup == lease.OnGroupCancelInProgress {
 			// Being granted: it is a holder as soon as it is stored.
-			q.stop = m.stopNotice(r)
+			q.stop = gs.notice(r)
 			q.stopAt = time.Now()
 		}
 	}
 	for _, q := range replaced {
 		if q.waiting() {
-			e := errorf(lease.CodeSuperseded, "superseded in group %q by request %q", r.group, r.id)
-			m.leaveQueueLocked(q, e, lease.EventSuperseded)
+			leave(q, errorf(lease.CodeSuperseded, "superseded in group %q by request %q", r.group, r.id))
 		}
 	}
 	if r.onGroup == lease.OnGroupCancelInProgress {
-		m.askHoldersLocked(r)
+		gs.askHoldersLocked(r)
 	}
 }
 
-// groupRestoredLocked asks again, for r restored from its queue entry,
-// the holders its cancel_in_progress asked: a stop request lives in the
+// restoredLocked asks again, for r restored from its queue entry, the
+// holders its cancel_in_progress asked: a stop request lives in the
 // memory of the manager that took it.
-func (m *Manager) groupRestoredLocked(r *request) {
+func (gs *groups) restoredLocked(r *request) {
 	if r.group != "" && r.onGroup == lease.OnGroupCancelInProgress {
-		m.askHoldersLocked(r)
+		gs.askHoldersLocked(r)
 	}
 }
 
 // askHoldersLocked asks every holder of r's group to stop.
-func (m *Manager) askHoldersLocked(r *request) {
+func (gs *groups) askHoldersLocked(r *request) {
 	g := r.groupOf()
 	now := time.Now()
-	for _, h := range m.leases.byKey {
+	for _, h := range gs.leases.byKey {
 		if h.releasing || h.pool == nil || h.rec.Group == "" || h.groupOf() != g {
 			continue
 		}
 		if h.stop == nil {
 			h.stopAt = now
 		}
-		h.stop = m.stopNotice(r)
-		m.emitStopLocked(h)
+		h.stop = gs.notice(r)
+		gs.emitStop(h)
 	}
 }
 
-// stopNotice is what the holders r asks to stop are told.
-func (m *Manager) stopNotice(r *request) *lease.StopNotice {
+// notice is what the holders r asks to stop are told.
+func (gs *groups) notice(r *request) *lease.StopNotice {
 	return &lease.StopNotice{Code: lease.CodeSuperseded, Group: r.group, By: r.id,
-		Message: "request " + quote(r.id) + " of group " + quote(r.group) + " on node " + m.cfg.Node + " cancels the group's run in progress"}
+		Message: "request " + quote(r.id) + " of group " + quote(r.group) + " on node " + gs.node + " cancels the group's run in progress"}
 }
 
-// emitStopLocked publishes h's stop_requested event.
-func (m *Manager) emitStopLocked(h *held) {
-	m.out.emit(h.pool, lease.Event{Kind: lease.EventStopRequested, RequestID: h.stop.By, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots,
+// emitStop publishes h's stop_requested event.
+func (gs *groups) emitStop(h *held) {
+	gs.out.emit(h.pool, lease.Event{Kind: lease.EventStopRequested, RequestID: h.stop.By, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots,
 		Tenant: h.rec.Tenant, Key: h.rec.Key, Group: h.rec.Group, Token: h.rec.Token, Code: lease.CodeSuperseded, Message: h.stop.Message})
 }
 
-// groupGrantedLocked carries a stop request that came while r's grant was
+// grantedLocked carries a stop request that came while r's grant was
 // being stored over to its lease h, and tells the holder at once.
-func (m *Manager) groupGrantedLocked(r *request, h *held) {
+func (gs *groups) grantedLocked(r *request, h *held) {
 	if r.stop == nil {
 		return
 	}
 	h.stop, h.stopAt = r.stop, r.stopAt
-	m.emitStopLocked(h)
+	gs.emitStop(h)
 }
 
-// stopRefusedLocked refuses a renewal of h once it was asked to stop
-// longer than GroupStopBound ago: the lease then ends at its deadline.
-func (m *Manager) stopRefusedLocked(h *held) *lease.Error {
-	if h.stop == nil || time.Since(h.stopAt) < m.cfg.GroupStopBound {
+// refusedLocked refuses a renewal of h once it was asked to stop longer
+// than the bound ago: the lease then ends at its deadline.
+func (gs *groups) refusedLocked(h *held) *lease.Error {
+	if h.stop == nil || time.Since(h.stopAt) < gs.bound {
 		return nil
 	}
 	return errorf(lease.CodeSuperseded, "lease %q was asked to stop %s ago (group %q, request %q) and was not released; its renewals are refused",

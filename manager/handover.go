@@ -7,7 +7,6 @@ import (
 	"github.com/slotlease/slotlease/lease"
 	"github.com/slotlease/slotlease/pools"
 	"github.com/slotlease/slotlease/telemetry/natstrace"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // A holder's release hands its slots to the next request in one store
@@ -77,7 +76,7 @@ func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 	h.releasing, h.releaseKind, h.gone = true, lease.EventReleased, make(chan struct{})
 	r.granting()
 	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
-	rec := m.recordLocked(r)
+	rec := m.grants.recordLocked(r)
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	m.ops.Add(1)
 	sent := time.Now()
@@ -99,7 +98,13 @@ func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 		defer m.mu.Unlock()
 		h.renewal.unlock()
 		if stored {
-			m.handedLocked(h, r, rec, rev, span)
+			// h's record is replaced: it ends, and r's lease begins. r's
+			// queue entry, if it has one, is deleted: a successor that
+			// finds it anyway drops it, as r's lease is counted first
+			// (restoreQueue).
+			m.freeLocked(h, lease.EventReleased, h.releaseCode)
+			m.journal.dropLocked(r)
+			m.grantStoredLocked(r, rec, h.key, rev, span)
 		} else {
 			m.handOverFailedLocked(h, r)
 		}
@@ -120,15 +125,6 @@ func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 		}
 		m.handOverFailedLocked(h, r)
 	}
-}
-
-// handedLocked ends h, whose record r's replaced at revision rev, and
-// grants r. r's queue entry, if it has one, is deleted: a successor that
-// finds it anyway drops it, as r's lease is counted first (restoreQueue).
-func (m *Manager) handedLocked(h *held, r *request, rec lease.Record, rev uint64, span trace.Span) {
-	m.freeLocked(h, lease.EventReleased, h.releaseCode)
-	m.journal.dropLocked(r)
-	m.grantStoredLocked(r, rec, h.key, rev, span)
 }
 
 // handOverFailedLocked deletes h's record the usual way, when the handover

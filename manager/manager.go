@@ -157,6 +157,7 @@ type Manager struct {
 	journal *journal  // the queue entries: which, when, writing (queue.go, journal.go)
 	rates   rates     // the start-rate timers (rate.go)
 	stop    stopState // a clean stop's progress (stop.go)
+	groups  *groups   // the concurrency groups' rules (group.go)
 
 	// Owners with no state under mu: their own lock, or none needed.
 	lead    *leadership  // the term served and the fence (fence.go): atomic
@@ -211,6 +212,7 @@ func New(cfg Config) (*Manager, error) {
 		m.counts = &countStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, check: m.records, tally: m.tally, timeout: cfg.StoreTimeout, log: m.log}
 	}
 	m.out = &outbox{conn: cfg.Conn, rule: rule, events: m.tally, lead: m.lead, node: cfg.Node, log: m.log}
+	m.groups = &groups{node: cfg.Node, bound: cfg.GroupStopBound, leases: &m.leases, out: m.out}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.cfg.PoolStore != nil {
 		m.budgets = &budgetStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, timeout: cfg.StoreTimeout, log: m.log, ops: &m.ops, ctx: m.ctx}
@@ -218,7 +220,10 @@ func New(cfg Config) (*Manager, error) {
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
-	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, instance: cfg.Instance, log: m.log}
+	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, node: cfg.Node, instance: cfg.Instance, lead: m.lead, log: m.log}
+	if cfg.DisconnectEvents != "" {
+		m.grants.grace = cfg.DisconnectGrace
+	}
 	return m, nil
 }
 

@@ -178,7 +178,7 @@ func (m *Manager) restoreQueue() {
 		}
 		r.w = w
 		m.waiters.add(r)
-		m.groupRestoredLocked(r)
+		m.groups.restoredLocked(r)
 		if granted {
 			m.startGrantLocked(r)
 		} else {

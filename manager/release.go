@@ -47,7 +47,7 @@ func (m *Manager) startReleaseLocked(h *held, kind lease.EventKind) {
 	h.releasing = true
 	h.releaseKind = kind
 	h.gone = make(chan struct{})
-	m.settleStartLocked(h)
+	m.budgets.startLocked(h)
 	m.ops.Add(1)
 	go m.release(h, kind)
 }
@@ -65,7 +65,7 @@ const echoWait = time.Second
 // the next grant overlap a record still stored.
 func (m *Manager) release(h *held, kind lease.EventKind) {
 	defer m.ops.Done()
-	if !m.storeSettled(h) {
+	if !m.budgets.storeSettled(m.ctx, h) {
 		return // fenced out or closing: the record stays, its estimate counted
 	}
 	m.mu.Lock()
@@ -150,7 +150,7 @@ func (m *Manager) freeLocked(h *held, kind lease.EventKind, code lease.Code) {
 	if h.handedOver {
 		granted, h.next = h.next, nil // its slots went back at its release (handover.go)
 	} else {
-		granted, settled = m.settleLocked(h)
+		granted, settled = m.budgets.settleLocked(h, m.closed)
 	}
 	m.out.emit(h.pool, lease.Event{Kind: kind, RequestID: h.rec.ID, LeaseID: h.rec.ID, Holder: h.rec.Holder, Slots: h.rec.Slots, Key: h.rec.Key, Token: h.rec.Token, Code: code, Settled: settled})
 	if !m.closed {

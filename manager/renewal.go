@@ -96,7 +96,7 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 		var bound lease.Reply
 		h, e = m.lookupLocked(requesterOf(msg, req.ConnServer, req.ConnID), msg.Subject, req.LeaseID, req.Token, req.Secret)
 		if e == nil {
-			e = m.stopRefusedLocked(h) // group.go
+			e = m.groups.refusedLocked(h) // group.go
 		}
 		if e == nil {
 			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
