@@ -98,15 +98,14 @@ func (g *disconnects) checkLocked(c conn) {
 }
 
 // confirm asks c's server until it lists c as closed or the questions run
-// out, then, with m.mu held, settles the answer and frees what is bound to
-// c if the holder's end closed it.
+// out, then settles the answer and frees what is bound to c if the
+// holder's end closed it. Something bound to c after settle finds c
+// closed (knownClosedLocked) and is freed as if bound before.
 func (g *disconnects) confirm(c conn) {
 	defer g.wg.Done()
 	reason, closed := g.askClosed(g.ctx, c)
-	g.managerMu.Lock()
-	defer g.managerMu.Unlock()
 	if name, free := g.settle(c, reason, closed); free {
-		g.bindings.closedLocked(c, name)
+		g.bindings.connClosed(c, name)
 	}
 }
 

@@ -89,26 +89,24 @@ func checkConn(server string, id uint64) *lease.Error {
 // for its goroutines (the questions, and frees that fired).
 //
 // What a close frees is the Manager's (its leases and queued requests,
-// under m.mu), reached through bindings. Lock order: m.mu, then mu. The
-// Manager calls the ...Locked methods with m.mu held, and they take mu; so
-// the owner never takes m.mu (managerMu) while it holds mu, and calls
-// bindings only with m.mu held and mu not held.
+// under m.mu), reached through bindings, which take the Manager's lock
+// themselves: the owner never takes it, and calls bindings without its own
+// lock held. The Manager calls the ...Locked methods with m.mu held, and
+// they take mu: lock order m.mu, then mu.
 type disconnects struct {
 	conn    *nats.Conn
 	subject string // Config.DisconnectEvents
 	log     *slog.Logger
-	ctx     context.Context // ends when the manager closes
-	// managerMu is the Manager's lock: the owner takes it, before mu, to
-	// ask bindings and to run a free.
-	managerMu sync.Locker
-	bindings  bindings
-	wg        sync.WaitGroup // the questions in flight, and armed frees
+	ctx      context.Context // ends when the manager closes
+	bindings bindings
+	wg       sync.WaitGroup // the questions in flight, and armed frees
 
 	mu sync.Mutex
 	// stopped is set once the manager closes: nothing more is checked or
 	// freed. noFrees is set by a clean stop (stop.go): closes confirmed
 	// from then on free nothing. Both change with m.mu held too, so under
-	// m.mu they read as the Manager's closed and stop.announced.
+	// m.mu they read as the Manager's closed and stop.announced: a free
+	// checks them there (freeingLocked) before it frees anything.
 	stopped, noFrees bool
 	// heard holds the connections an advisory named, with when and their
 	// server's name, until their server confirms the close or not
@@ -130,14 +128,15 @@ type disconnects struct {
 }
 
 // bindings is what fast release needs of the Manager: what is bound to a
-// connection. Both are called with m.mu held.
+// connection. Each takes the Manager's lock itself.
 type bindings interface {
-	// boundLocked reports whether a lease or a queued request is bound to
-	// c, whose server is named name.
-	boundLocked(c conn, name string) bool
-	// closedLocked frees, after the grace, what is bound to c (of the
-	// server named name), whose close was just confirmed.
-	closedLocked(c conn, name string)
+	// boundTo reports whether a lease or a queued request is bound to c,
+	// whose server is named name.
+	boundTo(c conn, name string) bool
+	// connClosed frees, after the grace, what is bound to c (of the server
+	// named name), whose close was just confirmed, unless the owner no
+	// longer frees by then (freeingLocked).
+	connClosed(c conn, name string)
 }
 
 // heardConn is when an advisory named a connection, and its server's name.
@@ -148,8 +147,8 @@ type heardConn struct {
 
 var _ bindings = (*Manager)(nil)
 
-func newDisconnects(nc *nats.Conn, subject string, log *slog.Logger, ctx context.Context, managerMu sync.Locker, b bindings) *disconnects {
-	return &disconnects{conn: nc, subject: subject, log: log, ctx: ctx, managerMu: managerMu, bindings: b,
+func newDisconnects(nc *nats.Conn, subject string, log *slog.Logger, ctx context.Context, b bindings) *disconnects {
+	return &disconnects{conn: nc, subject: subject, log: log, ctx: ctx, bindings: b,
 		heard: make(map[conn]heardConn), checking: make(map[conn]struct{}),
 		closed: make(map[conn]time.Time), closedOrigins: make(map[origin]time.Time), timers: make(map[*time.Timer]struct{})}
 }
@@ -201,10 +200,7 @@ func (g *disconnects) handle(msg *nats.Msg) {
 	if !g.hear(c, adv.Server.Name, time.Now()) {
 		return
 	}
-	g.managerMu.Lock()
-	bound := g.bindings.boundLocked(c, adv.Server.Name)
-	g.managerMu.Unlock()
-	if bound {
+	if g.bindings.boundTo(c, adv.Server.Name) {
 		g.mu.Lock()
 		g.checkLocked(c)
 		g.mu.Unlock()
@@ -266,9 +262,10 @@ func (g *disconnects) knownClosedLocked(c conn) bool {
 	return false
 }
 
-// afterGraceLocked runs f with m.mu held, d from now, unless the manager
-// closes or stops freeing first. Called with m.mu held, which the timer
-// takes before it reads t.
+// afterGraceLocked runs f d from now, unless the manager closes or stops
+// freeing first; f takes the Manager's lock and checks freeingLocked
+// under it, as the manager may close as the timer fires. Called with m.mu
+// held.
 func (g *disconnects) afterGraceLocked(d time.Duration, f func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,20 +276,28 @@ func (g *disconnects) afterGraceLocked(d time.Duration, f func()) {
 	g.wg.Add(1)
 	t = time.AfterFunc(d, func() {
 		defer g.wg.Done()
-		g.managerMu.Lock()
-		defer g.managerMu.Unlock()
-		if g.fired(t) {
+		if g.fired(&t) { // under mu, held here until t is set and in timers
 			f()
 		}
 	})
 	g.timers[t] = struct{}{}
 }
 
-// fired forgets the fired timer t and reports whether its free may run.
-func (g *disconnects) fired(t *time.Timer) bool {
+// freeingLocked reports whether frees still run: the manager neither
+// closed nor stopped cleanly. Called with m.mu held, under which a free
+// runs.
+func (g *disconnects) freeingLocked() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.timers, t)
+	return !g.stopped && !g.noFrees
+}
+
+// fired forgets the fired timer *t and reports whether its free may run.
+// It reads *t under mu, which afterGraceLocked holds until it is set.
+func (g *disconnects) fired(t **time.Timer) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.timers, *t)
 	return !g.stopped && !g.noFrees
 }
 
@@ -329,9 +334,11 @@ func (g *disconnects) stopTimersLocked() {
 // ended. Call it after closeLocked and after ctx ended, without m.mu.
 func (g *disconnects) wait() { g.wg.Wait() }
 
-// boundLocked reports whether a lease or a queued request is bound to c,
+// boundTo reports whether a lease or a queued request is bound to c,
 // of the server named name.
-func (m *Manager) boundLocked(c conn, name string) bool {
+func (m *Manager) boundTo(c conn, name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, h := range m.leases.byKey {
 		if recordConn(&h.rec) == c {
 			return true
@@ -348,7 +355,7 @@ func (m *Manager) boundLocked(c conn, name string) bool {
 	return false
 }
 
-// closedLocked frees, after the grace, what is bound to c (of the server
+// connClosed frees, after the grace, what is bound to c (of the server
 // named name), whose server confirmed its close: a lease unless it has been
 // moved to another connection by then, a queued request unless it was
 // re-sent on another one (nobody would hear of its grant). A queued
@@ -357,7 +364,12 @@ func (m *Manager) boundLocked(c conn, name string) bool {
 // asked for it, whether or not it named its connection (before, one that
 // named none stayed queued after its client was gone, and was granted in
 // its turn to nobody).
-func (m *Manager) closedLocked(c conn, name string) {
+func (m *Manager) connClosed(c conn, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.gone.freeingLocked() {
+		return // closed or stopping cleanly since the check began
+	}
 	for _, h := range m.leases.byKey {
 		if recordConn(&h.rec) == c {
 			m.freeOnCloseLocked(h)
@@ -370,12 +382,12 @@ func (m *Manager) closedLocked(c conn, name string) {
 			if !on(r) {
 				continue
 			}
-			m.gone.afterGraceLocked(m.cfg.DisconnectGrace, func() {
+			m.gone.afterGraceLocked(m.cfg.DisconnectGrace, freeing(m, func() {
 				if !r.waiting() || !on(r) {
 					return
 				}
 				m.leaveQueueLocked(r, errorf(lease.CodeHolderDisconnected, "the requester's connection closed while it waited"), lease.EventRejected)
-			})
+			}))
 		}
 	}
 }
@@ -392,14 +404,25 @@ func (m *Manager) freeOnCloseLocked(h *held) {
 	// The record's grace, if a predecessor granted it with a longer one:
 	// that is what its holder was told.
 	grace := max(m.cfg.DisconnectGrace, time.Duration(h.rec.DisconnectGraceMs)*time.Millisecond)
-	m.gone.afterGraceLocked(grace, func() {
+	m.gone.afterGraceLocked(grace, freeing(m, func() {
 		if m.leases.byKey[h.key] != h || h.releasing || recordConn(&h.rec) != c {
 			return // gone already, or moved to a live connection
 		}
 		m.log.Info("freeing a lease whose holder's connection closed", "key", h.key, "grace", grace)
 		h.releaseCode = lease.CodeHolderDisconnected
 		m.startReleaseLocked(h, lease.EventReleased)
-	})
+	}))
+}
+
+// freeing is f run with m.mu held, if fast release still frees then.
+func freeing(m *Manager, f func()) func() {
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.gone.freeingLocked() {
+			f()
+		}
+	}
 }
 
 // rebindLocked moves h to the connection a renewal came on, if it has fast

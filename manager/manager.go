@@ -218,7 +218,7 @@ func New(cfg Config) (*Manager, error) {
 		m.budgets = &budgetStore{store: m.cfg.PoolStore, node: cfg.Node, lead: m.lead, timeout: cfg.StoreTimeout, log: m.log, ops: &m.ops, ctx: m.ctx}
 	}
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
-	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, &m.mu, m)
+	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, m)
 	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
 	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, node: cfg.Node, instance: cfg.Instance, lead: m.lead, log: m.log}
 	if cfg.DisconnectEvents != "" {
