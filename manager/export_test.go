@@ -41,11 +41,11 @@ func QueueEntryDecided(m *Manager, pool, id string) bool {
 }
 
 // EntryWriters returns how many queue entry writers run, and how many
-// entries wait for one. Both are set under the Manager's lock as requests
+// entries wait for one. Both are set under the journal's lock as requests
 // are queued; writers is 0 only once every write they took has ended.
 func EntryWriters(m *Manager) (writers, waiting int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.journal.mu.Lock()
+	defer m.journal.mu.Unlock()
 	return m.journal.writers, len(m.journal.queue)
 }
 

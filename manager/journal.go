@@ -78,9 +78,12 @@ const maxEntryWriters = 32
 // writer goroutines and every store call it makes: wait returns once they
 // have all ended, which they do soon after ctx ends.
 //
-// Its state changes with the pools' queues, so it is guarded by the
-// Manager's lock (mu): its ...Locked methods are called with m.mu held, and
-// its goroutines take it. It calls nothing of the Manager's but the outbox.
+// Which requests get an entry and when changes with the pools' queues, so
+// its ...Locked methods are called with the Manager's lock (m.mu) held;
+// its writers' queue has a lock of its own (mu), taken after m.mu. Its
+// goroutines never take the Manager's lock: what they need of the
+// Manager's state they ask of entryOf and due, which take it themselves.
+// It calls nothing else of the Manager's but the outbox.
 type journal struct {
 	store   Store
 	node    string
@@ -91,13 +94,17 @@ type journal struct {
 	out     *outbox       // tells holders they wait
 	log     *slog.Logger
 	ctx     context.Context // ends when the manager closes
-	// mu is the manager's lock; it guards queue, writers, lastOrder and
-	// the requests.
-	mu *sync.Mutex
+	// entryOf returns what to store for r, if it still waits (entryLocked
+	// under the Manager's lock); due tells and persists p's requests that
+	// waited the delay (tellDueLocked under it).
+	entryOf func(r *request) (storedValue, time.Duration, bool)
+	due     func(p *pool)
 
-	queue     []*request // entries waiting for a writer; guarded by mu
-	writers   int        // writer goroutines running; guarded by mu
-	lastOrder int64      // guarded by mu; see nextOrderLocked
+	mu      sync.Mutex // guards queue and writers
+	queue   []*request // entries waiting for a writer
+	writers int        // writer goroutines running
+
+	lastOrder int64 // guarded by the Manager's lock; see nextOrderLocked
 	ops       sync.WaitGroup
 }
 
@@ -107,6 +114,8 @@ func (j *journal) addLocked(r *request) {
 	r.entry.has = true
 	r.entry.writing.Add(1)
 	j.ops.Add(1)
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.queue = append(j.queue, r)
 	if j.writers < maxEntryWriters {
 		j.writers++
@@ -130,14 +139,13 @@ func (j *journal) writeQueued() {
 		r := j.queue[0]
 		j.queue[0] = nil
 		j.queue = j.queue[1:]
-		v, ttl, ok := j.entryLocked(r)
+		j.mu.Unlock()
+		v, ttl, ok := j.entryOf(r)
 		if !ok || j.ctx.Err() != nil {
-			j.mu.Unlock()
 			r.entry.writing.Done()
 			j.ops.Done()
 			continue
 		}
-		j.mu.Unlock()
 		j.write(r, v, ttl)
 	}
 }

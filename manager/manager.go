@@ -219,7 +219,17 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.watch = newRecordWatch(m.cfg.Store, cfg.Node, cfg.RebuildStall, m)
 	m.gone = newDisconnects(cfg.Conn, cfg.DisconnectEvents, m.log, m.ctx, m)
-	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx, mu: &m.mu}
+	m.journal = &journal{store: m.cfg.Store, node: cfg.Node, ttl: cfg.TTL, timeout: cfg.StoreTimeout, delay: cfg.QueueEntryDelay, lead: m.lead, out: m.out, log: m.log, ctx: m.ctx}
+	m.journal.entryOf = func(r *request) (storedValue, time.Duration, bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.journal.entryLocked(r)
+	}
+	m.journal.due = func(p *pool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.journal.tellDueLocked(p)
+	}
 	m.grants = &grantStore{store: m.cfg.Store, journal: m.journal, ttl: cfg.TTL, timeout: cfg.StoreTimeout, node: cfg.Node, instance: cfg.Instance, lead: m.lead, log: m.log}
 	if cfg.DisconnectEvents != "" {
 		m.grants.grace = cfg.DisconnectGrace

@@ -38,7 +38,7 @@ const QueueEntryDelay = 50 * time.Millisecond
 
 // persistQueuedLocked has r told it waits, and its queue entry written so
 // that a successor restores it in order, once it has waited
-// j.delay (see tellDue).
+// j.delay (see tellDueLocked).
 func (j *journal) persistQueuedLocked(r *request) {
 	p := r.pool
 	if n := len(p.unpersisted); n >= 64 && n >= 2*p.p.Stats().QueuedRequests {
@@ -55,15 +55,13 @@ func (j *journal) armLocked(p *pool) {
 		return
 	}
 	d := time.Until(p.unpersisted[0].since.Add(j.delay))
-	p.entryTimer = time.AfterFunc(max(d, 0), func() { j.tellDue(p) })
+	p.entryTimer = time.AfterFunc(max(d, 0), func() { j.due(p) })
 }
 
-// tellDue tells the requests of p that have waited j.delay that
+// tellDueLocked tells the requests of p that have waited j.delay that
 // they wait, and has their entries written; then arms the timer for the
-// next one.
-func (j *journal) tellDue(p *pool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+// next one. p's timer runs it (due) with the Manager's lock held.
+func (j *journal) tellDueLocked(p *pool) {
 	p.entryTimer = nil
 	if j.ctx.Err() != nil {
 		return // closing: nothing more is written or told
