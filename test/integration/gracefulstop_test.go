@@ -36,6 +36,7 @@ func withinGrace(t *testing.T, what, out string) {
 // serve --grace`. The command's TERM handler takes 2s and must finish;
 // the executor's notes say it was gone within its grace.
 func TestGracefulStopsHonourTheirGrace(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "grace", "gpu=2,cpu=1", "15s")
 	startManager(t, env, httpAddr)
 	dir := sharedDir(t)

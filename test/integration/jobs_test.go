@@ -79,6 +79,7 @@ func record(q *jobs.Queue, id string) *jobs.Record {
 // job runs under serve and shows in status and jobs, and serve stops
 // cleanly on SIGTERM.
 func TestJobsCLI(t *testing.T) {
+	t.Parallel()
 	env, httpAddr := managerEnv(t, "cli", "p=2", "15s")
 	startManager(t, env, httpAddr)
 	dir := t.TempDir()

@@ -38,6 +38,7 @@ const (
 // at the cap, and the reader, the managers and a lease on a connection
 // opened before carry on.
 func TestSecurityLayoutLimits(t *testing.T) {
+	t.Parallel()
 	doc := securityConf(t)
 	if want := fmt.Sprintf("limits { max_connections: %d, max_subscriptions: %d }", config.DefaultExecutorsMaxConnections, jetstream.ExecutorSubscriptions); strings.Count(doc, want) != 1 || want != layoutExecutorConns {
 		t.Fatalf("the layout's executors' connection caps are not the embedded server's (%q)", want)

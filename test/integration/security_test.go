@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,13 +105,18 @@ next:
 func startSecureServer(t *testing.T, edits ...func(conf string) string) *secureServer {
 	t.Helper()
 	ss := &secureServer{passwords: map[string]string{}, log: &violationLog{}}
+	// The page's configuration takes its secrets from environment
+	// variables; each test's server gets its own values, written in for
+	// the variables (so the tests that use it can run in parallel: the
+	// environment is the process's).
+	vars := map[string]string{}
 	for user, env := range map[string]string{
 		"leasemgr": "LEASEMGR_PASSWORD", "executor-a": "EXECUTOR_A_PASSWORD", "executor-b": "EXECUTOR_B_PASSWORD",
 		"jobs-admin": "JOBS_ADMIN_PASSWORD", "reader": "READER_PASSWORD",
 	} {
 		pw := "pw" + nuid.Next() // letters and digits only; see the page
 		ss.passwords[user] = pw
-		t.Setenv(env, pw)
+		vars[env] = pw
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -118,7 +124,7 @@ func startSecureServer(t *testing.T, edits ...func(conf string) string) *secureS
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	t.Setenv("EXECUTOR_C_NKEY", pub)
+	vars["EXECUTOR_C_NKEY"] = pub
 	dir := t.TempDir()
 	ss.seedFile = filepath.Join(dir, "executor-c.nk")
 	if err := os.WriteFile(ss.seedFile, seed, 0o600); err != nil {
@@ -127,6 +133,12 @@ func startSecureServer(t *testing.T, edits ...func(conf string) string) *secureS
 
 	conf := filepath.Join(dir, "nats-server.conf")
 	block := securityConf(t)
+	for env, v := range vars {
+		if !strings.Contains(block, "$"+env) {
+			t.Fatalf("docs/security.md's configuration does not take $%s", env)
+		}
+		block = strings.ReplaceAll(block, "$"+env, strconv.Quote(v))
+	}
 	for _, edit := range edits {
 		block = edit(block)
 	}
@@ -220,6 +232,7 @@ func rawRequest(t *testing.T, nc *nats.Conn, subject string, body any) lease.Rep
 // bucket nor another executor's inbox, nor release a's lease with the id
 // and token the events carry.
 func TestSecurityLayout(t *testing.T) {
+	t.Parallel()
 	ss := startSecureServer(t)
 	const node, pool = "node1", "gpu"
 
@@ -429,6 +442,7 @@ func TestSecurityLayout(t *testing.T) {
 // (buckets, leader election, event stream, micro service), `executor run`
 // as executor a with a password and as executor c with an nkey seed.
 func TestSecurityLayoutBinaries(t *testing.T) {
+	t.Parallel()
 	ss := startSecureServer(t)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	common := []string{"NATS_URL=" + ss.url, "NODE_ID=node1"}
