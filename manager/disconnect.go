@@ -94,9 +94,9 @@ func checkConn(server string, id uint64) *lease.Error {
 // lock held. The Manager calls the ...Locked methods with m.mu held, and
 // they take mu: lock order m.mu, then mu.
 type disconnects struct {
-	conn    *nats.Conn
-	subject string // Config.DisconnectEvents
-	log     *slog.Logger
+	conn     *nats.Conn
+	subject  string // Config.DisconnectEvents
+	log      *slog.Logger
 	ctx      context.Context // ends when the manager closes
 	bindings bindings
 	wg       sync.WaitGroup // the questions in flight, and armed frees
