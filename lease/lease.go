@@ -141,8 +141,8 @@ func (l *Lease) end(err error) {
 // that was already lost returns its loss; releasing twice returns nil.
 func (l *Lease) Release(ctx context.Context) error {
 	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.hbDone
 	if err := l.Err(); err != nil {
+		<-l.hbDone
 		if errors.Is(err, ErrReleased) {
 			return nil
 		}
@@ -154,7 +154,13 @@ func (l *Lease) Release(ctx context.Context) error {
 		_ = l.sendRelease(ctx)
 		return err
 	}
+	// The release goes out at once, and the heartbeat ends meanwhile:
+	// waiting for it first put a goroutine's wake-up between every
+	// holder's release and the next holder's grant. A renewal it had in
+	// flight is answered or abandoned; a refusal it gets because this
+	// release came first ends nothing, as it was told to stop.
 	err := l.sendRelease(ctx)
+	<-l.hbDone
 	if err != nil && !errors.Is(err, ErrLeaseNotFound) {
 		return err
 	}
@@ -249,6 +255,11 @@ func (l *Lease) heartbeat() {
 				next.Reset(retry)
 			}
 		case errors.Is(err, ErrLeaseNotFound), errors.Is(err, ErrTokenMismatch), errors.Is(err, ErrUnknownPool), errors.Is(err, ErrSuperseded):
+			select {
+			case <-l.stop:
+				return // released meanwhile: the release says how it ended
+			default:
+			}
 			l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
 		default:
