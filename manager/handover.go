@@ -69,9 +69,9 @@ func successor(h *held, granted []*pools.Waiter) (*request, []*pools.Waiter) {
 }
 
 // handOverLocked sends r's record over h's and settles the outcome when
-// the watch shows it stored (handedLocked), or not within echoWait
-// and the store does not have it either (handOverFailedLocked). h's
-// renewal lock is held until then.
+// the watch shows it stored (h ends, r is granted), or once it did not
+// within echoWait and the store does not have it either
+// (handOverFailedLocked). h's renewal lock is held until then.
 func (m *Manager) handOverLocked(ew EchoWriter, h *held, r *request) {
 	h.releasing, h.releaseKind, h.gone = true, lease.EventReleased, make(chan struct{})
 	r.granting()

@@ -223,6 +223,9 @@ func New(cfg Config) (*Manager, error) {
 	m.journal.entryOf = func(r *request) (storedValue, time.Duration, bool) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if m.closed {
+			return storedValue{}, 0, false // closing: nothing more is written
+		}
 		return m.journal.entryLocked(r)
 	}
 	m.journal.due = func(p *pool) {
