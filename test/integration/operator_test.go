@@ -30,8 +30,11 @@ import (
 // page served by node alpha's process. It shows all three nodes; the
 // sparklines have points on first load (the managers' history) and the
 // events from before the page opened are listed (the event stream); a
-// holder appears within 1s of its grant and leaves within 1s of its
-// release, and the queue shows grant order; the page survives a restart of
+// holder appears after its grant and leaves after its release without a
+// reload (the test logs how long the page took: about 200 ms on a quiet
+// machine; it allows 10 s, which load cannot reach, where it allowed 1 s,
+// which a loaded CI run with race-built binaries did), and the queue shows
+// grant order; the page survives a restart of
 // alpha's manager, marking the node stale meanwhile; no secret appears in
 // the DOM or in any /v1/* response. It draws docs/operator-cluster.png
 // (docImage).
@@ -212,7 +215,7 @@ func TestOperatorClusterPage(t *testing.T) {
 	if urgent.Record().Holder != "urgent" {
 		t.Fatalf("granted %s, want urgent", urgent.Record().Holder)
 	}
-	eventually(t, time.Second-time.Since(released), "trainer-1 to leave and urgent to appear among the holders", func() bool {
+	eventually(t, 10*time.Second-time.Since(released), "trainer-1 to leave and urgent to appear among the holders", func() bool {
 		st = page.clusterState(t)
 		return len(st.Holders) == 2 && st.Holders[0] == "trainer-2" && st.Holders[1] == "urgent" && len(st.Waiters) == 1
 	})
@@ -243,7 +246,7 @@ func TestOperatorClusterPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	released = time.Now()
-	eventually(t, time.Second, "patient to be granted after the restart", func() bool {
+	eventually(t, 10*time.Second, "patient to be granted after the restart", func() bool {
 		st = page.clusterState(t)
 		return len(st.Holders) == 2 && st.Holders[1] == "patient" && len(st.Waiters) == 0 && st.hasEvent("granted", "alpha", "gpu", "patient", false)
 	})
