@@ -61,7 +61,7 @@ func (m *Manager) grant(r *request) {
 	defer span.End()
 	m.mu.Lock()
 	rec := m.grants.recordLocked(r)
-	key, entryRev := m.leases.storeKey(r)
+	key, own := m.leases.storeKey(r)
 	m.mu.Unlock()
 	data := appendRecord(make([]byte, 0, 384), &rec)
 	var rev uint64
@@ -72,11 +72,11 @@ func (m *Manager) grant(r *request) {
 		err = errors.New("lease manager is shutting down")
 	}
 	if err == nil {
-		if entryRev {
-			rev, err = m.grants.put(key, r.id, data, r.entry.await())
-		} else {
-			rev, err = m.grants.put(key, r.id, data, 0)
+		var entryRev uint64 // its queue entry's, written over: only at its own key
+		if own {
+			entryRev = r.entry.await()
 		}
+		rev, err = m.grants.put(key, r.id, data, entryRev)
 	}
 
 	m.mu.Lock()
