@@ -347,6 +347,7 @@ func (c *Client) acquire(ctx context.Context, pool string, slots int64, opts ...
 	if err := c.publish(ctx, subject, reply, body()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	req.Resend = true // every later send re-sends this one
 	queued, answered := false, false
 	var noManagerSince time.Time
 	timer := time.NewTimer(c.requestTimeout)

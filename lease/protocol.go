@@ -145,6 +145,14 @@ type AcquireRequest struct {
 	// or OnGroupCancelPending, or "" (nothing: it queues as any request).
 	Group   string `json:"group,omitempty"`
 	OnGroup string `json:"on_group,omitempty"`
+	// Resend marks a re-send of an acquire this client has sent before (a
+	// poll, or a retry after no answer); a first send never carries it. A
+	// manager that saw the request end for good (cancelled or released by
+	// its holder; refused with wait_expired, dropped or superseded) answers
+	// a re-send of it with that end instead of queueing it anew, so that
+	// a re-send delayed past its request's end does not queue a request
+	// nobody waits for (docs/protocol.md, section 2.1).
+	Resend bool `json:"resend,omitempty"`
 }
 
 // RenewRequest extends a lease by its TTL; ReleaseRequest gives it back.

@@ -51,6 +51,12 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	if h, r := m.leases.byID(p.name, req.RequestID), p.waiting[req.RequestID]; h != nil || r != nil {
 		return retried(span, m.guesses, who, p, req, msg.Reply, h, r)
 	}
+	if req.Resend {
+		if answer, ok := m.ended.recall(p.name, &req, time.Now()); ok {
+			natstrace.Fail(span, string(answer.Error.Code), answer.Error.Message)
+			return answer // sent before its request ended, handled after
+		}
+	}
 	r, e := m.newRequestLocked(ctx, p, req, who, msg.Reply)
 	if e == nil {
 		e = m.enqueueLocked(ctx, r, req)
@@ -148,6 +154,7 @@ func (m *Manager) newRequestLocked(ctx context.Context, p *pool, req lease.Acqui
 		return nil, errorf(lease.CodeHolderDisconnected, "the requester's connection has closed")
 	}
 	r.trace = telemetry.NewAcquireTrace(ctx)
+	m.ended.forget(p.name, r.id)
 	m.out.emit(p, lease.Event{Kind: lease.EventRequested, RequestID: r.id, Holder: r.holder, Slots: r.slots, Tenant: r.tenant, Key: r.key})
 	return r, nil
 }

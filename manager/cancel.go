@@ -56,8 +56,9 @@ func (m *Manager) handleCancel(msg *nats.Msg) lease.Reply {
 		}
 		if r.state != queued {
 			r.state = grantCancelled // given back once stored
+			m.ended.add(p.name, r.id, r.holder, r.secret, cancelledError(), time.Now())
 		} else {
-			m.leaveQueueLocked(r, errorf(lease.CodeCancelled, "cancelled by the holder"), lease.EventCancelled)
+			m.leaveQueueLocked(r, cancelledError(), lease.EventCancelled)
 		}
 		return lease.Reply{Status: lease.StatusCancelled}
 	}
@@ -68,10 +69,14 @@ func (m *Manager) handleCancel(msg *nats.Msg) lease.Reply {
 		if !h.releasing {
 			m.startReleaseLocked(h, lease.EventCancelled)
 		}
+		m.ended.add(p.name, h.rec.ID, h.rec.Holder, h.rec.Secret, cancelledError(), time.Now())
 		return lease.Reply{Status: lease.StatusReleased}
 	}
 	return lease.Reply{Status: lease.StatusCancelled} // already ended
 }
+
+// cancelledError is what a cancelled request's holder is told.
+func cancelledError() *lease.Error { return errorf(lease.CodeCancelled, "cancelled by the holder") }
 
 // validateCancel checks what a cancel request says of itself.
 func validateCancel(req lease.CancelRequest) *lease.Error {

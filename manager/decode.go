@@ -86,6 +86,8 @@ func decodeAcquire(data []byte, req *lease.AcquireRequest) *lease.Error {
 			d.ident(13, &req.Group, lease.MaxGroupLen)
 		case "on_group":
 			d.ident(14, &req.OnGroup, maxOnGroupLen)
+		case "resend":
+			d.bool(15, &req.Resend)
 		default:
 			d.unknown()
 		}

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"time"
+
 	"github.com/slotlease/slotlease/lease"
 )
 
@@ -21,6 +23,9 @@ func (m *Manager) endLocked(r *request, e *lease.Error, kind lease.EventKind) {
 	m.waiters.drop(r)
 	m.journal.dropLocked(r)
 	r.trace.EndQueued(string(e.Code))
+	if endsForGood(e.Code) {
+		m.ended.add(r.pool.name, r.id, r.holder, r.secret, e, time.Now())
+	}
 	m.out.respond(r.reply, errReply(e))
 	if kind != "" {
 		m.out.emit(r.pool, lease.Event{Kind: kind, RequestID: r.id, Holder: r.holder, Slots: r.slots, Key: r.key, Group: r.group, Code: e.Code, Message: e.Message})
@@ -44,3 +49,15 @@ func (o *outbox) tellQueued(r *request, position int) {
 // renewal's, once stored or refused (and the "bound" before it), or a
 // grant's that cannot be given.
 func (o *outbox) answerLater(reply string, r lease.Reply) { o.respond(reply, r) }
+
+// endsForGood reports whether a request refused with code is over for its
+// client, which does not re-send it: a late re-send is told so (ended.go).
+// Other ends (unavailable, holder_disconnected) are retried by a client
+// still waiting, whose re-send queues the request anew.
+func endsForGood(code lease.Code) bool {
+	switch code {
+	case lease.CodeCancelled, lease.CodeWaitExpired, lease.CodeDropped, lease.CodeSuperseded:
+		return true
+	}
+	return false
+}

@@ -152,12 +152,13 @@ type Manager struct {
 	restored map[string]restoredReq // queue entries seen while rebuilding
 
 	// Guarded by mu, as they change with the pools and the leases.
-	waiters waiters   // the pools' waiting requests, by connection (connqueue.go)
-	guesses *guesses  // wrong secrets, by connection (guesses.go)
-	journal *journal  // the queue entries: which, when, writing (queue.go, journal.go)
-	rates   rates     // the start-rate timers (rate.go)
-	stop    stopState // a clean stop's progress (stop.go)
-	groups  *groups   // the concurrency groups' rules (group.go)
+	waiters waiters       // the pools' waiting requests, by connection (connqueue.go)
+	guesses *guesses      // wrong secrets, by connection (guesses.go)
+	journal *journal      // the queue entries: which, when, writing (queue.go, journal.go)
+	rates   rates         // the start-rate timers (rate.go)
+	stop    stopState     // a clean stop's progress (stop.go)
+	groups  *groups       // the concurrency groups' rules (group.go)
+	ended   endedRequests // requests ended for good, for late re-sends (ended.go)
 
 	// Owners with no state under mu: their own lock, or none needed.
 	lead    *leadership  // the term served and the fence (fence.go): atomic

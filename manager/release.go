@@ -31,6 +31,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 		if e == nil {
 			h.settle = req.Units
 			m.releaseLocked(h)
+			m.ended.add(h.rec.Pool, h.rec.ID, h.rec.Holder, h.rec.Secret, nil, time.Now())
 		}
 		m.mu.Unlock()
 	}

@@ -464,6 +464,7 @@ export class Client implements LeaseHost {
       };
       const firstSent = now();
       send();
+      req.resend = true; // every later send re-sends this one
       let queued = false;
       let answered = false;
       let noManagerSince: number | undefined;
