@@ -37,7 +37,7 @@ let client;
 before(async () => {
   mgr = await Manager.start({
     node: "tsnode",
-    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3,tok=4,grp=1",
+    pools: "gpu=1,fifo=1,multi=3,qf=1,drop=1,a=1,b=1,c=1,d=1,ev=1,wx=1,idem=1,rated=5,errs=1,busy=1,gone=1,wl=1,sec=64,tma=1,keys=3,tok=4,grp=1,rsd=1",
     env: {
       POOL_MAX_QUEUE: "qf=1,drop=1",
       POOL_ON_FULL: "drop=drop_oldest",
@@ -172,6 +172,39 @@ test("wait expiry", async () => {
   assert.equal(err.code, "wait_expired");
   console.log(`# a 300ms wait expired after ${Math.round(performance.now() - t0)}ms`);
   await holder.release();
+});
+
+test("re-sends of an acquire say so, and a late one after a cancel is told so", async () => {
+  // A spy in the managers' account sees every acquire of pool rsd as sent.
+  const spy = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
+  const poller = await mgr.connect({ pollIntervalMs: 100 });
+  try {
+    const sends = spy.nc.subscribe("lease.tsnode.rsd.acquire");
+    await spy.nc.flush();
+    const holder = await client.acquire("rsd");
+    const ac = new AbortController();
+    const waiting = poller.acquire("rsd", { requestId: "rsd-1", secret: "rsd-secret", signal: ac.signal }).catch((e) => e);
+    const seen = [];
+    for await (const m of sends) {
+      const body = JSON.parse(new TextDecoder().decode(m.data));
+      if (body.request_id === "rsd-1") seen.push(body.resend === true);
+      if (seen.length === 3) break;
+    }
+    assert.deepEqual(seen, [false, true, true], "only the sends after the first are marked");
+    ac.abort();
+    await waiting;
+    await eventually("the cancel handled", async () => (await client.stats("rsd")).queued === 0, 5000);
+    // A re-send that reaches the manager after the cancel: told, not queued.
+    const late = await settle(
+      poller.request("lease.tsnode.rsd.acquire", { request_id: "rsd-1", holder: poller.holder, slots: 1, secret: "rsd-secret", resend: true }),
+    );
+    assert.ok(late.error instanceof CancelledError, `late re-send: ${late.error ?? JSON.stringify(late.value)}`);
+    assert.equal((await client.stats("rsd")).queued, 0, "nothing queued by the late re-send");
+    await holder.release();
+  } finally {
+    await poller.close();
+    await spy.close();
+  }
 });
 
 test("idempotent retry by request id", async () => {
