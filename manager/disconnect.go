@@ -425,13 +425,14 @@ func freeing(m *Manager, f func()) func() {
 	}
 }
 
-// rebindLocked moves h to the connection a renewal came on, if it has fast
+// rebind moves h to the connection a renewal came on, if it has fast
 // release and that is another one: the holder reconnected. The holder hears
 // "bound" at once, so it can count its new connection without waiting for
 // the renewal's write (a store stall after a server stop would otherwise
 // outlast its liveness deadline); the write stores the binding. Only this
-// manager's memory decides a free (freeOnCloseLocked), so the in-memory
-// binding is what protects the lease.
+// manager's memory decides a free (freeOnCloseLocked, which the caller
+// runs if h moved to a connection already known closed), so the in-memory
+// binding is what protects the lease. The caller holds m.mu.
 //
 // A renewal that says its connection's server is in lame duck mode
 // (lameDuck) unbinds the lease instead: that server closes the connection
@@ -442,7 +443,7 @@ func freeing(m *Manager, f func()) func() {
 // counts its connection until then (lease/lameduck.go).
 //
 // It returns the "bound" answer, if any (a zero Reply if none).
-func (m *Manager) rebindLocked(h *held, server string, id uint64, lameDuck bool) (lease.Reply, *lease.Error) {
+func (h *held) rebind(server string, id uint64, lameDuck bool) (lease.Reply, *lease.Error) {
 	if e := checkConn(server, id); e != nil {
 		return lease.Reply{}, e
 	}
@@ -457,9 +458,6 @@ func (m *Manager) rebindLocked(h *held, server string, id uint64, lameDuck bool)
 		return lease.Reply{}, nil
 	}
 	h.rec.ConnServer, h.rec.ConnID = c.server, c.id
-	if m.gone.knownClosedLocked(c) {
-		m.freeOnCloseLocked(h)
-	}
 	rec := h.rec
 	return lease.Reply{Status: lease.StatusBound, Lease: &rec}, nil
 }

@@ -55,6 +55,17 @@ func (t *leaseTable) drop(h *held) {
 	}
 }
 
+// adopt reports whether h is still live here and not being released, and
+// then takes rev, read from the store, as its latest revision if it is
+// newer (a renewal whose acknowledgement was lost moved it).
+func (t *leaseTable) adopt(h *held, rev uint64) bool {
+	if t.byKey[h.key] != h || h.releasing {
+		return false
+	}
+	h.rev = max(h.rev, rev)
+	return true
+}
+
 // storeKey is the key r's grant is stored at: its own, over its queue
 // entry if it has one (own true); or, when its own key holds another
 // lease's record (a slot handed over to a lease at the key of an id r

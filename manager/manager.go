@@ -247,15 +247,12 @@ func New(cfg Config) (*Manager, error) {
 // it has undone everything it started (the watch, grants of restored queue
 // entries, subscriptions), as Close does: the Manager cannot be started
 // again.
-func (m *Manager) Start(ctx context.Context) error {
-	if err := m.start(ctx); err != nil {
-		_ = m.Close()
-		return err
-	}
-	return nil
-}
-
-func (m *Manager) start(ctx context.Context) error {
+func (m *Manager) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			_ = m.Close()
+		}
+	}()
 	if m.deltas != nil {
 		// The stored pool changes apply before the lease records are
 		// counted.

@@ -83,7 +83,7 @@ func secretMatches(want, got string) bool {
 
 // handleRenew starts a renewal, whose answer comes once it is stored
 // (renew); it answers at once only an error. A lease that moved to the
-// connection the renewal came on is told "bound" first (rebindLocked),
+// connection the renewal came on is told "bound" first (held.rebind),
 // before the renewal can answer.
 func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
@@ -99,7 +99,10 @@ func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 			e = m.groups.refusedLocked(h) // group.go
 		}
 		if e == nil {
-			bound, e = m.rebindLocked(h, req.ConnServer, req.ConnID, req.LameDuck)
+			bound, e = h.rebind(req.ConnServer, req.ConnID, req.LameDuck)
+		}
+		if bound.Status != "" && m.gone.knownClosedLocked(recordConn(&h.rec)) {
+			m.freeOnCloseLocked(h) // moved to a connection already closed
 		}
 		if e == nil {
 			if bound.Status != "" {
@@ -170,8 +173,15 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 			// Either an earlier renewal moved the revision (one whose
 			// acknowledgement was lost, or a concurrent one) or the record
 			// is gone: expired or released. Only the store can tell.
-			if attempt < maxRenewRereads && m.stillStored(h) {
-				continue
+			if attempt < maxRenewRereads {
+				if rev, ok := m.grants.holds(h.key, h.rec.ID, h.rec.Token); ok {
+					m.mu.Lock()
+					ok = m.leases.adopt(h, rev)
+					m.mu.Unlock()
+					if ok {
+						continue
+					}
+				}
 			}
 			fail(errorf(lease.CodeLeaseNotFound, "lease %q expired before the renewal", h.rec.ID))
 			return
@@ -182,27 +192,21 @@ func (m *Manager) renew(reply string, h *held, received time.Time, span trace.Sp
 	}
 }
 
-// stillStored reads h's key and, if it still holds this lease (same token),
-// adopts its revision and reports true. An expired lease is never brought
-// back: its key is gone or holds another grant.
-func (m *Manager) stillStored(h *held) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.StoreTimeout)
+// holds reads key and reports whether it still holds the lease id whose
+// fencing token is token, with the revision it is stored at: a renewal
+// refused on its revision asks, since an earlier renewal may have moved
+// it. An expired lease is never brought back: its key is gone or holds
+// another record.
+func (gs *grantStore) holds(key, id string, token uint64) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), gs.timeout)
 	defer cancel()
-	data, rev, err := m.cfg.Store.Get(ctx, h.key)
+	data, rev, err := gs.store.Get(ctx, key)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	var v storedValue
-	if json.Unmarshal(data, &v) != nil || v.Queued || (v.Token != 0 && v.Token != h.rec.Token) || (v.Token == 0 && rev != h.rec.Token) {
-		return false
+	if json.Unmarshal(data, &v) != nil || v.Queued || v.ID != id || (v.Token != 0 && v.Token != token) || (v.Token == 0 && rev != token) {
+		return 0, false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.leases.byKey[h.key] != h || h.releasing {
-		return false
-	}
-	if rev > h.rev {
-		h.rev = rev
-	}
-	return true
+	return rev, true
 }
