@@ -40,7 +40,11 @@ func swallow(t *testing.T, url, pool string) <-chan *nats.Msg {
 	return got
 }
 
-const renewTTL = 3 * time.Second
+// renewTTL leaves a loaded machine time to start the next manager before
+// the record expires: the first renewal goes out TTL/3 after the grant,
+// so the next manager has 2/3 of it (a 3s TTL gave it 2s, which a
+// manager's start with -race took at a load of 16 on 2 cores).
+const renewTTL = 10 * time.Second
 
 var renewPools = []manager.PoolConfig{{Name: "p", Capacity: 1}}
 

@@ -40,8 +40,8 @@ func TestDeadlineKillsTreeWithoutTheExecutor(t *testing.T) {
 			if left := findProcs(marks...); len(left) != 0 {
 				t.Fatalf("%d processes of the tree outlived the deadline: %v", len(left), left)
 			}
-			if late < 0 || late > containmentLimit {
-				t.Fatalf("Run returned %v after the deadline, want within [0, %v]", late, containmentLimit)
+			if late < 0 || late > deadlineMargin {
+				t.Fatalf("Run returned %v after the deadline, want within [0, %v]", late, deadlineMargin)
 			}
 			if res.Signal != "killed" || !strings.Contains(strings.Join(res.Notes, "\n"), "lease deadline passed") {
 				t.Fatalf("result %+v: want the worker killed at the deadline, and a note saying so", res)
@@ -56,6 +56,15 @@ func TestDeadlineKillsTreeWithoutTheExecutor(t *testing.T) {
 		})
 	}
 }
+
+// deadlineMargin is what a deadline's kill must beat: the executor's
+// deadline is TTL - TTL/10 after the holder's last renewal, and the
+// manager gives the slots away no sooner than TTL after it (+ the store's
+// lag), so the work must be dead within TTL/10 of the deadline: 1.5s at
+// the default LEASE_TTL of 15s. The kill takes tens of milliseconds on an
+// idle machine (logged); a test of 500ms failed at a load of 16 on 2
+// cores (589ms), a figure the product does not rely on.
+const deadlineMargin = 1500 * time.Millisecond
 
 // A deadline that keeps moving on lets the worker finish.
 func TestDeadlineExtendedLetsTheWorkerFinish(t *testing.T) {
