@@ -47,12 +47,15 @@ func TestGracefulStopsHonourTheirGrace(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
-		p := start(t, env, "executor", "run", "--pool", "gpu", "--timeout", "1s", "--kill-grace", "4s",
+		// The timeout must not come before the shell has installed its
+		// trap: 1s did, on a machine running two copies of the suite
+		// (load 16 on 2 cores), and the shell died of the SIGTERM.
+		p := start(t, env, "executor", "run", "--pool", "gpu", "--timeout", "5s", "--kill-grace", "4s",
 			"--writable", dir, "--env", "DIR="+dir, "--env", "NAME=timeout", "--", "sh", "-c", termHandler)
 		if code := p.Wait(t, 30*time.Second); code != exitTimeout || !cleaned("timeout") {
 			t.Fatalf("exit %d, cleaned %v; want %d after the handler finished:\n%s", code, cleaned("timeout"), exitTimeout, p.Output())
 		}
-		withinGrace(t, "--timeout 1s --kill-grace 4s", p.Output())
+		withinGrace(t, "--timeout 5s --kill-grace 4s", p.Output())
 	})
 
 	t.Run("sigterm", func(t *testing.T) {
