@@ -1,7 +1,8 @@
 package manager
 
 import (
-	"crypto/subtle"
+	"encoding/binary"
+	"hash/maphash"
 	"time"
 
 	"github.com/slotlease/slotlease/lease"
@@ -21,20 +22,20 @@ import (
 
 const (
 	// endedFor is how long an end is remembered: longer than a re-send
-	// stays in flight on a loaded machine, shorter than anyone waits to
-	// reuse an id for a request sent as a re-send.
+	// stays in flight on a loaded machine.
 	endedFor = 30 * time.Second
 	// maxEnded bounds the ends remembered (the oldest is forgotten first):
-	// about 3 MB at the protocol's longest ids, holders and secrets.
+	// at most about 8 MB at the protocol's longest request ids and
+	// messages (TestEndedRequestsAreBounded measures it).
 	maxEnded = 16384
 )
 
 type endedKey struct{ pool, id string }
 
 type endedEnd struct {
-	holder, secret string
-	e              *lease.Error
-	at             int64 // unix ns
+	who uint64 // the holder's and secret's hash (sender)
+	e   *lease.Error
+	at  int64 // unix ns
 }
 
 type endedAt struct {
@@ -48,6 +49,7 @@ type endedRequests struct {
 	byKey map[endedKey]endedEnd
 	order []endedAt
 	head  int
+	seed  maphash.Seed // of the who hashes: random, so nobody can aim at one
 }
 
 // add remembers that the request id of pool, sent by holder with secret,
@@ -65,7 +67,7 @@ func (n *endedRequests) add(pool, id, holder, secret string, e *lease.Error, now
 		n.byKey = make(map[endedKey]endedEnd)
 	}
 	k := endedKey{pool, id}
-	n.byKey[k] = endedEnd{holder: holder, secret: secret, e: e, at: at}
+	n.byKey[k] = endedEnd{who: n.sender(holder, secret), e: e, at: at}
 	n.order = append(n.order, endedAt{k, at})
 }
 
@@ -93,12 +95,27 @@ func (n *endedRequests) forget(pool, id string) {
 // with the same secret.
 func (n *endedRequests) recall(pool string, req *lease.AcquireRequest, now time.Time) (lease.Reply, bool) {
 	e, ok := n.byKey[endedKey{pool, req.RequestID}]
-	if !ok || now.UnixNano()-e.at > int64(endedFor) || e.holder != req.Holder ||
-		subtle.ConstantTimeCompare([]byte(e.secret), []byte(req.Secret)) != 1 {
+	if !ok || now.UnixNano()-e.at > int64(endedFor) || e.who != n.sender(req.Holder, req.Secret) {
 		return lease.Reply{}, false
 	}
 	if e.e == nil {
 		return errReply(errorf(lease.CodeLeaseNotFound, "request %q was granted, and its lease has been released; acquire again with a new request id", req.RequestID)), true
 	}
 	return errReply(e.e), true
+}
+
+// sender is the hash of a request's holder and secret: what a re-send must
+// match, kept instead of the strings themselves.
+func (n *endedRequests) sender(holder, secret string) uint64 {
+	if n.seed == (maphash.Seed{}) {
+		n.seed = maphash.MakeSeed()
+	}
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	// The holder's length first: holder "ab" with secret "c" is not
+	// holder "a" with secret "bc".
+	_ = binary.Write(&h, binary.LittleEndian, uint64(len(holder)))
+	_, _ = h.WriteString(holder)
+	_, _ = h.WriteString(secret)
+	return h.Sum64()
 }

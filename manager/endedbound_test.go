@@ -2,6 +2,8 @@ package manager
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +60,28 @@ func TestEndedRequestsAreBounded(t *testing.T) {
 	if _, ok := n.recall("p", req("x"), now.Add(endedFor+time.Second)); ok {
 		t.Fatal("recalled after forget")
 	}
+}
+
+// The memory of ended requests holds at most about 8 MB: maxEnded ends at
+// the protocol's longest request ids and holders and secrets (kept as a
+// hash), each with its own 300-byte error message (7.7 MB measured).
+func TestEndedRequestsMemory(t *testing.T) {
+	holder, secret := strings.Repeat("h", lease.MaxHolderLen), strings.Repeat("s", lease.MaxSecretLen)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var n endedRequests
+	now := time.Now()
+	for i := range maxEnded {
+		id := fmt.Sprintf("%0128d", i) // lease.MaxRequestIDLen, kept by the memory
+		n.add("pool", id, holder, secret, errorf(lease.CodeWaitExpired, "%s", strings.Repeat("m", 300)), now)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d ends hold %.1f MB (%d bytes each, ids and errors included)", maxEnded, float64(held)/(1<<20), held/maxEnded)
+	if held > 9<<20 { // the documented 8 MB, and room for the map's next growth
+		t.Errorf("%d ends hold %d bytes, over the documented 8 MB", maxEnded, held)
+	}
+	runtime.KeepAlive(&n)
 }
