@@ -57,12 +57,12 @@ func RunLeader(ctx context.Context, cfg LeaderConfig, serve func(context.Context
 	}
 	log := cfg.Logger.With("node", cfg.Node, "instance", cfg.Instance)
 	for {
-		rev, sent, err := waitLeadership(ctx, cfg, log)
+		rev, sent, value, err := waitLeadership(ctx, cfg, log)
 		if err != nil {
 			return nil // ctx ended while standing by
 		}
 		log.Info("leadership acquired")
-		err = lead(ctx, cfg, log, rev, sent, serve)
+		err = lead(ctx, cfg, log, rev, sent, value, serve)
 		if ctx.Err() != nil {
 			if errors.Is(err, context.Canceled) {
 				err = nil
@@ -106,11 +106,10 @@ const claimRetryMin = 250 * time.Millisecond
 // was not enough: a takeover of a manager's key in the instant it expired
 // raced the create of another candidate that saw it gone, and both led
 // (TestRollingRestart, a clean stop of the leader).
-func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (uint64, time.Time, error) {
-	value, err := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
-	if err != nil {
-		return 0, time.Time{}, err
-	}
+//
+// It returns the key's revision, when the winning write was sent, and the
+// value it wrote, which the term's renewals keep (since: when it was sent).
+func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (uint64, time.Time, []byte, error) {
 	var w Watcher
 	defer func() {
 		if w != nil {
@@ -123,6 +122,10 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 	var seenAt time.Time // when that revision was first read
 	for {
 		sent := time.Now()
+		value, err := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: sent.UTC()})
+		if err != nil {
+			return 0, time.Time{}, nil, err
+		}
 		cctx, cancel := context.WithTimeout(ctx, cfg.TTL)
 		rev, err := cfg.Store.Create(cctx, cfg.Node, value, cfg.TTL)
 		if errors.Is(err, ErrStoreExists) {
@@ -143,10 +146,10 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 		}
 		cancel()
 		if err == nil {
-			return rev, sent, nil
+			return rev, sent, value, nil
 		}
 		if ctx.Err() != nil {
-			return 0, time.Time{}, ctx.Err()
+			return 0, time.Time{}, nil, ctx.Err()
 		}
 		// Try again when the key goes, and at least every TTL/2 in case a
 		// change was missed.
@@ -176,7 +179,7 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return 0, time.Time{}, ctx.Err()
+				return 0, time.Time{}, nil, ctx.Err()
 			case <-timer.C:
 				break wait
 			case ch, ok := <-changes:
@@ -195,7 +198,7 @@ func waitLeadership(ctx context.Context, cfg LeaderConfig, log *slog.Logger) (ui
 
 // lead serves while renewing the leadership key, and gives the key up when
 // ctx ends.
-func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, sent time.Time, serve func(context.Context, Fence) error) error {
+func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, sent time.Time, value []byte, serve func(context.Context, Fence) error) error {
 	margin := cfg.TTL / 10
 	deadline := sent.Add(cfg.TTL - margin)
 	fence := newLeaderFence(rev, deadline)
@@ -205,7 +208,10 @@ func lead(ctx context.Context, cfg LeaderConfig, log *slog.Logger, rev uint64, s
 	served := make(chan error, 1)
 	go func() { served <- serve(serveCtx, fence) }()
 
-	value, _ := json.Marshal(LeaderRecord{Instance: cfg.Instance, Since: time.Now().UTC()})
+	// Every renewal writes the value the term began with: the same
+	// instance, the same since (a new since at the first renewal made the
+	// key's value change under a reader, TestReplyToLeadershipKeyRefused
+	// on a loaded machine).
 	interval := cfg.TTL / 3
 	next := time.NewTimer(interval)
 	defer next.Stop()

@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -271,4 +272,47 @@ func TestForeignLeadershipKeyIsTakenOver(t *testing.T) {
 			<-b.done
 		})
 	}
+}
+
+// Every renewal of a term writes the value the term began with: its
+// instance, and since, when it acquired the key. A new since at the first
+// renewal changed the key's value under anyone reading it.
+func TestLeaderRenewalsKeepTheValue(t *testing.T) {
+	t.Parallel()
+	const leaderTTL = time.Second
+	srv := harness.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlap atomic.Int32
+	started := time.Now()
+	a := startCandidate(t, srv.URL, "a-"+nuid.Next(), leaderTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 1})
+	harness.Eventually(t, 30*time.Second, "a leads", a.serving.Load)
+	first, rev, err := leaders.Get(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec manager.LeaderRecord
+	if err := json.Unmarshal(first, &rec); err != nil || rec.Since.Before(started.Add(-time.Second)) || rec.Since.After(time.Now()) {
+		t.Fatalf("leadership value %s (%v): want since when the term began", first, err)
+	}
+	for range 3 {
+		harness.Eventually(t, 10*leaderTTL, "the leader renews its key", func() bool {
+			_, r, err := leaders.Get(ctx, node)
+			return err == nil && r > rev
+		})
+		value, r, err := leaders.Get(ctx, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(value) != string(first) {
+			t.Fatalf("renewal %d wrote %s, the term began with %s", r, value, first)
+		}
+		rev = r
+	}
+	a.cancel()
+	<-a.done
 }
