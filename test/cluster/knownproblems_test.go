@@ -83,7 +83,9 @@ func startPairOf(t *testing.T, leaseTTL time.Duration, pools []manager.PoolConfi
 func (p *pair) rawAcquire(t *testing.T, id, holder, secret string) lease.Reply {
 	t.Helper()
 	body, _ := json.Marshal(lease.AcquireRequest{RequestID: id, Holder: holder, Slots: 1, Secret: secret})
-	msg, err := p.nc.Request(lease.Subject(p.st.Prefix, "node1", "gpu", lease.VerbAcquire), body, 5*time.Second)
+	// A budget, not a bound: after a cut the manager reconnects and asks
+	// the store before it answers, which took over 5 s on a loaded machine.
+	msg, err := p.nc.Request(lease.Subject(p.st.Prefix, "node1", "gpu", lease.VerbAcquire), body, time.Minute)
 	if err != nil {
 		t.Fatalf("acquire %s: %v", id, err)
 	}
