@@ -46,7 +46,8 @@ g 5 & sleep @D@`,
 }
 
 // TestExecutorCrashKillsWholeTree: the executor is SIGKILLed; within
-// containmentLimit no process of the worker tree is left, with namespaces
+// containmentLimit no process of the worker tree runs (each is gone or
+// has SIGKILL pending), and soon after none is left, with namespaces
 // and cgroup as available, without Isolate, and with neither (forced).
 func TestExecutorCrashKillsWholeTree(t *testing.T) {
 	exe, err := os.Executable()
