@@ -232,10 +232,7 @@ func TestForeignLeadershipKeyIsTakenOver(t *testing.T) {
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := leadersBucket(t, ctx, srv.URL)
 	for _, value := range []string{"not json", `{"instance":"nobody","since":"2026-01-01T00:00:00Z"}`} {
 		t.Run(value, func(t *testing.T) {
 			if _, err := leaders.Put(ctx, node, []byte(value)); err != nil { // no TTL
@@ -283,10 +280,7 @@ func TestLeaderRenewalsKeepTheValue(t *testing.T) {
 	srv := harness.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor("lease").Leaders})
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := leadersBucket(t, ctx, srv.URL)
 	var overlap atomic.Int32
 	started := time.Now()
 	a := startCandidate(t, srv.URL, "a-"+nuid.Next(), leaderTTL, &overlap, manager.PoolConfig{Name: "p", Capacity: 1})
@@ -315,4 +309,15 @@ func TestLeaderRenewalsKeepTheValue(t *testing.T) {
 	}
 	a.cancel()
 	<-a.done
+}
+
+// leadersBucket opens the leadership bucket of the server at url, as a
+// test reads and writes its keys from outside the managers.
+func leadersBucket(t *testing.T, ctx context.Context, url string) *jetstream.LeaseStore {
+	t.Helper()
+	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, url), jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaders
 }

@@ -77,10 +77,7 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 	// The leadership key the first attack in issue 13 overwrote.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := jetstream.OpenLeaseStore(ctx, harness.Connect(t, srv.URL), jetstream.BucketConfig{Name: jetstream.NamesFor(lease.DefaultPrefix).Leaders})
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaders := leadersBucket(t, ctx, srv.URL)
 	leaderRev, err := leaders.Put(ctx, node, []byte(`{"instance":"the-leader"}`))
 	if err != nil {
 		t.Fatal(err)
