@@ -31,7 +31,7 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 	ctx, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanAcquire, natstrace.Node(m.cfg.Node), natstrace.Pool(poolName))
 	defer span.End()
 	var req lease.AcquireRequest
-	e := decode(msg.Data, &req)
+	e := decodeAcquire(msg.Data, &req)
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.RequestID(echo.Clip(req.RequestID)), natstrace.Holder(echo.Clip(req.Holder)), natstrace.Slots(req.Slots))
 		e = validateAcquire(&req)

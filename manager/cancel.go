@@ -36,7 +36,7 @@ func (m *Manager) leaveQueueLocked(r *request, e *lease.Error, kind lease.EventK
 // answered "cancelled": it is idempotent.
 func (m *Manager) handleCancel(msg *nats.Msg) lease.Reply {
 	var req lease.CancelRequest
-	e := decode(msg.Data, &req)
+	e := decodeCancel(msg.Data, &req)
 	if e == nil {
 		e = validateCancel(req)
 	}

@@ -30,21 +30,18 @@ const (
 	maxEchoKey = 64
 )
 
-// decode parses a request body strictly into v, one of the request types.
-func decode(data []byte, v any) *lease.Error {
-	switch v := v.(type) {
-	case *lease.AcquireRequest:
-		return decodeAcquire(data, v)
-	case *lease.RenewRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID, &v.LameDuck, nil)
-	case *lease.ReleaseRequest:
-		return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil, nil, &v.Units)
-	case *lease.CancelRequest:
-		return decodeCancel(data, v)
-	case *lease.ResizeRequest:
-		return decodeResize(data, v)
-	}
-	return errorf(lease.CodeInternal, "no decoder for %T", v)
+// Each handler decodes its own request type strictly: unknown fields,
+// wrong types, duplicates and oversize values are refused with an error
+// naming the field.
+
+// decodeRenew decodes a renew request.
+func decodeRenew(data []byte, v *lease.RenewRequest) *lease.Error {
+	return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, &v.ConnServer, &v.ConnID, &v.LameDuck, nil)
+}
+
+// decodeRelease decodes a release request.
+func decodeRelease(data []byte, v *lease.ReleaseRequest) *lease.Error {
+	return decodeLeaseRef(data, &v.LeaseID, &v.Token, &v.Secret, nil, nil, nil, &v.Units)
 }
 
 // decodeAcquire decodes an acquire request.

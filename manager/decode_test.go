@@ -383,3 +383,21 @@ func benchDecode[T any](b *testing.B, body []byte) {
 		}
 	})
 }
+
+// decode parses a request body into v, one of the request types, with the
+// decoder its handler uses: the tables above run over every type.
+func decode(data []byte, v any) *lease.Error {
+	switch v := v.(type) {
+	case *lease.AcquireRequest:
+		return decodeAcquire(data, v)
+	case *lease.RenewRequest:
+		return decodeRenew(data, v)
+	case *lease.ReleaseRequest:
+		return decodeRelease(data, v)
+	case *lease.CancelRequest:
+		return decodeCancel(data, v)
+	case *lease.ResizeRequest:
+		return decodeResize(data, v)
+	}
+	return errorf(lease.CodeInternal, "no decoder for %T", v)
+}

@@ -20,7 +20,7 @@ func (m *Manager) handleRelease(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRelease, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	defer span.End()
 	var req lease.ReleaseRequest
-	e := decode(msg.Data, &req)
+	e := decodeRelease(msg.Data, &req)
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
 		m.mu.Lock()

@@ -88,7 +88,7 @@ func secretMatches(want, got string) bool {
 func (m *Manager) handleRenew(msg *nats.Msg) lease.Reply {
 	_, span := telemetry.StartServerSpan(msg.Header, natstrace.SpanRenew, natstrace.Node(m.cfg.Node), natstrace.Pool(poolToken(msg.Subject)))
 	var req lease.RenewRequest
-	e := decode(msg.Data, &req)
+	e := decodeRenew(msg.Data, &req)
 	if e == nil {
 		natstrace.SetAttributes(span, natstrace.LeaseID(echo.Clip(req.LeaseID)), natstrace.Token(req.Token))
 		m.mu.Lock()

@@ -143,7 +143,7 @@ func parseRateSetting(rs lease.RateSetting) (pools.Rate, int64, error) {
 
 func (m *Manager) handleResize(msg *nats.Msg) {
 	var req lease.ResizeRequest
-	if e := decode(msg.Data, &req); e != nil {
+	if e := decodeResize(msg.Data, &req); e != nil {
 		m.disc.respondResize(msg.Reply, errReply(e))
 		return
 	}
