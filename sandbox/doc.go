@@ -68,11 +68,21 @@
 //     worker forks, double-forks or setsid()s stays below it) and learns of
 //     the executor's death through PR_SET_PDEATHSIG with a catchable signal
 //     (SIGUSR1). It then kills the whole tree — kill(-1) as PID 1 of its
-//     namespace, else walks of /proc that SIGKILL every descendant (the
-//     members of its process group as the walk reads them), repeated
-//     until a walk finds none, so a fork bomb cannot outrun it — reaps,
-//     and exits: within 500 ms, with or without namespaces and
-//     cgroups. The worker gets SIGKILL if the supervisor itself dies.
+//     namespace, else every process its cpu group lists (below), else
+//     walks of /proc that SIGKILL every descendant (the members of its
+//     process group as the walk reads them); each repeated until a round
+//     finds none, so a fork bomb cannot outrun it — reaps, and exits:
+//     in tens of milliseconds, with or without namespaces and cgroups.
+//     The worker gets SIGKILL if the supervisor itself dies.
+//   - CPU share: where the executor may make one (a cgroup v1 or hybrid
+//     host, as root), the worker's tree runs in a cgroup v1 cpu group of
+//     its own, which its supervisor is not in (cpugroup_linux.go). The
+//     tree then weighs as one process against the supervisor, the
+//     executor and the lease manager, however many it forks: sixty shells
+//     busy on the CPU are killed in about 40 ms, and took 1.0-1.4 s to
+//     kill without it, past the fast-release grace. Elsewhere (not root,
+//     cgroup v2 only) the tree shares its supervisor's share: see
+//     Limitations.
 //     Setting _SLOTLEASE_SANDBOX_TEST_PLAIN=1 in the executor's environment
 //     forces the path without namespaces and cgroup; only tests do.
 //
@@ -164,6 +174,14 @@
 //     cannot be enabled for children. The helper's own brief Go runtime is
 //     accounted to the worker's cgroup, so very small memory limits (a few
 //     MiB) can kill it before the worker starts.
+//
+//   - Without a cpu group of its own (an executor that is not root, a
+//     cgroup v2 host) a tree of many busy processes starves its
+//     supervisor: killing sixty busy shells took 1.0-1.4 s on an idle
+//     2-core machine (docs/guarantees.md, section 3). On cgroup v2 the
+//     fix would be a cgroup for the worker below the run's, without the
+//     supervisor, killed with cgroup.kill; not built, for want of a v2
+//     host to test it on.
 //
 //   - The /proc walk without a PID namespace signals pids found in a scan
 //     a moment earlier; a pid reused in between (pid_max wrapping within

@@ -50,8 +50,14 @@ func (r *runner) execute(ctx context.Context, lost <-chan struct{}, res *Result)
 			r.v1, notes = newV1Limits(mem, procs, cgroupName())
 			r.note(notes...)
 		}
+		r.cpu = newCPUGroup(cgroupName())
 	}
 	defer r.dropV1(nil)
+	defer func() {
+		if err := r.cpu.remove(); err != nil {
+			r.note(fmt.Sprintf("could not remove cgroup %s: %v", r.cpu.dir, err))
+		}
+	}()
 	defer func() {
 		if r.cg != nil {
 			if rmErr := r.cg.remove(); rmErr != nil {

@@ -41,15 +41,17 @@ import (
 //     network namespace, brings lo up;
 //  4. becomes a child subreaper and starts the exec stage: this binary
 //     once more, with the config in a new memfd on fd 3, which
-//  5. sets no_new_privs, drops every capability and switches to the
+//  5. joins the worker's own cgroup v1 cpu group, if Run made one (fd 7:
+//     cpugroup_linux.go), sets no_new_privs, drops every capability and switches to the
 //     worker's ids;
 //  6. applies the rlimits with prlimit(2) — RLIMIT_DATA last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
 //  7. execve()s the worker with the raw syscall (no allocation after
 //     RLIMIT_DATA is in place).
 //
-// The worker keeps the supervisor's process group, cgroup (Run cloned the
-// supervisor into it with CLONE_INTO_CGROUP) and namespaces. This is
+// The worker keeps the supervisor's process group, cgroups (Run cloned the
+// supervisor into its v2 one with CLONE_INTO_CGROUP; all but the v1 cpu
+// group) and namespaces. This is
 // race-free: no worker instruction runs before every limit is in place.
 // Problems are reported on fd 4 (close-on-exec in both stages; EOF means
 // the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"/
@@ -78,6 +80,7 @@ const (
 	// deadlineFD is the supervisor's end of the deadline pipe (Spec.Deadline),
 	// close-on-exec in the supervisor, so the worker never has it.
 	deadlineFD = 6
+	// fd 7 is cpuGroupFD (cpugroup_linux.go).
 )
 
 var initHookCalled atomic.Bool
@@ -136,6 +139,9 @@ type initConfig struct {
 	KillGrace time.Duration `json:"kill_grace"`
 	// Deadline: the supervisor reads deadlines on deadlineFD (Spec.Deadline).
 	Deadline bool `json:"deadline"`
+	// CPUGroup: the supervisor holds the worker's cpu group on cpuGroupFD
+	// and hands it to the exec stage, which joins it (cpugroup_linux.go).
+	CPUGroup bool `json:"cpu_group,omitempty"`
 
 	// Confine: the run is confined (Spec.Confine or Hide): read-only view
 	// but Lend, Binds, /dev/shm of its own (confine_linux.go).
@@ -250,6 +256,11 @@ func runExecStage() {
 	// fd 4 (shared with the supervisor) must not reach the worker.
 	unix.CloseOnExec(statusFD)
 	cfg := readInitConfig()
+	if cfg.CPUGroup {
+		if err := joinCPUGroup(); err != nil {
+			helperStatus("note", fmt.Sprintf("the worker could not join its cpu cgroup (%v): a tree of many processes can slow its supervisor", err))
+		}
+	}
 
 	// Everything execve needs is prepared now, before the limits.
 	argv0p, err := unix.BytePtrFromString(cfg.Path)

@@ -161,6 +161,7 @@ type runner struct {
 
 	cg                     *cgroup
 	v1                     *v1Limits // the limits cg's controllers could not take, if any
+	cpu                    *cpuGroup // the worker's own cpu group (v1), if any
 	outR, outW, errR, errW *os.File
 	outTail, errTail       *tailBuffer
 	writeMu                sync.Mutex // serialises writes to Spec.Stdout/Stderr

@@ -360,7 +360,11 @@ func TestStopKillsEverything(t *testing.T) {
 			defer cancel()
 			lost := make(chan struct{})
 			if tc.trigger == StoppedTimeout {
-				spec.Timeout = 1500 * time.Millisecond
+				// Long enough for the worker's processes to be seen
+				// first on a loaded machine, where its tree (one cpu
+				// group) gets one process's share: at 1.5 s, a run beside
+				// another package's tests timed out before they were.
+				spec.Timeout = 5 * time.Second
 			}
 			start := time.Now()
 			done := runAsync(ctx, spec, lost)

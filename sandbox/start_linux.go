@@ -146,6 +146,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		LoopbackUp:    v.flags&unix.CLONE_NEWNET != 0,
 		KillGrace:     r.grace,
 		Deadline:      s.Deadline != nil,
+		CPUGroup:      r.cpu != nil,
 		UID:           -1,
 		GID:           -1,
 	}
@@ -240,6 +241,12 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		}
 		toClose = append(toClose, deadlineR, deadlineW)
 		files = append(files, deadlineR) // fd 6
+	}
+	if r.cpu != nil {
+		if len(files) == 3 {
+			files = append(files, nil) // no fd 6
+		}
+		files = append(files, r.cpu.file()) // fd 7
 	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",

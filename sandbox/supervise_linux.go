@@ -160,13 +160,24 @@ func startExecStage(cfg initConfig) int {
 	if err != nil {
 		helperFail("supervisor: config for the exec stage: %v", err)
 	}
+	files := []uintptr{0, 1, 2, f.Fd(), statusFD}
+	if cfg.CPUGroup {
+		none := ^uintptr(0) // closed in the child
+		files = append(files, none, none, cpuGroupFD)
+	}
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{initArgv0}, &syscall.ProcAttr{
 		Env:   helperEnv(initEnvVar + "=" + initExecValue),
-		Files: []uintptr{0, 1, 2, f.Fd(), statusFD},
+		Files: files,
 		// If the supervisor itself is killed, the worker goes too.
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	f.Close()
+	if cfg.CPUGroup {
+		// The exec stage joins the group first thing; the supervisor stays
+		// out of it and keeps the file to find the tree by.
+		unix.CloseOnExec(cpuGroupFD)
+		treeProcs = cpuGroupFD
+	}
 	if err != nil {
 		helperFail("supervisor: start the exec stage: %v", err)
 	}
@@ -260,12 +271,16 @@ func killTree(reap chan reaped, status **unix.WaitStatus, worker int) {
 			}
 		}
 	}()
-	for {
-		if os.Getpid() == 1 {
+	for round := 0; ; round++ {
+		switch {
+		case os.Getpid() == 1:
 			// PID 1 of its own namespace: kill(-1) reaches every other
 			// process of the namespace, wherever it moved.
 			_ = unix.Kill(-1, unix.SIGKILL)
-		} else {
+		case treeProcs >= 0 && round < 3 && killMembers(treeProcs):
+			// The tree's cpu group listed it. Later rounds scan /proc
+			// too, for an exec stage that had not joined it yet.
+		default:
 			freezeAndKill()
 		}
 		select {

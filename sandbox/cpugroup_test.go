@@ -1,0 +1,76 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// cpuGroupsHere reports whether this host lets the executor give the
+// worker a cgroup v1 cpu group of its own (a v1 or hybrid host, as root),
+// and if not, why.
+func cpuGroupsHere() (bool, string) {
+	g := newCPUGroup(cgroupName())
+	if g == nil {
+		_, err := cgroupV1Self("cpu")
+		if err == nil {
+			return false, "the cgroup v1 cpu hierarchy cannot be written here (not root?)"
+		}
+		return false, err.Error()
+	}
+	_ = g.remove()
+	return true, ""
+}
+
+// TestWorkerHasItsOwnCPUGroup: where the host allows it, the worker's
+// tree runs in a cpu cgroup of its own below the executor's, and its
+// supervisor stays in the executor's, with namespaces or without; the
+// group is gone after the run.
+func TestWorkerHasItsOwnCPUGroup(t *testing.T) {
+	if ok, why := cpuGroupsHere(); !ok {
+		t.Skipf("no cpu group for the worker on this host: %s", why)
+	}
+	dir, err := cgroupV1Self("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cpuLine = `s/^[0-9]*:\([^:]*,\)*cpu\(,[^:]*\)*://p` // the cpu hierarchy's line of /proc/*/cgroup
+	mine, err := exec.Command("sed", "-n", cpuLine, "/proc/self/cgroup").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	executor := path.Clean(strings.TrimSpace(string(mine))) // sed's parent is this test: its group
+	for _, isolate := range []bool{false, true} {
+		// The worker reads its own cpu group and its supervisor's (its
+		// parent; in a PID namespace, PID 1).
+		var out syncBuffer
+		res := mustRun(t, Spec{
+			Command: []string{"sh", "-c", `sed -n '` + cpuLine + `' /proc/self/cgroup /proc/$PPID/cgroup`},
+			Isolate: isolate,
+			Stdout:  &out,
+		})
+		groups := strings.Fields(out.String())
+		if res.ExitCode != 0 || len(groups) != 2 {
+			t.Fatalf("isolate=%t: exit %d, want two cpu cgroups, read %q; notes %q", isolate, res.ExitCode, out.String(), res.Notes)
+		}
+		worker, supervisor := path.Clean(groups[0]), path.Clean(groups[1])
+		if path.Dir(worker) != executor || !strings.HasPrefix(path.Base(worker), cgroupPrefix) {
+			t.Errorf("isolate=%t: the worker's cpu cgroup is %q, want one of its own below the executor's %q", isolate, worker, executor)
+		} else if left := filepath.Join(dir, path.Base(worker)); dirExists(left) {
+			t.Errorf("isolate=%t: the worker's cpu cgroup %s is left after the run", isolate, left)
+		}
+		if supervisor != executor {
+			t.Errorf("isolate=%t: the supervisor's cpu cgroup is %q, want the executor's %q", isolate, supervisor, executor)
+		}
+	}
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
