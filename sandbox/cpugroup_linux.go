@@ -31,18 +31,20 @@ import (
 // left the process group or session (a worker that may not write the
 // hierarchy cannot leave the group), so killing it takes one read of the
 // file a round instead of a scan of every process on the machine
-// (killMembers).
+// (killMembers). Without a cpu group, the run's cgroup v2 cgroup, where
+// there is one, serves as the list (Run's treeFile); the supervisor is in
+// that one too, and passes itself over.
 type cpuGroup struct {
 	dir   string
 	procs *os.File // <dir>/cgroup.procs, open for reading and writing
 }
 
-// cpuGroupFD is where the supervisor, and then the exec stage, hold the
-// worker's cpu group's cgroup.procs.
+// cpuGroupFD is where the supervisor holds the cgroup.procs it lists the
+// tree from, and where the exec stage finds the cpu group to join.
 const cpuGroupFD = 7
 
-// treeProcs is the supervisor's cpuGroupFD once the worker is in the
-// group, or -1: the supervisor then finds the tree by a scan of /proc.
+// treeProcs is the supervisor's cpuGroupFD once the exec stage has been
+// started, or -1: the supervisor then finds the tree by a scan of /proc.
 var treeProcs = -1
 
 // newCPUGroup makes the worker's cpu group, or returns nil where there is
@@ -89,8 +91,8 @@ func joinCPUGroup() error {
 	return err
 }
 
-// killMembers SIGKILLs every process the cpu group lists (but the caller,
-// not in it), reading the list again until a read finds none it has not
+// killMembers SIGKILLs every process the file fd lists but the caller,
+// reading the list again until a read finds none it has not
 // killed: a process with SIGKILL pending cannot fork, and one forked
 // before the signal is in the next read. The pids are those of the
 // executor's PID namespace, which the supervisor shares whenever it is

@@ -3,12 +3,16 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // cpuGroupsHere reports whether this host lets the executor give the
@@ -73,4 +77,76 @@ func TestWorkerHasItsOwnCPUGroup(t *testing.T) {
 func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// TestKillMembersKillsWhatTheGroupLists: the supervisor's kill by a
+// cgroup's list (a cpu group of the tree's own, or the run's cgroup v2
+// cgroup) SIGKILLs every process the group holds, whatever its process
+// group or session, and reads the list from a descriptor alone.
+func TestKillMembersKillsWhatTheGroupLists(t *testing.T) {
+	kinds := 0
+	if g := newCPUGroup(cgroupName()); g != nil {
+		kinds++
+		t.Run("cgroup v1 cpu group", func(t *testing.T) {
+			defer g.remove()
+			killListed(t, g.procs, func(pid int) error {
+				return writeFile(filepath.Join(g.dir, "cgroup.procs"), strconv.Itoa(pid))
+			})
+		})
+	}
+	if cg, notes := newCgroup(0, 0); cg != nil {
+		kinds++
+		t.Run("cgroup v2", func(t *testing.T) {
+			defer cg.remove()
+			f, err := os.Open(filepath.Join(cg.path, "cgroup.procs"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			killListed(t, f, func(pid int) error {
+				return writeFile(filepath.Join(cg.path, "cgroup.procs"), strconv.Itoa(pid))
+			})
+		})
+	} else {
+		t.Logf("no cgroup v2 cgroup here: %q", notes)
+	}
+	if kinds == 0 {
+		t.Skip("no cgroup the executor may make here (not root?)")
+	}
+}
+
+// killListed puts three sleeps (one of them setsid) into a group with
+// enter, kills what procs lists, and checks each died of SIGKILL.
+func killListed(t *testing.T, procs *os.File, enter func(pid int) error) {
+	var cmds []*exec.Cmd
+	for i, setsid := range []bool{false, false, true} {
+		c := exec.Command("sleep", marker())
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		if err := enter(c.Process.Pid); err != nil {
+			t.Fatalf("sleep %d: cannot enter the group: %v", i, err)
+		}
+		cmds = append(cmds, c)
+	}
+	if !killMembers(int(procs.Fd())) {
+		t.Fatal("killMembers could not read the group's list")
+	}
+	for i, c := range cmds {
+		dead := func() bool {
+			st, ok := readProcStat(c.Process.Pid)
+			return !ok || st.state == 'Z' || killPending(c.Process.Pid)
+		}
+		if !waitFor(10*time.Second, dead) {
+			t.Errorf("sleep %d: not killed", i)
+			continue
+		}
+		err := c.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("sleep %d: ended with %v, want killed by SIGKILL", i, err)
+		}
+	}
 }

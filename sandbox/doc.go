@@ -68,10 +68,11 @@
 //     worker forks, double-forks or setsid()s stays below it) and learns of
 //     the executor's death through PR_SET_PDEATHSIG with a catchable signal
 //     (SIGUSR1). It then kills the whole tree — kill(-1) as PID 1 of its
-//     namespace, else every process its cpu group lists (below), else
-//     walks of /proc that SIGKILL every descendant (the members of its
-//     process group as the walk reads them); each repeated until a round
-//     finds none, so a fork bomb cannot outrun it — reaps, and exits:
+//     namespace, else every process a cgroup of the tree lists (its cpu
+//     group, below, or the run's cgroup v2 cgroup), else walks of /proc
+//     that SIGKILL every descendant (the members of its process group as
+//     the walk reads them); each repeated until a round finds none, so a
+//     fork bomb cannot outrun it — reaps, and exits:
 //     in tens of milliseconds, with or without namespaces and cgroups.
 //     The worker gets SIGKILL if the supervisor itself dies.
 //   - CPU share: where the executor may make one (a cgroup v1 or hybrid
@@ -176,12 +177,13 @@
 //     MiB) can kill it before the worker starts.
 //
 //   - Without a cpu group of its own (an executor that is not root, a
-//     cgroup v2 host) a tree of many busy processes starves its
-//     supervisor: killing sixty busy shells took 1.0-1.4 s on an idle
-//     2-core machine (docs/guarantees.md, section 3). On cgroup v2 the
-//     fix would be a cgroup for the worker below the run's, without the
-//     supervisor, killed with cgroup.kill; not built, for want of a v2
-//     host to test it on.
+//     host with cgroup v2 alone) a tree of many busy processes can starve
+//     its supervisor: killing sixty busy shells took 1.0-1.4 s on an idle
+//     2-core machine with neither the cpu group nor a cgroup to list the
+//     tree from (docs/guarantees.md, section 3). On cgroup v2 the cpu
+//     controller would weigh the tree against its supervisor if the two
+//     were in sibling cgroups; not built: the hybrid host the tests run on
+//     has no v2 cpu controller to test it with.
 //
 //   - The /proc walk without a PID namespace signals pids found in a scan
 //     a moment earlier; a pid reused in between (pid_max wrapping within

@@ -139,8 +139,10 @@ type initConfig struct {
 	KillGrace time.Duration `json:"kill_grace"`
 	// Deadline: the supervisor reads deadlines on deadlineFD (Spec.Deadline).
 	Deadline bool `json:"deadline"`
-	// CPUGroup: the supervisor holds the worker's cpu group on cpuGroupFD
-	// and hands it to the exec stage, which joins it (cpugroup_linux.go).
+	// TreeList: the supervisor holds a cgroup.procs listing the worker's
+	// tree on cpuGroupFD; CPUGroup: it is the worker's cpu group, which
+	// the supervisor hands to the exec stage to join (cpugroup_linux.go).
+	TreeList bool `json:"tree_list,omitempty"`
 	CPUGroup bool `json:"cpu_group,omitempty"`
 
 	// Confine: the run is confined (Spec.Confine or Hide): read-only view

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -147,6 +148,7 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		KillGrace:     r.grace,
 		Deadline:      s.Deadline != nil,
 		CPUGroup:      r.cpu != nil,
+		TreeList:      r.cpu != nil || useCg,
 		UID:           -1,
 		GID:           -1,
 	}
@@ -242,11 +244,16 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		toClose = append(toClose, deadlineR, deadlineW)
 		files = append(files, deadlineR) // fd 6
 	}
-	if r.cpu != nil {
+	if tree, err := r.treeFile(useCg); err != nil {
+		return err
+	} else if tree != nil {
+		if tree != r.cpu.file() {
+			defer tree.Close() // the supervisor's copy is what counts
+		}
 		if len(files) == 3 {
 			files = append(files, nil) // no fd 6
 		}
-		files = append(files, r.cpu.file()) // fd 7
+		files = append(files, tree) // fd 7
 	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
@@ -291,6 +298,20 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	r.startTime = time.Now()
 	r.cmd, r.statusR, r.deadlineW, r.pgid, r.id = cmd, statusR, deadlineW, cmd.Process.Pid, id
 	return nil
+}
+
+// treeFile is the cgroup.procs the supervisor finds the worker's tree by
+// (cpuGroupFD, cpugroup_linux.go): the tree's own cpu group, which the
+// exec stage joins, else the run's cgroup v2 cgroup (useCg), which the
+// supervisor is in too; nil without either.
+func (r *runner) treeFile(useCg bool) (*os.File, error) {
+	switch {
+	case r.cpu != nil:
+		return r.cpu.file(), nil
+	case useCg:
+		return os.Open(filepath.Join(r.cg.path, "cgroup.procs"))
+	}
+	return nil, nil
 }
 
 // handOver completes the start of a helper (supervisor, probe or reclaim

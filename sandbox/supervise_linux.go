@@ -172,9 +172,10 @@ func startExecStage(cfg initConfig) int {
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	f.Close()
-	if cfg.CPUGroup {
-		// The exec stage joins the group first thing; the supervisor stays
-		// out of it and keeps the file to find the tree by.
+	if cfg.TreeList {
+		// The supervisor keeps the file to find the tree by (a cpu group
+		// the exec stage joins first thing, which the supervisor is not
+		// in; or the run's cgroup v2 cgroup, which it is in too).
 		unix.CloseOnExec(cpuGroupFD)
 		treeProcs = cpuGroupFD
 	}
@@ -278,8 +279,8 @@ func killTree(reap chan reaped, status **unix.WaitStatus, worker int) {
 			// process of the namespace, wherever it moved.
 			_ = unix.Kill(-1, unix.SIGKILL)
 		case treeProcs >= 0 && round < 3 && killMembers(treeProcs):
-			// The tree's cpu group listed it. Later rounds scan /proc
-			// too, for an exec stage that had not joined it yet.
+			// Its cgroup listed the tree. Later rounds scan /proc too,
+			// for an exec stage that had not joined its cpu group yet.
 		default:
 			freezeAndKill()
 		}
