@@ -42,8 +42,8 @@ import (
 //  4. becomes a child subreaper and starts the exec stage: this binary
 //     once more, with the config in a new memfd on fd 3, which
 //  5. joins the worker's own cgroup v1 cpu group, if Run made one (fd 7:
-//     cpugroup_linux.go), sets no_new_privs, drops every capability and switches to the
-//     worker's ids;
+//     cpugroup_linux.go), sets no_new_privs, drops every capability and
+//     switches to the worker's ids;
 //  6. applies the rlimits with prlimit(2) — RLIMIT_DATA last, immediately
 //     before exec, so the limit cannot break the helper's own Go runtime;
 //  7. execve()s the worker with the raw syscall (no allocation after
@@ -51,8 +51,8 @@ import (
 //
 // The worker keeps the supervisor's process group, cgroups (Run cloned the
 // supervisor into its v2 one with CLONE_INTO_CGROUP; all but the v1 cpu
-// group) and namespaces. This is
-// race-free: no worker instruction runs before every limit is in place.
+// group) and namespaces. This is race-free: no worker instruction runs
+// before every limit is in place.
 // Problems are reported on fd 4 (close-on-exec in both stages; EOF means
 // the supervisor is gone) as "note:" (non-fatal) or "error:"/"execerr:"/
 // "isolation:" lines (the last for what confinement could not set up),

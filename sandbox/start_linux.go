@@ -148,7 +148,6 @@ func (r *runner) config(v nsVariant, useCg bool) initConfig {
 		KillGrace:     r.grace,
 		Deadline:      s.Deadline != nil,
 		CPUGroup:      r.cpu != nil,
-		TreeList:      r.cpu != nil || useCg,
 		UID:           -1,
 		GID:           -1,
 	}
@@ -214,7 +213,13 @@ func configFile(cfg initConfig) (*os.File, error) {
 
 func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	attr := r.sysProcAttr(v, useCg)
-	cfgF, err := configFile(r.config(v, useCg))
+	tree := r.treeFile(useCg)
+	if tree != nil && tree != r.cpu.file() {
+		defer tree.Close() // the supervisor's copy is what counts
+	}
+	cfg := r.config(v, useCg)
+	cfg.TreeList = tree != nil
+	cfgF, err := configFile(cfg)
 	if err != nil {
 		return err
 	}
@@ -244,12 +249,7 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		toClose = append(toClose, deadlineR, deadlineW)
 		files = append(files, deadlineR) // fd 6
 	}
-	if tree, err := r.treeFile(useCg); err != nil {
-		return err
-	} else if tree != nil {
-		if tree != r.cpu.file() {
-			defer tree.Close() // the supervisor's copy is what counts
-		}
+	if tree != nil {
 		if len(files) == 3 {
 			files = append(files, nil) // no fd 6
 		}
@@ -303,15 +303,18 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 // treeFile is the cgroup.procs the supervisor finds the worker's tree by
 // (cpuGroupFD, cpugroup_linux.go): the tree's own cpu group, which the
 // exec stage joins, else the run's cgroup v2 cgroup (useCg), which the
-// supervisor is in too; nil without either.
-func (r *runner) treeFile(useCg bool) (*os.File, error) {
-	switch {
-	case r.cpu != nil:
-		return r.cpu.file(), nil
-	case useCg:
-		return os.Open(filepath.Join(r.cg.path, "cgroup.procs"))
+// supervisor is in too; nil without either (the supervisor then scans
+// /proc).
+func (r *runner) treeFile(useCg bool) *os.File {
+	if r.cpu != nil {
+		return r.cpu.file()
 	}
-	return nil, nil
+	if useCg {
+		if f, err := os.Open(filepath.Join(r.cg.path, "cgroup.procs")); err == nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // handOver completes the start of a helper (supervisor, probe or reclaim
