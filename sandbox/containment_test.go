@@ -46,7 +46,7 @@ i=0; while [ $i -lt 200 ]; do (setsid sleep @C@ &); i=$((i+1)); done &
 g 5 & sleep @D@`,
 	// Sixty shells busy on the CPU, one of them setsid: with its own cpu
 	// group the tree weighs as one process against its supervisor; without
-	// one it took the supervisor 1.0-1.4 s to kill them on an idle 2-core
+	// one it took the supervisor 0.9-1.4 s to kill them on an idle 2-core
 	// machine.
 	"busy": `i=0; while [ $i -lt 60 ]; do sh -c 'while :; do :; done' @A@ & i=$((i+1)); done
 setsid sh -c 'while :; do :; done' @B@ & (sleep @C@ &); sleep @D@`,

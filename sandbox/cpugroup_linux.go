@@ -17,8 +17,8 @@ import (
 // weighs as one process against the supervisor, the executor and the
 // lease manager: a fork bomb's busy shells cannot starve the supervisor
 // that must kill them within DISCONNECT_GRACE of the executor's death,
-// nor the executor's renewals. Sixty busy shells are killed in about
-// 40 ms; without the group it took 1.0-1.4 s on an idle 2-core machine
+// nor the executor's renewals. Sixty busy shells are killed in 7-55 ms;
+// without the group it took 0.9-1.4 s on an idle 2-core machine
 // (docs/guarantees.md, section 3).
 //
 // The executor opens the group's cgroup.procs and hands it down (fd

@@ -80,7 +80,7 @@
 //     its own, which its supervisor is not in (cpugroup_linux.go). The
 //     tree then weighs as one process against the supervisor, the
 //     executor and the lease manager, however many it forks: sixty shells
-//     busy on the CPU are killed in about 40 ms, and took 1.0-1.4 s to
+//     busy on the CPU are killed in 7-55 ms, and took 0.9-1.4 s to
 //     kill without it, past the fast-release grace. Elsewhere (not root,
 //     cgroup v2 only) the tree shares its supervisor's share: see
 //     Limitations.
@@ -178,7 +178,7 @@
 //
 //   - Without a cpu group of its own (an executor that is not root, a
 //     host with cgroup v2 alone) a tree of many busy processes can starve
-//     its supervisor: killing sixty busy shells took 1.0-1.4 s on an idle
+//     its supervisor: killing sixty busy shells took 0.9-1.4 s on an idle
 //     2-core machine with neither the cpu group nor a cgroup to list the
 //     tree from (docs/guarantees.md, section 3). On cgroup v2 the cpu
 //     controller would weigh the tree against its supervisor if the two
