@@ -72,19 +72,11 @@ func (m *Manager) handleAcquire(msg *nats.Msg) lease.Reply {
 // was granted, or the request r not yet stored as one. It never grants
 // twice. The caller holds m.mu (for g and r).
 func retried(span trace.Span, g *guesses, who requester, p *pool, req lease.AcquireRequest, reply string, h *held, r *request) lease.Reply {
-	var holder, secret string
-	var slots int64
-	if h != nil {
-		holder, secret, slots = h.rec.Holder, h.rec.Secret, h.rec.Slots
-	} else {
-		holder, secret, slots = r.holder, r.secret, r.slots
-	}
-	e := g.sameRequestLocked(who, req, holder, secret, slots)
 	var answer lease.Reply
 	if h != nil {
-		answer = retriedLease(p, h, e)
+		answer = retriedLease(p, h, g.sameRequestLocked(who, req, h.rec.Holder, h.rec.Secret, h.rec.Slots))
 	} else {
-		answer = r.retried(req, who, reply, e)
+		answer = r.retried(req, who, reply, g.sameRequestLocked(who, req, r.holder, r.secret, r.slots))
 	}
 	if answer.Error != nil {
 		natstrace.Fail(span, string(answer.Error.Code), answer.Error.Message)
