@@ -50,4 +50,41 @@
 //     own history.go's utilisation history and its sampling goroutine;
 //     stats.go and snapshot.go: what they report of the pools.
 //   - store.go: the Store and EventSink interfaces.
+//
+// # Following an acquire
+//
+// One acquire, from the client to its answer, in the order it runs. Each
+// stage answers with an error where it stops; the stage after it never
+// looks back.
+//
+//  1. The client (lease/client.go): Client.Acquire sends an AcquireRequest
+//     to <prefix>.<node>.<pool>.acquire with an inbox of its own, and
+//     re-sends it (resend: true) at its poll interval or on a timeout
+//     until an answer ends it.
+//  2. Admission (acquire.go): the outbox's guard drops a request whose
+//     reply subject is no inbox (respond.go, replyto.go); handleAcquire
+//     decodes and checks it (decodeAcquire in decode.go, validateAcquire),
+//     finds the pool, answers a re-send from what is known (retried: the
+//     lease it was granted, or its place; ended.go: the end of a request
+//     that ended for good), and newRequestLocked refuses
+//     what the pool could never grant and a request whose connection has
+//     closed.
+//  3. Commit (acquire.go, then grant.go): enqueueLocked applies the
+//     connection's and credential's bounds on queue places (connqueue.go)
+//     and asks the pool (pools.Pool.EnqueueRequest, Admit for a
+//     drop_oldest pool, TryAcquireRequest for a try). In the pools
+//     package the request passes its checks (pools/grant.go: check,
+//     checkUnits) and is granted if it is next in service order and the
+//     slots, the start rate's tokens (pools/bucket.go) and the budget
+//     (pools/budget.go) allow; otherwise it is queued by the policy's
+//     queue (fifo.go, lifo.go, priority.go, fair.go). A granted request's
+//     record is written by grant (grant.go, grantStore.put: sent, then
+//     confirmed by the record watch's echo, echoes.go) before anyone hears
+//     of it; a queued one gets its entry from the journal (queue.go)
+//     after QueueEntryDelay.
+//  4. The exit: the answer the handler returns leaves through the outbox
+//     (outbox.serve); a later one through exit.go: outbox.granted once
+//     the record is stored (grantStoredLocked), outbox.tellQueued for a
+//     request that waits, endLocked for one that leaves without a lease.
+//     Each sends the holder's answer and the pool's event together.
 package manager
