@@ -467,7 +467,7 @@ func (c *Client) newLease(ctx context.Context, rec Record, firstSent time.Time, 
 		// A confirmation later than the TTL less the margin would start
 		// a deadline that has already passed.
 		cctx, cancel := context.WithTimeout(ctx, rec.TTL()-margin(rec.TTL()))
-		sent, _, err := l.renew(cctx, nil)
+		sent, err := l.confirm(cctx)
 		cancel()
 		if err != nil {
 			c.withdraw(rec.Pool, rec.ID, rec.Secret)

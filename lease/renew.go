@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -172,6 +173,28 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 		}
 		if err := l.c.publish(ctx, subject, reply, body()); err != nil {
 			return first, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+}
+
+// confirm renews a grant before its holder relies on it, and returns
+// when the renewal that succeeded was first sent. An unavailable answer
+// (a manager stopping for a restart, a store failing over) is asked
+// again, as the heartbeat does, until ctx ends: the grant is stored, and
+// the manager that serves the node next restores it. Any other refusal
+// ends it at once.
+func (l *Lease) confirm(ctx context.Context) (time.Time, error) {
+	for {
+		sent, _, err := l.renew(ctx, nil)
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return sent, err
+		}
+		t := time.NewTimer(min(l.rec.TTL()/3, 250*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sent, err
+		case <-t.C:
 		}
 	}
 }

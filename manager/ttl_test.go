@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,5 +345,59 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 				t.Fatalf("deadline %v not measured from the first send (before %v)", deadline, queuedBy.Add(ttl-ttl/10))
 			}
 		})
+	}
+}
+
+// failRenewOnce fails the first Renew after armed is set, as a store
+// failing over does; the manager answers that renewal "unavailable".
+type failRenewOnce struct {
+	manager.Store
+	armed, failed atomic.Bool
+	renews        atomic.Int64 // Renew calls once armed, the failed one too
+}
+
+func (f *failRenewOnce) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
+	if f.armed.Load() {
+		f.renews.Add(1)
+		if f.failed.CompareAndSwap(false, true) {
+			return 0, errors.New("the store is failing over")
+		}
+	}
+	return f.Store.Renew(ctx, key, value, ttl, rev)
+}
+
+// A caller's request id answered from an earlier grant is confirmed by a
+// renewal before the holder relies on it. That renewal answered
+// "unavailable" (a store failing over; a manager stopping for a restart
+// answers the same) is asked again, as the heartbeat would ask: Acquire
+// returns the stored lease instead of failing. It used to fail with
+// "confirming the grant: unavailable" (TestRateAcrossARestart, under
+// load, met a manager's clean stop there).
+func TestGrantConfirmationOutlivesAnUnavailableAnswer(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartServer(t)
+	store := &failRenewOnce{}
+	harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+		func(s manager.Store) manager.Store { store.Store = s; return store })
+	nc := harness.Connect(t, srv.URL)
+	req := lease.AcquireRequest{RequestID: "mine", Holder: "h", Slots: 1, Secret: "s3cret"}
+	first := harness.Request(t, nc, lease.Subject("lease", node, "p", lease.VerbAcquire), req)
+	if first.Status != lease.StatusGranted || first.Lease == nil {
+		t.Fatalf("first acquire: %+v", first)
+	}
+	store.armed.Store(true)
+	c := harness.Client(t, srv.URL, node, lease.WithHolder("h"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "p", 1, lease.WithRequestID("mine"), lease.WithSecret("s3cret"))
+	if err != nil {
+		t.Fatalf("acquire with the granted request's id: %v", err)
+	}
+	defer l.Release(context.Background())
+	if l.Token() != first.Lease.Token {
+		t.Fatalf("token %d, want the earlier grant's %d", l.Token(), first.Lease.Token)
+	}
+	if n := store.renews.Load(); n < 2 {
+		t.Fatalf("%d renewals reached the store: the refused confirmation was not asked again", n)
 	}
 }

@@ -41,7 +41,7 @@ import {
   type Reply,
   type ResizeRequest,
 } from "./protocol.js";
-import { abortReason, abortSource, Latch, Notifier, now, Queue, waitFirst, type Source } from "./util.js";
+import { abortReason, abortSource, Notifier, now, Queue, waitFirst, type Source } from "./util.js";
 
 /** Settings of a Client. */
 export interface ClientOptions {
@@ -548,8 +548,7 @@ export class Client implements LeaseHost {
     let base = firstSent;
     if (confirm || now() - firstSent > ttl / 3) {
       try {
-        const { first } = await l.renew(now() + ttl - margin(ttl), new Latch());
-        base = first;
+        base = await l.confirm(now() + ttl - margin(ttl));
       } catch (err) {
         await this.withdraw(rec.node, rec.pool, rec.id, rec.secret ?? "");
         const e = err instanceof LeaseError ? err : new UnavailableError((err as Error).message);

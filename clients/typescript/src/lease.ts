@@ -18,7 +18,7 @@ import {
   UnknownPoolError,
   SupersededError,
 } from "./errors.js";
-import { deferred, Latch, now, Queue, toDate, waitFirst, type Deferred, type Source } from "./util.js";
+import { deferred, Latch, now, Queue, sleep, toDate, waitFirst, type Deferred, type Source } from "./util.js";
 import type { Msg } from "@nats-io/transport-node";
 
 /** @internal checks an estimate (lo 1) or an actual (lo 0) of units (docs/protocol.md, section 7.2). */
@@ -354,6 +354,28 @@ export class Lease {
       return new ConnectionSilentError(`none for ${this.host.live.silence}ms`);
     }
     return new DeadlinePassedError();
+  }
+
+  /**
+   * @internal
+   * Renews a granted lease before its holder relies on it, and returns the
+   * send time of the renewal that succeeded. An unavailable answer (a
+   * manager stopping for a restart, a store failing over) is asked again,
+   * as the heartbeat does, until `until` (monotonic): the grant is stored,
+   * and the manager that serves the node next restores it. Any other
+   * refusal ends it at once.
+   */
+  async confirm(until: number): Promise<number> {
+    const stop = new Latch();
+    for (;;) {
+      try {
+        return (await this.renew(until, stop)).first;
+      } catch (err) {
+        if (!(err instanceof UnavailableError) || now() >= until) throw err;
+      }
+      const wait = Math.min(until - now(), this.record.ttl_ms / 3, 250);
+      if (wait > 0) await sleep(wait).promise;
+    }
   }
 
   /**

@@ -230,6 +230,46 @@ test("idempotent retry by request id", async () => {
   }
 });
 
+test("a grant's confirmation is asked again after an unavailable answer", async () => {
+  // A stand-in manager for node "ghost", in the managers' account, plays
+  // the protocol's answers: an acquire answered from an earlier grant
+  // (existing: the holder must confirm it), whose confirming renewal is
+  // first answered "unavailable", as a manager stopping for a restart
+  // answers. The client asks again instead of failing the acquire.
+  const stand = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
+  try {
+    const ttl = 15000;
+    const rec = {
+      id: "ghost-1", node: "ghost", pool: "p", slots: 1, holder: client.holder, token: 7, ttl_ms: ttl,
+      granted_at: new Date().toISOString(), expires_at: new Date(Date.now() + ttl).toISOString(), secret: "ghost-secret",
+    };
+    const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
+    const renewals = [];
+    const sub = stand.nc.subscribe("lease.ghost.p.*", {
+      callback: (_err, m) => {
+        const verb = m.subject.split(".").pop();
+        const body = JSON.parse(new TextDecoder().decode(m.data));
+        if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec, existing: true }));
+        if (verb === "renew") {
+          renewals.push(body.lease_id);
+          m.respond(enc(renewals.length === 1
+            ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
+            : { status: "renewed", lease: rec }));
+        }
+        if (verb === "release") m.respond(enc({ status: "released" }));
+      },
+    });
+    await stand.nc.flush();
+    const l = await client.acquire("p", { node: "ghost", requestId: "ghost-1", secret: "ghost-secret" });
+    assert.equal(l.token, 7);
+    assert.ok(renewals.length >= 2 && renewals.every((id) => id === "ghost-1"), `renewals ${renewals}: the refused confirmation was not asked again`);
+    await l.release();
+    sub.unsubscribe();
+  } finally {
+    await stand.close();
+  }
+});
+
 test("every error code", async (t) => {
   const seen = new Set();
   const expect = async (p, cls) => {
