@@ -66,15 +66,14 @@
 //     decodes and checks it (decodeAcquire in decode.go, validateAcquire),
 //     finds the pool, answers a re-send from what is known (retried: the
 //     lease it was granted, or its place; ended.go: the end of a request
-//     that ended for good), and newRequestLocked refuses
-//     what the pool could never grant and a request whose connection has
-//     closed.
+//     that ended for good), and newRequestLocked refuses what the pool
+//     could never grant and a request whose connection has closed.
 //  3. Commit (acquire.go, then grant.go): enqueueLocked applies the
 //     connection's and credential's bounds on queue places (connqueue.go)
-//     and asks the pool (pools.Pool.EnqueueRequest, Admit for a
-//     drop_oldest pool, TryAcquireRequest for a try). In the pools
-//     package the request passes its checks (pools/grant.go: check,
-//     checkUnits) and is granted if it is next in service order and the
+//     and asks the pool (pools.Pool.Admit, which drops the oldest waiter
+//     of a full drop_oldest queue first; TryAcquireRequest for a try). In
+//     the pools package the request passes its checks (pools/grant.go:
+//     checkRequest) and is granted if it is next in service order and the
 //     slots, the start rate's tokens (pools/bucket.go) and the budget
 //     (pools/budget.go) allow; otherwise it is queued by the policy's
 //     queue (fifo.go, lifo.go, priority.go, fair.go). A granted request's
