@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,50 @@ func TestFlags(t *testing.T) {
 	}
 	if got := strings.Fields(out.String()); len(got) != 6 || got[0] != "lease/c=1/cap=4" {
 		t.Errorf("-list -scenario ^lease/ printed %q", got)
+	}
+}
+
+// TestRounds runs two scenarios in three rounds: one row each, from the
+// round of median ops/s, with the median of the rounds' ratios, and the
+// target says in how many rounds it was met.
+func TestRounds(t *testing.T) {
+	for _, bad := range []string{"0", "101", "-1"} {
+		if _, err := run(context.Background(), []string{"-rounds", bad, "-scenario", "^naive-serial/c=1/cap=4$"}, io.Discard, io.Discard); err == nil {
+			t.Errorf("-rounds %s is not an error", bad)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	results, err := run(ctx, []string{"-rounds", "3", "-duration", "100ms", "-scenario", `^(naive-serial/c=1/cap=4|lease/c=1/cap=4)$`}, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("\n%s", out.String())
+	if len(results) != 2 {
+		t.Fatalf("%d rows for 2 scenarios in 3 rounds", len(results))
+	}
+	for _, r := range results {
+		if r.Ops <= 0 || !strings.Contains(r.Note, "over 3 rounds") {
+			t.Errorf("%s: ops %d, note %q", r.Name, r.Ops, r.Note)
+		}
+	}
+	if !strings.HasSuffix(results[1].Ratio, "x naive-serial (median)") {
+		t.Errorf("lease row's ratio %q, want the median against naive-serial", results[1].Ratio)
+	}
+	if !regexp.MustCompile(`1-client lease cycle .* (NOT )?met \(in [0-3] of 3 rounds\)`).MatchString(out.String()) {
+		t.Error("the 1-client target does not say in how many of 3 rounds it was met")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }
 

@@ -54,6 +54,8 @@ type result struct {
 	Msgs    int64 // messages the server took in and delivered during the run; 0 if not counted
 	Note    string
 	Ratio   string // filled in by ratios()
+	ratio   float64
+	ratioTo string
 
 	// Set by the waiters scenarios for the targets: live heap added per
 	// queued waiter, of the whole process (ReadMemStats) and, for the
@@ -110,6 +112,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) ([]*result
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the scenarios to this file")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	diag := fs.Bool("diag", false, "also run the diagnostic scenarios that take the lease cycle apart")
+	rounds := fs.Int("rounds", 1, "run the selected scenarios this many times over, one round after another, and take each figure's median")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -123,6 +126,9 @@ func run(ctx context.Context, args []string, out, progress io.Writer) ([]*result
 	}
 	if *duration <= 0 {
 		return nil, fmt.Errorf("-duration %v must be positive", *duration)
+	}
+	if *rounds < 1 || *rounds > maxRounds {
+		return nil, fmt.Errorf("-rounds %d must be from 1 to %d", *rounds, maxRounds)
 	}
 	re, err := regexp.Compile(*filter)
 	if err != nil {
@@ -161,28 +167,22 @@ func run(ctx context.Context, args []string, out, progress io.Writer) ([]*result
 	}
 
 	cfg := config{duration: *duration, short: *short, progress: progress}
-	fmt.Fprintf(out, "slotlease bench: %s, GOMAXPROCS=%d, NumCPU=%d, %s/%s, %v per scenario\n\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, *duration)
-	var results []*result
-	for _, s := range selected {
-		if err := ctx.Err(); err != nil {
-			return results, err
-		}
-		fmt.Fprintf(progress, "running %s ...", s.name)
-		t0 := time.Now()
-		r, err := s.run(ctx, cfg)
-		fmt.Fprintf(progress, " %.1fs\n", time.Since(t0).Seconds())
-		if err != nil {
-			return results, fmt.Errorf("%s: %w", s.name, err)
-		}
-		r.Name = s.name
-		results = append(results, r)
-		// Let the garbage of one scenario not be collected on the next one's time.
-		runtime.GC()
+	each := fmt.Sprintf("%v per scenario", *duration)
+	if *rounds > 1 {
+		each += fmt.Sprintf(", %d rounds", *rounds)
 	}
-	ratios(results)
+	fmt.Fprintf(out, "slotlease bench: %s, GOMAXPROCS=%d, NumCPU=%d, %s/%s, %s\n\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, each)
+	byRound, err := runRounds(ctx, cfg, selected, *rounds)
+	if err != nil {
+		return nil, err
+	}
+	for _, rs := range byRound {
+		ratios(rs)
+	}
+	results := medianRows(byRound)
 	printTable(out, results)
-	printTargets(out, results)
+	printTargets(out, byRound)
 	return results, nil
 }
 
@@ -328,11 +328,11 @@ func ratios(results []*result) {
 		if base == nil || r.Ops == 0 || base == r {
 			continue
 		}
+		r.ratio, r.ratioTo = r.nsPerOp()/base.nsPerOp(), what
 		if higherIsBetter {
-			r.Ratio = fmt.Sprintf("%.2fx %s", r.opsPerSec()/base.opsPerSec(), what)
-		} else {
-			r.Ratio = fmt.Sprintf("%.2fx %s", r.nsPerOp()/base.nsPerOp(), what)
+			r.ratio = r.opsPerSec() / base.opsPerSec()
 		}
+		r.Ratio = fmt.Sprintf("%.2fx %s", r.ratio, what)
 	}
 }
 
@@ -392,120 +392,4 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dns", d.Nanoseconds())
 	}
-}
-
-// target is one of the product's performance targets.
-type target struct {
-	what    string
-	goal    string
-	value   float64
-	format  func(float64) string
-	met     func(float64) bool
-	missing bool
-}
-
-// naiveFor is the naive row a lease row of c clients on capacity 4 is
-// compared with.
-func naiveFor(c string) string {
-	if c == "1" {
-		return "naive-serial/c=1/cap=4"
-	}
-	return "naive-fifo/c=" + c + "/cap=4"
-}
-
-func printTargets(w io.Writer, results []*result) {
-	var ts []target
-	x := func(v float64) string { return fmt.Sprintf("%.2fx", v) }
-	opsPerSec := func(r *result) float64 { return r.opsPerSec() }
-	nsPerOp := func(r *result) float64 { return r.nsPerOp() }
-	cpuPerOp := func(r *result) float64 { return float64(r.cpuPerOp()) }
-	ratio := func(what, goal, num, den string, measure func(*result) float64, met func(float64) bool) {
-		a, b := find(results, num), find(results, den)
-		t := target{what: what, goal: goal, format: x, met: met}
-		if a == nil || b == nil {
-			t.missing = true
-		} else {
-			t.value = measure(a) / measure(b)
-		}
-		ts = append(ts, t)
-	}
-	atLeast := func(g float64) func(float64) bool { return func(v float64) bool { return v >= g } }
-	atMost := func(g float64) func(float64) bool { return func(v float64) bool { return v <= g } }
-
-	// Issue 40: at least as fast as the naive lease alone, 1.3x under
-	// contention, at most 12 messages a cycle there.
-	ratio("1-client lease cycle ÷ naive serial cycle (ops/s, cap 4)", ">= 1.0", "lease/c=1/cap=4", "naive-serial/c=1/cap=4", opsPerSec, atLeast(1.0))
-	ratio("64-client lease ÷ naive FIFO-queued (ops/s, cap 4)", ">= 1.3", "lease/c=64/cap=4", "naive-fifo/c=64/cap=4", opsPerSec, atLeast(1.3))
-	ratio("64-client lease ÷ naive FIFO-queued (ops/s, cap 64)", ">= 2", "lease/c=64/cap=64", "naive-fifo/c=64/cap=64", opsPerSec, atLeast(2))
-	m := target{what: "messages per lease cycle (64 clients, cap 4)", goal: "<= 12",
-		format: func(v float64) string { return fmt.Sprintf("%.1f", v) },
-		met:    func(v float64) bool { return v <= 12 }}
-	if r := find(results, "lease/c=64/cap=4"); r != nil && r.Ops > 0 && r.Msgs > 0 {
-		m.value = float64(r.Msgs) / float64(r.Ops)
-	} else {
-		m.missing = true
-	}
-	ts = append(ts, m)
-	for _, c := range []string{"1", "64"} {
-		ratio("CPU per lease cycle ÷ per naive cycle ("+c+" clients, cap 4)", "report", "lease/c="+c+"/cap=4", naiveFor(c), cpuPerOp, nil)
-	}
-	for _, c := range []string{"1", "64"} {
-		ratio("lease cycle in the accounts layout ÷ in one account (ops/s, "+c+" clients, cap 4)", ">= 0.75",
-			"lease-accounts/c="+c+"/cap=4", "lease/c="+c+"/cap=4", opsPerSec, atLeast(0.75))
-	}
-	g := target{what: "uncontended grant p99 (acquire, 1 client, cap 4)", goal: "< 2ms",
-		format: func(v float64) string { return fmtDur(time.Duration(v)) },
-		met:    func(v float64) bool { return time.Duration(v) < 2*time.Millisecond }}
-	if r := find(results, "lease/c=1/cap=4"); r != nil && r.Acq != nil {
-		g.value = float64(r.Acq.quantile(0.99))
-	} else {
-		g.missing = true
-	}
-	ts = append(ts, g)
-	for _, v := range []string{"uncontended", "contended-2g/cap=1", "contended-2g/cap=4"} {
-		ratio("pools ÷ semaphore ns/op, "+v, "<= 1.5", "sem/"+v+"/pools", "sem/"+v+"/semaphore", nsPerOp, atMost(1.5))
-	}
-	for _, k := range []string{"manager", "pool"} {
-		ratio("grant time at 100k ÷ at 1k waiters, "+k, "<= 1.5", "waiters/"+k+"/n=100k", "waiters/"+k+"/n=1k", nsPerOp, atMost(1.5))
-	}
-	for _, v := range []struct {
-		kind, what string
-		value      func(*result) float64
-	}{
-		{"manager", "heap bytes per queued waiter, manager process total", func(r *result) float64 { return r.BytesPerWaiter }},
-		{"manager", "heap bytes per queued waiter, manager's own allocations", func(r *result) float64 { return r.ManagerBytesPerWaiter }},
-		{"pool", "heap bytes per queued waiter, pools.Pool", func(r *result) float64 { return r.BytesPerWaiter }},
-	} {
-		t := target{what: v.what, goal: "< 1 KiB",
-			format: func(v float64) string { return fmt.Sprintf("%.0f B", v) },
-			met:    func(v float64) bool { return v < 1024 }}
-		// The deepest queue measured gives the best per-waiter figure.
-		t.missing = true
-		for _, n := range []string{"100k", "10k", "1k"} {
-			if r := find(results, "waiters/"+v.kind+"/n="+n); r != nil {
-				t.value, t.missing = v.value(r), false
-				t.what += " (at " + n + ")"
-				break
-			}
-		}
-		ts = append(ts, t)
-	}
-
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "targets")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, t := range ts {
-		value, verdict := "not run", "-"
-		if !t.missing {
-			value = t.format(t.value)
-			verdict = "NOT met"
-			if t.met == nil {
-				verdict = "reported"
-			} else if t.met(t.value) {
-				verdict = "met"
-			}
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.what, t.goal, value, verdict)
-	}
-	_ = tw.Flush()
 }
