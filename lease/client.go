@@ -512,9 +512,7 @@ func (l *Lease) bindLive(ctx context.Context) error {
 		if answered && time.Now().Before(l.Deadline()) {
 			return nil
 		}
-		cctx, cancel := context.WithTimeout(ctx, l.grace)
-		sent, r, err := l.renew(cctx, nil)
-		cancel()
+		sent, r, err := l.move(ctx)
 		if err != nil {
 			break
 		}

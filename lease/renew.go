@@ -186,16 +186,42 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 func (l *Lease) confirm(ctx context.Context) (time.Time, error) {
 	for {
 		sent, _, err := l.renew(ctx, nil)
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil || !l.pause(ctx) {
 			return sent, err
 		}
-		t := time.NewTimer(min(l.rec.TTL()/3, 250*time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return sent, err
-		case <-t.C:
+	}
+}
+
+// move renews a lease with fast release from the client's connection,
+// which binds it there, before its holder relies on it (bindLive). An
+// attempt not answered within the grace ends it: the connection is in
+// doubt. An answer "unavailable" is asked again, as confirm does, until the
+// lease's deadline.
+func (l *Lease) move(ctx context.Context) (time.Time, *Record, error) {
+	ctx, cancel := context.WithDeadline(ctx, l.deadline)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, l.grace)
+		sent, rec, err := l.renew(actx, nil)
+		unanswered := actx.Err() != nil
+		acancel()
+		if err == nil || unanswered || !errors.Is(err, ErrUnavailable) || !l.pause(ctx) {
+			return sent, rec, err
 		}
+	}
+}
+
+// pause waits before a renewal answered "unavailable" is asked again, as
+// the heartbeat does: min(TTL/3, 250ms). It reports false if ctx ended
+// first.
+func (l *Lease) pause(ctx context.Context) bool {
+	t := time.NewTimer(min(l.rec.TTL()/3, 250*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -371,3 +371,57 @@ func TestDropDuringARenewalEndsTheLeaseInTime(t *testing.T) {
 	}
 	pm.Resume()
 }
+
+// A lease with fast release that was granted on another connection than
+// its holder's (here: granted to a raw request, then acquired again with
+// its id and secret by a Client on a new connection) is moved to the
+// holder's connection by a renewal before Acquire returns. That renewal
+// answered "unavailable" (a store failing over, a manager stopping for a
+// restart) is asked again, as the heartbeat would: Acquire returns the
+// lease, bound to its holder's connection. It used to fail with "the
+// connection to the NATS server could not be confirmed".
+func TestFastReleaseBindingOutlivesAnUnavailableAnswer(t *testing.T) {
+	t.Parallel()
+	srv := harness.StartSecureServer(t)
+	// The first renewal confirms the grant; the second moves it.
+	store := &failRenewOnce{skip: 1}
+	cfg := manager.Config{Node: node, TTL: 15 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}},
+		DisconnectEvents: jetstream.ExecutorDisconnectSubject}
+	harness.StartManagerConn(t, srv.Connect(t, config.RoleManager), cfg, func(s manager.Store) manager.Store { store.Store = s; return store })
+	first := srv.Connect(t, config.RoleExecutor)
+	cid, err := first.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lease.AcquireRequest{RequestID: "mine", Holder: "h", Slots: 1, Secret: "s3cret", ConnServer: first.ConnectedServerId(), ConnID: cid}
+	granted := harness.Request(t, first, lease.Subject("lease", node, "p", lease.VerbAcquire), req)
+	if granted.Status != lease.StatusGranted || granted.Lease == nil || granted.Lease.ConnID != cid {
+		t.Fatalf("first acquire: %+v", granted)
+	}
+	store.armed.Store(true)
+	nc := srv.Connect(t, config.RoleExecutor)
+	c, err := lease.NewClient(nc, node, lease.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "p", 1, lease.WithRequestID("mine"), lease.WithSecret("s3cret"))
+	if err != nil {
+		t.Fatalf("acquire with the granted request's id on another connection: %v", err)
+	}
+	defer l.Release(context.Background())
+	if !store.failed.Load() || store.renews.Load() < 3 {
+		t.Fatalf("%d renewals reached the store (failed one: %v): the test did not refuse the move", store.renews.Load(), store.failed.Load())
+	}
+	// The lease is bound to the holder's connection now: closing the first
+	// connection does not end it.
+	first.Close()
+	mine, _ := nc.GetClientID()
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease ended when its first connection closed: %v (holder's connection id %d)", l.Err(), mine)
+	case <-time.After(lease.DefaultDisconnectGrace + 2*time.Second):
+	}
+}

@@ -348,18 +348,19 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 	}
 }
 
-// failRenewOnce fails the first Renew after armed is set, as a store
-// failing over does; the manager answers that renewal "unavailable".
+// failRenewOnce fails one Renew after armed is set, the first after skip
+// others, as a store failing over does; the manager answers that renewal
+// "unavailable".
 type failRenewOnce struct {
 	manager.Store
+	skip          int64
 	armed, failed atomic.Bool
 	renews        atomic.Int64 // Renew calls once armed, the failed one too
 }
 
 func (f *failRenewOnce) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
 	if f.armed.Load() {
-		f.renews.Add(1)
-		if f.failed.CompareAndSwap(false, true) {
+		if f.renews.Add(1) > f.skip && f.failed.CompareAndSwap(false, true) {
 			return 0, errors.New("the store is failing over")
 		}
 	}

@@ -262,7 +262,7 @@ export class Lease {
       if (sameConn(this.bound, live.identity())) await live.ping(this.grace / 2);
       if (now() < this.deadlineAt()) return true;
       try {
-        const { first, rec } = await this.renew(now() + this.grace, this.stopL);
+        const { first, rec } = await this.move();
         this.ttlDeadline = first + ttl - margin(ttl);
         const c = rec !== undefined ? recordConn(rec) : undefined;
         if (c !== undefined) this.bound = c;
@@ -373,9 +373,33 @@ export class Lease {
       } catch (err) {
         if (!(err instanceof UnavailableError) || now() >= until) throw err;
       }
-      const wait = Math.min(until - now(), this.record.ttl_ms / 3, 250);
-      if (wait > 0) await sleep(wait).promise;
+      await this.pause(until);
     }
+  }
+
+  /**
+   * Renews a lease with fast release from the client's connection, which
+   * binds it there, before its holder relies on it (bindLive). An attempt
+   * not answered within the grace ends it: the connection is in doubt. An
+   * answer "unavailable" is asked again, as confirm does, until the lease's
+   * deadline.
+   */
+  private async move(): Promise<{ first: number; rec?: LeaseRecord }> {
+    for (;;) {
+      const until = Math.min(now() + this.grace, this.ttlDeadline);
+      try {
+        return await this.renew(until, this.stopL);
+      } catch (err) {
+        if (!(err instanceof UnavailableError) || now() >= until) throw err;
+      }
+      await this.pause(this.ttlDeadline);
+    }
+  }
+
+  /** Waits before a renewal answered "unavailable" is asked again, as the heartbeat does: min(TTL/3, 250 ms), and not past until. */
+  private async pause(until: number): Promise<void> {
+    const wait = Math.min(until - now(), this.record.ttl_ms / 3, 250);
+    if (wait > 0) await sleep(wait).promise;
   }
 
   /**

@@ -270,6 +270,51 @@ test("a grant's confirmation is asked again after an unavailable answer", async 
   }
 });
 
+test("a fast-release lease's move to the holder's connection is asked again after an unavailable answer", async () => {
+  // The stand-in manager for node "ghost" grants a lease with fast release
+  // bound to a connection that is not the client's (a reconnect between
+  // the request and its grant): the client moves it with a renewal before
+  // it relies on it. That renewal is first answered "unavailable", as a
+  // manager stopping for a restart answers; the client asks again instead
+  // of failing the acquire, and the lease ends bound to its connection.
+  const stand = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
+  try {
+    const ttl = 15000;
+    const rec = {
+      id: "ghost-2", node: "ghost", pool: "p", slots: 1, holder: client.holder, token: 9, ttl_ms: ttl,
+      granted_at: new Date().toISOString(), expires_at: new Date(Date.now() + ttl).toISOString(), secret: "ghost-secret",
+      conn_server: "NOT-THE-CLIENTS-SERVER", conn_id: 999999, disconnect_grace_ms: 800,
+    };
+    const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
+    const renewals = [];
+    const sub = stand.nc.subscribe("lease.ghost.p.*", {
+      callback: (_err, m) => {
+        const verb = m.subject.split(".").pop();
+        const body = JSON.parse(new TextDecoder().decode(m.data));
+        if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec }));
+        if (verb === "renew") {
+          renewals.push(body.conn_id);
+          m.respond(enc(renewals.length === 1
+            ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
+            : { status: "renewed", lease: { ...rec, conn_server: body.conn_server, conn_id: body.conn_id } }));
+        }
+        if (verb === "release") m.respond(enc({ status: "released" }));
+        if (verb === "cancel") m.respond(enc({ status: "cancelled" }));
+      },
+    });
+    await stand.nc.flush();
+    const l = await client.acquire("p", { node: "ghost", requestId: "ghost-2", secret: "ghost-secret" });
+    assert.equal(l.token, 9);
+    assert.equal(l.fastReleaseMs, 800);
+    assert.ok(renewals.length >= 2, `renewals ${renewals}: the refused move was not asked again`);
+    assert.ok(renewals.every((id) => typeof id === "number" && id !== 999999), `renewals ${renewals}: not sent from the client's connection`);
+    await l.release();
+    sub.unsubscribe();
+  } finally {
+    await stand.close();
+  }
+});
+
 test("every error code", async (t) => {
   const seen = new Set();
   const expect = async (p, cls) => {
