@@ -39,3 +39,18 @@ func (r *EventReader) Next(timeout time.Duration) (lease.Event, string, error) {
 	r.held = r.held[1:]
 	return ev, r.subject, nil
 }
+
+// PerKind groups items by the event kind each stands for, keeping their
+// order within a kind. Events keep their order only within a subject, and
+// the kind is the subject's last token (docs/protocol.md, section 6): a
+// batch holds the events of one subject, and two batches pending together
+// go out in the order of their first events. A test that expects a
+// sequence of several kinds compares its events kind by kind.
+func PerKind[T any](items []T, kind func(T) lease.EventKind) map[lease.EventKind][]T {
+	by := make(map[lease.EventKind][]T)
+	for _, it := range items {
+		k := kind(it)
+		by[k] = append(by[k], it)
+	}
+	return by
+}
