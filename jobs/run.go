@@ -59,7 +59,8 @@ func (s *Server) run(t *task, set *lease.LeaseSet) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.checkCancel(cctx, t, stopRun)
 	ccancel()
-	go stopOnRequest(set, stopRun)     // groupstop.go
+	endWatch := watchStopRequest(set, stopRun) // groupstop.go
+	defer endWatch()
 	spanCtx, span := t.spanCtx, t.span // started before the lease was acquired (take)
 	natstrace.SetAttributes(span, natstrace.LeaseID(l.ID()))
 	defer span.End()

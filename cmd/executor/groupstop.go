@@ -56,15 +56,20 @@ func (g *groupFlags) options() []lease.AcquireOption {
 }
 
 // stopOnRequest is ctx, cancelled when any lease of set is asked to stop
-// by a newer request of its group; stop ends its watcher.
-func stopOnRequest(ctx context.Context, set *lease.LeaseSet) (context.Context, func()) {
+// by a newer request of its group; stop ends its watcher and waits for it.
+func stopOnRequest(ctx context.Context, set *lease.LeaseSet) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case <-set.StopRequested():
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, cancel
+	return ctx, func() {
+		cancel()
+		<-done
+	}
 }
