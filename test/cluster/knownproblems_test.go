@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -281,11 +282,19 @@ func (p *pair) retryMustNotGrant(t *testing.T, other *lease.Lease) {
 // are lost. Found by the fault suite (seed 408375: a 7.2s takeover).
 //
 // Fixed: Start gives up when the watch setup or the rebuild stalls for
-// RebuildStall, and RunLeader retries soon after; this reproduction now
-// checks the takeover stays short and the lease is kept.
+// RebuildStall, and RunLeader retries soon after. This reproduction checks
+// that the takeover took that path (b's first attempt to serve ended with
+// the stall, where the unfixed Start waited for nats.go to notice the gap)
+// and that the lease is kept.
+//
+// The lease's TTL is the product's default, 15 s, not the fault suite's
+// 4 s: the fixed takeover took 2.2 s idle but 3.5-5 s on a busy machine
+// (two copies of the suite at once, load 11), past the 4 s TTL, while the
+// unfixed one took 6.2 s idle. No bound on the time tells the two apart on
+// every machine; the path taken does.
 func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
 	t.Parallel()
-	p := startPair(t, 4*time.Second) // the fault suite's timings
+	p := startPair(t, 15*time.Second)
 	c, err := lease.NewClient(p.nc, "node1", lease.WithRequestTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -301,17 +310,15 @@ func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
 	p.b.Proxy.CutOnServer("$KV." + sljs.NamesFor(p.st.Prefix).Leases + ".node1.")
 	crashed := time.Now()
 	p.a.Crash()
-	for !p.b.Serving() && time.Since(crashed) < 30*time.Second {
-		time.Sleep(10 * time.Millisecond)
+	harness.Eventually(t, time.Minute, "b serves after a crashed", p.b.Serving)
+	t.Logf("b served %v after a crashed", time.Since(crashed).Round(time.Millisecond))
+	stalled := false
+	for _, err := range p.b.ServeErrors() {
+		t.Logf("b's attempt to serve ended: %v", err)
+		stalled = stalled || strings.Contains(err.Error(), "the watch delivered nothing for") || strings.Contains(err.Error(), "setting up the watch took longer than")
 	}
-	took := time.Since(crashed)
-	t.Logf("b served %v after a crashed", took.Round(time.Millisecond))
-	// The stall itself, with both of Start's stall checks disabled, took
-	// 6.2 s and the lease; the fix takes 2.2 s idle, 3.5 s at load 46 on
-	// 2 cores (past the 3 s bound this test had). The bound is the
-	// lease's TTL, which a takeover must beat for the lease to be kept.
-	if limit := p.st.LeaseTTL; took > limit {
-		t.Errorf("takeover took %v, want within LEASE_TTL = %v", took.Round(time.Millisecond), limit)
+	if !stalled {
+		t.Errorf("b served without giving up on its stalled rebuild watch first (attempts that failed: %v)", p.b.ServeErrors())
 	}
 	select {
 	case <-l.Done():

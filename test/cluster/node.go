@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,6 +230,9 @@ type Candidate struct {
 	serving atomic.Bool
 	term    atomic.Pointer[Term]
 	terms   *Terms
+
+	mu        sync.Mutex
+	serveErrs []error // what each of its terms that failed returned
 }
 
 // CandidateConfig starts a candidate.
@@ -290,7 +294,7 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c := &Candidate{Node: cfg.Node, Instance: cfg.Instance, Proxy: p, nc: nc, cancel: cancel, done: make(chan struct{}), terms: cfg.Terms}
-	serve := func(ctx context.Context, fence manager.Fence) error {
+	serve := func(ctx context.Context, fence manager.Fence) (err error) {
 		mc := mcfg
 		mc.Fence = fence
 		m, err := manager.New(mc)
@@ -300,6 +304,13 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 		var t *Term
 		// A clean stop (ctx ends) still serves while it tells the holders
 		// (manager/stop.go): the term ends when Run says serving stopped.
+		defer func() {
+			if err != nil {
+				c.mu.Lock()
+				c.serveErrs = append(c.serveErrs, err)
+				c.mu.Unlock()
+			}
+		}()
 		return m.Run(ctx, func(serving bool) {
 			if serving {
 				t = cfg.Terms.begin(cfg.Node, cfg.Instance)
@@ -320,6 +331,14 @@ func StartCandidate(ctx context.Context, cfg CandidateConfig) (*Candidate, error
 
 // Serving reports whether the candidate is its node's active manager.
 func (c *Candidate) Serving() bool { return c.serving.Load() }
+
+// ServeErrors are the errors its attempts to serve ended with, oldest
+// first: a Start that failed, or a term that ended with an error.
+func (c *Candidate) ServeErrors() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.serveErrs)
+}
 
 // Crash cuts the candidate off NATS at once, as a killed process: its
 // connections reset, nothing more it sends arrives, leadership is not given
