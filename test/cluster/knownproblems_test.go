@@ -44,11 +44,18 @@ func startPair(t *testing.T, leaseTTL time.Duration) *pair {
 // startPairOf is startPair serving pools.
 func startPairOf(t *testing.T, leaseTTL time.Duration, pools []manager.PoolConfig) *pair {
 	t.Helper()
+	return startPairWith(t, Settings{LeaseTTL: leaseTTL}, pools)
+}
+
+// startPairWith is startPairOf with st's timings (the suite's defaults for
+// those it leaves zero).
+func startPairWith(t *testing.T, st Settings, pools []manager.PoolConfig) *pair {
+	t.Helper()
 	// Starting a cluster beside the other suites can take a while; two
 	// minutes only catch one that never comes up.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st := Settings{LeaseTTL: leaseTTL, Logger: harness.Logger()}
+	st.Logger = harness.Logger()
 	cl := provisionedCluster(ctx, t, &st)
 	a, err := StartCandidate(ctx, CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "a", Pools: pools})
 	if err != nil {
@@ -447,7 +454,12 @@ func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
 // reproduction now checks the fix.
 func TestRenewalAfterLostAckKeepsLease(t *testing.T) {
 	t.Parallel()
-	p := startPair(t, 6*time.Second)
+	// a must keep serving through the cut below, which the suite's 1 s
+	// LEADER_TTL does not ensure on a busy machine (two copies of the
+	// suite, load 16: b took over and a never served again). The
+	// product's default leadership TTL outlasts a reconnect under load;
+	// the lease's TTL must exceed it.
+	p := startPairWith(t, Settings{LeaseTTL: 8 * time.Second, LeaderTTL: 5 * time.Second}, []manager.PoolConfig{{Name: "gpu", Capacity: 1}})
 	c, err := lease.NewClient(p.nc, "node1", lease.WithRequestTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +485,7 @@ func TestRenewalAfterLostAckKeepsLease(t *testing.T) {
 		return false
 	})
 	p.a.Proxy.Cut() // the manager reconnects through the filter
-	harness.Eventually(t, 5*time.Second, "a serves after its reconnect", func() bool {
+	harness.Eventually(t, 30*time.Second, "a serves after its reconnect", func() bool {
 		return p.a.Serving() && p.a.nc.IsConnected()
 	})
 	l, err := c.Acquire(context.Background(), "gpu", 1, lease.WithRequestID("renewer"))
