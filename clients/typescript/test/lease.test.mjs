@@ -230,86 +230,79 @@ test("idempotent retry by request id", async () => {
   }
 });
 
-test("a grant's confirmation is asked again after an unavailable answer", async () => {
-  // A stand-in manager for node "ghost", in the managers' account, plays
-  // the protocol's answers: an acquire answered from an earlier grant
-  // (existing: the holder must confirm it), whose confirming renewal is
-  // first answered "unavailable", as a manager stopping for a restart
-  // answers. The client asks again instead of failing the acquire.
+/**
+ * A stand-in manager for node "ghost", in the managers' account on the real
+ * server, that plays the protocol's answers for pool p: acquire is answered
+ * with `granted` (plus `extra`), the first renewal with `unavailable` (as a
+ * manager stopping for a restart answers), later ones with `renewed` and the
+ * record `renewed(body)` gives; release and cancel succeed. `renewals` holds
+ * the bodies of the renewals it received.
+ */
+async function standInManager(rec, extra, renewed) {
   const stand = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
+  const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
+  const renewals = [];
+  stand.nc.subscribe("lease.ghost.p.*", {
+    callback: (_err, m) => {
+      const verb = m.subject.split(".").pop();
+      const body = JSON.parse(new TextDecoder().decode(m.data));
+      if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec, ...extra }));
+      if (verb === "renew") {
+        renewals.push(body);
+        m.respond(enc(renewals.length === 1
+          ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
+          : { status: "renewed", lease: renewed(body) }));
+      }
+      if (verb === "release") m.respond(enc({ status: "released" }));
+      if (verb === "cancel") m.respond(enc({ status: "cancelled" }));
+    },
+  });
+  await stand.nc.flush();
+  return { renewals, close: () => stand.close() };
+}
+
+/** A lease record of node "ghost", pool p, held by the test's client. */
+function ghostRecord(id, token, more = {}) {
+  const ttl = 15000;
+  return {
+    id, node: "ghost", pool: "p", slots: 1, holder: client.holder, token, ttl_ms: ttl,
+    granted_at: new Date().toISOString(), expires_at: new Date(Date.now() + ttl).toISOString(), secret: "ghost-secret", ...more,
+  };
+}
+
+test("a grant's confirmation is asked again after an unavailable answer", async () => {
+  // An acquire answered from an earlier grant (existing: the holder must
+  // confirm it), whose confirming renewal is first answered
+  // "unavailable". The client asks again instead of failing the acquire.
+  const rec = ghostRecord("ghost-1", 7);
+  const stand = await standInManager(rec, { existing: true }, () => rec);
   try {
-    const ttl = 15000;
-    const rec = {
-      id: "ghost-1", node: "ghost", pool: "p", slots: 1, holder: client.holder, token: 7, ttl_ms: ttl,
-      granted_at: new Date().toISOString(), expires_at: new Date(Date.now() + ttl).toISOString(), secret: "ghost-secret",
-    };
-    const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
-    const renewals = [];
-    const sub = stand.nc.subscribe("lease.ghost.p.*", {
-      callback: (_err, m) => {
-        const verb = m.subject.split(".").pop();
-        const body = JSON.parse(new TextDecoder().decode(m.data));
-        if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec, existing: true }));
-        if (verb === "renew") {
-          renewals.push(body.lease_id);
-          m.respond(enc(renewals.length === 1
-            ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
-            : { status: "renewed", lease: rec }));
-        }
-        if (verb === "release") m.respond(enc({ status: "released" }));
-      },
-    });
-    await stand.nc.flush();
     const l = await client.acquire("p", { node: "ghost", requestId: "ghost-1", secret: "ghost-secret" });
     assert.equal(l.token, 7);
-    assert.ok(renewals.length >= 2 && renewals.every((id) => id === "ghost-1"), `renewals ${renewals}: the refused confirmation was not asked again`);
+    const ids = stand.renewals.map((b) => b.lease_id);
+    assert.ok(ids.length >= 2 && ids.every((id) => id === "ghost-1"), `renewals ${ids}: the refused confirmation was not asked again`);
     await l.release();
-    sub.unsubscribe();
   } finally {
     await stand.close();
   }
 });
 
 test("a fast-release lease's move to the holder's connection is asked again after an unavailable answer", async () => {
-  // The stand-in manager for node "ghost" grants a lease with fast release
-  // bound to a connection that is not the client's (a reconnect between
-  // the request and its grant): the client moves it with a renewal before
-  // it relies on it. That renewal is first answered "unavailable", as a
-  // manager stopping for a restart answers; the client asks again instead
-  // of failing the acquire, and the lease ends bound to its connection.
-  const stand = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
+  // A lease with fast release granted bound to a connection that is not
+  // the client's (a reconnect between the request and its grant): the
+  // client moves it with a renewal before it relies on it. That renewal is
+  // first answered "unavailable"; the client asks again instead of failing
+  // the acquire, and the lease ends bound to its connection.
+  const rec = ghostRecord("ghost-2", 9, { conn_server: "NOT-THE-CLIENTS-SERVER", conn_id: 999999, disconnect_grace_ms: 800 });
+  const stand = await standInManager(rec, {}, (body) => ({ ...rec, conn_server: body.conn_server, conn_id: body.conn_id }));
   try {
-    const ttl = 15000;
-    const rec = {
-      id: "ghost-2", node: "ghost", pool: "p", slots: 1, holder: client.holder, token: 9, ttl_ms: ttl,
-      granted_at: new Date().toISOString(), expires_at: new Date(Date.now() + ttl).toISOString(), secret: "ghost-secret",
-      conn_server: "NOT-THE-CLIENTS-SERVER", conn_id: 999999, disconnect_grace_ms: 800,
-    };
-    const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
-    const renewals = [];
-    const sub = stand.nc.subscribe("lease.ghost.p.*", {
-      callback: (_err, m) => {
-        const verb = m.subject.split(".").pop();
-        const body = JSON.parse(new TextDecoder().decode(m.data));
-        if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec }));
-        if (verb === "renew") {
-          renewals.push(body.conn_id);
-          m.respond(enc(renewals.length === 1
-            ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
-            : { status: "renewed", lease: { ...rec, conn_server: body.conn_server, conn_id: body.conn_id } }));
-        }
-        if (verb === "release") m.respond(enc({ status: "released" }));
-        if (verb === "cancel") m.respond(enc({ status: "cancelled" }));
-      },
-    });
-    await stand.nc.flush();
     const l = await client.acquire("p", { node: "ghost", requestId: "ghost-2", secret: "ghost-secret" });
     assert.equal(l.token, 9);
     assert.equal(l.fastReleaseMs, 800);
-    assert.ok(renewals.length >= 2, `renewals ${renewals}: the refused move was not asked again`);
-    assert.ok(renewals.every((id) => typeof id === "number" && id !== 999999), `renewals ${renewals}: not sent from the client's connection`);
+    const conns = stand.renewals.map((b) => b.conn_id);
+    assert.ok(conns.length >= 2, `renewals ${conns}: the refused move was not asked again`);
+    assert.ok(conns.every((id) => typeof id === "number" && id !== 999999), `renewals ${conns}: not sent from the client's connection`);
     await l.release();
-    sub.unsubscribe();
   } finally {
     await stand.close();
   }
