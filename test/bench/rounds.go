@@ -67,13 +67,14 @@ func medianRows(all [][]*result) []*result {
 		// The ratio is the median of the rounds' ratios, each against
 		// its own round's baseline.
 		var ratios []float64
+		to := ""
 		for _, r := range byRate {
 			if r.ratioTo != "" {
-				ratios = append(ratios, r.ratio)
+				ratios, to = append(ratios, r.ratio), r.ratioTo
 			}
 		}
 		if len(ratios) > 0 {
-			mid.Ratio = fmt.Sprintf("%.2fx %s (median)", median(ratios), byRate[0].ratioTo)
+			mid.Ratio = fmt.Sprintf("%.2fx %s (median)", median(ratios), to)
 		}
 		if mid.Note != "" {
 			note += "; " + mid.Note

@@ -232,7 +232,7 @@ type Candidate struct {
 	terms   *Terms
 
 	mu        sync.Mutex
-	serveErrs []error // what each of its terms that failed returned
+	serveErrs []error // what its attempts to serve that failed returned
 }
 
 // CandidateConfig starts a candidate.
