@@ -195,7 +195,9 @@ func (l *Lease) confirm(ctx context.Context) (time.Time, error) {
 // move renews a lease with fast release from the client's connection,
 // which binds it there, before its holder relies on it (bindLive). An
 // attempt not answered within the grace ends it: the connection is in
-// doubt. An answer "unavailable" is asked again, as confirm does, until the
+// doubt. Any other unavailable end of an attempt (an answer "unavailable",
+// or one given up early because the lease's clocks, still on the old
+// connection, had passed) is asked again, as confirm does, until the
 // lease's deadline.
 func (l *Lease) move(ctx context.Context) (time.Time, *Record, error) {
 	ctx, cancel := context.WithDeadline(ctx, l.deadline)
