@@ -235,7 +235,7 @@ func (l *Lease) heartbeat() {
 		case <-next.C:
 		}
 		ctx, cancel := context.WithDeadline(l.tctx, l.Deadline())
-		sent, rec, err := l.renew(ctx, l.stop)
+		sent, rec, err := l.renew(ctx, l.stop, true)
 		cancel()
 		switch {
 		case err == nil:

@@ -38,7 +38,13 @@ func renewRetry(ttl time.Duration) time.Duration { return min(ttl/10, maxRenewRe
 // does not say which attempt it answers; the last attempt's send time would
 // not be, because the answer may be to an earlier attempt whose write came
 // before the last one was sent.
-func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Time, rec *Record, err error) {
+//
+// relied says the holder relies on the lease (the heartbeat): with fast
+// release, a renewal still unanswered when the lease's deadline passes
+// then ends, so that the heartbeat sees the loss. Before the holder relies
+// on it (bindLive's move), that deadline may be the old connection's,
+// already past, and does not cut the renewal short.
+func (l *Lease) renew(ctx context.Context, stop <-chan struct{}, relied bool) (first time.Time, rec *Record, err error) {
 	ctx, span := natstrace.StartClient(ctx, l.c.tracing.tracer, natstrace.SpanRenew, natstrace.Node(l.rec.Node), natstrace.Pool(l.rec.Pool), natstrace.LeaseID(l.rec.ID), natstrace.Token(l.rec.Token))
 	defer func() { natstrace.End(span, err) }()
 	first = time.Now()
@@ -110,7 +116,7 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 		case <-moved:
 			// The lease's deadline moves earlier when its connection
 			// drops: the heartbeat must see it pass, not wait here.
-			if !time.Now().Before(l.Deadline()) {
+			if relied && !time.Now().Before(l.Deadline()) {
 				return first, nil, fmt.Errorf("%w: renewal not answered before the lease's deadline", ErrUnavailable)
 			}
 			if now := l.c.live.identity(); !now.known() || now == sentOn {
@@ -185,7 +191,7 @@ func (l *Lease) renew(ctx context.Context, stop <-chan struct{}) (first time.Tim
 // ends it at once.
 func (l *Lease) confirm(ctx context.Context) (time.Time, error) {
 	for {
-		sent, _, err := l.renew(ctx, nil)
+		sent, _, err := l.renew(ctx, nil, false)
 		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil || !l.pause(ctx) {
 			return sent, err
 		}
@@ -195,16 +201,14 @@ func (l *Lease) confirm(ctx context.Context) (time.Time, error) {
 // move renews a lease with fast release from the client's connection,
 // which binds it there, before its holder relies on it (bindLive). An
 // attempt not answered within the grace ends it: the connection is in
-// doubt. Any other unavailable end of an attempt (an answer "unavailable",
-// or one given up early because the lease's clocks, still on the old
-// connection, had passed) is asked again, as confirm does, until the
+// doubt. An answer "unavailable" is asked again, as confirm does, until the
 // lease's deadline.
 func (l *Lease) move(ctx context.Context) (time.Time, *Record, error) {
 	ctx, cancel := context.WithDeadline(ctx, l.deadline)
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, l.grace)
-		sent, rec, err := l.renew(actx, nil)
+		sent, rec, err := l.renew(actx, nil, false)
 		unanswered := actx.Err() != nil
 		acancel()
 		if err == nil || unanswered || !errors.Is(err, ErrUnavailable) || !l.pause(ctx) {

@@ -361,19 +361,25 @@ func TestQueuedGrantConfirmsOnlyCallersRequestIDs(t *testing.T) {
 	}
 }
 
-// failRenewOnce fails one Renew after armed is set, the first after skip
-// others, as a store failing over does; the manager answers that renewal
-// "unavailable".
-type failRenewOnce struct {
+// renewFault fails one Renew after armed is set, the first after skip
+// others, as a store failing over does: the manager answers that renewal
+// "unavailable". With slow set it delays every Renew after the first skip
+// by slow instead, as a store under load does.
+type renewFault struct {
 	manager.Store
-	skip          int64
-	armed, failed atomic.Bool
-	renews        atomic.Int64 // Renew calls once armed, the failed one too
+	skip       int64
+	slow       time.Duration
+	armed, hit atomic.Bool
+	renews     atomic.Int64 // Renew calls once armed, those hit too
 }
 
-func (f *failRenewOnce) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
-	if f.armed.Load() {
-		if f.renews.Add(1) > f.skip && f.failed.CompareAndSwap(false, true) {
+func (f *renewFault) Renew(ctx context.Context, key string, value []byte, ttl time.Duration, rev uint64) (uint64, error) {
+	if f.armed.Load() && f.renews.Add(1) > f.skip {
+		switch {
+		case f.slow > 0:
+			f.hit.Store(true)
+			time.Sleep(f.slow)
+		case f.hit.CompareAndSwap(false, true):
 			return 0, errors.New("the store is failing over")
 		}
 	}
@@ -390,7 +396,7 @@ func (f *failRenewOnce) Renew(ctx context.Context, key string, value []byte, ttl
 func TestGrantConfirmationOutlivesAnUnavailableAnswer(t *testing.T) {
 	t.Parallel()
 	srv := harness.StartServer(t)
-	store := &failRenewOnce{}
+	store := &renewFault{}
 	harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(s manager.Store) manager.Store { store.Store = s; return store })
 	nc := harness.Connect(t, srv.URL)

@@ -369,7 +369,7 @@ export class Lease {
     const stop = new Latch();
     for (;;) {
       try {
-        return (await this.renew(until, stop)).first;
+        return (await this.renew(until, stop, false)).first;
       } catch (err) {
         if (!(err instanceof UnavailableError) || now() >= until) throw err;
       }
@@ -380,16 +380,15 @@ export class Lease {
   /**
    * Renews a lease with fast release from the client's connection, which
    * binds it there, before its holder relies on it (bindLive). An attempt
-   * not answered within the grace ends it: the connection is in doubt. Any
-   * other unavailable end of an attempt (an answer "unavailable", or one
-   * given up early because the lease's clocks, still on the old connection,
-   * had passed) is asked again, as confirm does, until the lease's deadline.
+   * not answered within the grace ends it: the connection is in doubt. An
+   * answer "unavailable" is asked again, as confirm does, until the lease's
+   * deadline.
    */
   private async move(): Promise<{ first: number; rec?: LeaseRecord }> {
     for (;;) {
       const until = Math.min(now() + this.grace, this.ttlDeadline);
       try {
-        return await this.renew(until, this.stopL);
+        return await this.renew(until, this.stopL, false);
       } catch (err) {
         if (!(err instanceof UnavailableError) || now() >= until) throw err;
       }
@@ -412,8 +411,14 @@ export class Lease {
    * attempt, from which the new deadline is measured (the manager wrote the
    * record after it received some attempt, so after the first was sent),
    * and the record the manager answered with.
+   *
+   * relied says the holder relies on the lease (the heartbeat): with fast
+   * release, a renewal still unanswered when the lease's deadline passes
+   * then ends, so that the heartbeat sees the loss. Before the holder relies
+   * on it (confirm, bindLive's move), that deadline may be the old
+   * connection's, already past, and does not cut the renewal short.
    */
-  async renew(until: number, stop: Latch): Promise<{ first: number; rec?: LeaseRecord }> {
+  async renew(until: number, stop: Latch, relied = true): Promise<{ first: number; rec?: LeaseRecord }> {
     const host = this.host;
     const live = host.live;
     const r = this.record;
@@ -502,7 +507,7 @@ export class Lease {
           movedAt = t + movedEvery;
           // The lease's deadline moves earlier when its connection drops:
           // the heartbeat must see it pass, not wait here.
-          if (t >= this.deadlineAt()) throw new UnavailableError("renewal not answered before the lease's deadline");
+          if (relied && t >= this.deadlineAt()) throw new UnavailableError("renewal not answered before the lease's deadline");
           const id = live.identity();
           if (id !== undefined && !sameConn(id, sentOn)) resend = true;
         }

@@ -234,11 +234,12 @@ test("idempotent retry by request id", async () => {
  * A stand-in manager for node "ghost", in the managers' account on the real
  * server, that plays the protocol's answers for pool p: acquire is answered
  * with `granted` (plus `extra`), the first renewal with `unavailable` (as a
- * manager stopping for a restart answers), later ones with `renewed` and the
- * record `renewed(body)` gives; release and cancel succeed. `renewals` holds
- * the bodies of the renewals it received.
+ * manager stopping for a restart answers) unless `slowMs` is given, later
+ * ones with `renewed` and the record `renewed(body)` gives (each `slowMs`
+ * late, as a manager on a loaded store answers); release and cancel
+ * succeed. `renewals` holds the bodies of the renewals it received.
  */
-async function standInManager(rec, extra, renewed) {
+async function standInManager(rec, extra, renewed, slowMs = 0) {
   const stand = await mgr.connect({ env: { ...mgr.env, NATS_NKEY: join(mgr.authDir, "manager.nk") } });
   const enc = (v) => new TextEncoder().encode(JSON.stringify(v));
   const renewals = [];
@@ -249,7 +250,8 @@ async function standInManager(rec, extra, renewed) {
       if (verb === "acquire") m.respond(enc({ status: "granted", lease: rec, ...extra }));
       if (verb === "renew") {
         renewals.push(body);
-        m.respond(enc(renewals.length === 1
+        if (slowMs > 0) setTimeout(() => m.respond(enc({ status: "renewed", lease: renewed(body) })), slowMs);
+        else m.respond(enc(renewals.length === 1
           ? { status: "error", error: { code: "unavailable", message: "lease manager for node ghost is shutting down; retry" } }
           : { status: "renewed", lease: renewed(body) }));
       }
@@ -302,6 +304,24 @@ test("a fast-release lease's move to the holder's connection is asked again afte
     const conns = stand.renewals.map((b) => b.conn_id);
     assert.ok(conns.length >= 2, `renewals ${conns}: the refused move was not asked again`);
     assert.ok(conns.every((id) => typeof id === "number" && id !== 999999), `renewals ${conns}: not sent from the client's connection`);
+    await l.release();
+  } finally {
+    await stand.close();
+  }
+});
+
+test("a fast-release lease's move waits for a slow answer", async () => {
+  // The move's answer comes 300 ms late, past an eighth of the 800 ms grace.
+  // The lease's clocks, still those of a connection this client never
+  // pinged, had passed long before; the holder does not rely on the lease
+  // yet, so they do not cut the move short (they used to: every attempt
+  // ended after 100 ms and the acquire failed).
+  const rec = ghostRecord("ghost-3", 11, { conn_server: "NOT-THE-CLIENTS-SERVER", conn_id: 999999, disconnect_grace_ms: 800 });
+  const stand = await standInManager(rec, {}, (body) => ({ ...rec, conn_server: body.conn_server, conn_id: body.conn_id }), 300);
+  try {
+    const l = await client.acquire("p", { node: "ghost", requestId: "ghost-3", secret: "ghost-secret" });
+    assert.equal(l.token, 11);
+    assert.ok(stand.renewals.length >= 1, "no renewal moved the lease");
     await l.release();
   } finally {
     await stand.close();
