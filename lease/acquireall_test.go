@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,9 +162,14 @@ func TestLeaseSetEndsWithItsFirstLoss(t *testing.T) {
 }
 
 // Two nodes with gpu=1 each and one cluster api=1: 8 clients, 4 per node,
-// ask for gpu and api in random orders and hold briefly. Nobody deadlocks
-// (each keeps being granted), no pool is ever over its capacity, and a
-// waiter's position names the pool it waits in and what it holds.
+// ask for gpu and api in random orders and hold briefly, until each has
+// been granted five times. Nobody deadlocks (each keeps being granted), no pool
+// is ever over its capacity, and a waiter's position names the pool it
+// waits in and what it holds. The run ends when every client has its
+// grants and somebody has waited for api, not after a fixed time: the one
+// api slot serialises every grant, and on a busy machine (load 20) a 6 s
+// window gave two clients one grant each. Two minutes only catch a
+// deadlock, a starvation or a lack of contention for good.
 func TestAcquireAllNeverDeadlocks(t *testing.T) {
 	t.Parallel()
 	url, _ := setNodes(t, 1, "n1", "n2")
@@ -179,12 +185,21 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	const each = 5
 	var wg sync.WaitGroup
 	grants := make([]int, 8)
-	var mu sync.Mutex
+	var mu sync.Mutex // grants, waits and apiWaits
 	var waits []lease.Queued
+	apiWaits := 0
+	// enough ends the run once every client has its grants and somebody
+	// has waited for api (the contention the test is about).
+	enough := func() {
+		if slices.Min(grants) >= each && apiWaits > 0 {
+			cancel()
+		}
+	}
 	for i := range 8 {
 		c := harness.Client(t, url, []string{"n1", "n2"}[i%2])
 		wg.Go(func() {
@@ -194,8 +209,12 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 				rng.Shuffle(2, func(a, b int) { wants[a], wants[b] = wants[b], wants[a] })
 				set, err := c.AcquireAll(ctx, wants, lease.OnQueuedIn(func(q lease.Queued) {
 					mu.Lock()
+					defer mu.Unlock()
 					waits = append(waits, q)
-					mu.Unlock()
+					if q.Pool == "api" {
+						apiWaits++
+						enough()
+					}
 				}))
 				if err != nil {
 					if ctx.Err() == nil {
@@ -203,7 +222,10 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 					}
 					return
 				}
+				mu.Lock()
 				grants[i]++
+				enough()
+				mu.Unlock()
 				time.Sleep(time.Duration(20+rng.IntN(30)) * time.Millisecond)
 				if err := set.Release(context.Background()); err != nil {
 					t.Errorf("client %d: release: %v", i, err)
@@ -213,23 +235,21 @@ func TestAcquireAllNeverDeadlocks(t *testing.T) {
 	}
 	wg.Wait()
 	for i, n := range grants {
-		if n < 2 {
-			t.Errorf("client %d was granted gpu+api %d times in 6s: starved or deadlocked", i, n)
+		if n < each {
+			t.Errorf("client %d was granted gpu+api %d times in 2 minutes: starved or deadlocked", i, n)
 		}
 	}
 	if n := over.Load(); n > 0 {
 		t.Errorf("%d events showed a pool over its capacity", n)
 	}
-	sawAPIWait := false
 	for _, q := range waits {
 		if q.Pool == "api" {
-			sawAPIWait = true
 			if q.Node != lease.ClusterNode || len(q.Holding) != 1 || !strings.HasPrefix(q.Holding[0], "gpu on node n") {
 				t.Errorf("a wait for api says %+v, want it on node cluster holding one gpu", q)
 			}
 		}
 	}
-	if !sawAPIWait {
+	if apiWaits == 0 {
 		t.Error("nobody ever waited for api: the test did not contend")
 	}
 	t.Logf("grants per client %v; %d waits reported", grants, len(waits))
