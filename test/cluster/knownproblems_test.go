@@ -348,11 +348,14 @@ func TestTakeoverDoesNotStallOnWatchGap(t *testing.T) {
 // now checks the fix and would show a phantom waiter again if it came back.
 func TestPhantomWaiterAfterFailedDelete(t *testing.T) {
 	t.Parallel()
-	// The other holder keeps its lease through the takeover below: at the
-	// fault suite's 4 s TTL, a takeover on a busy machine (3-5 s at load
-	// 11) could cost it, and the test its premise. A phantom costs the real
-	// waiter a TTL whatever the TTL is.
-	p := startPair(t, 8*time.Second)
+	// a must stay the node's manager through the reset that drops its
+	// delete, to retry it: at load 16-20 the suite's 1 s leadership lapsed
+	// there, a's term ended before its retry (a deposed manager writes
+	// nothing), b restored the entry, and the test waited out its minute.
+	// So the product's default timings: a 5 s LEADER_TTL, and a 15 s lease
+	// TTL, which the other holder's lease must outlast the takeover below
+	// with. A phantom costs the real waiter a TTL whatever the TTL is.
+	p := startPairWith(t, Settings{LeaseTTL: 15 * time.Second, LeaderTTL: 5 * time.Second}, []manager.PoolConfig{{Name: "gpu", Capacity: 1}})
 	holder := p.acquireOther(t)
 	// A waiter queues without a wait deadline, then gives up; the delete
 	// of its queue entry never reaches the store.
