@@ -407,12 +407,7 @@ func grantedElsewhere(t *testing.T, f *renewFault) (first, nc *nats.Conn, c *lea
 // moved to c's connection: closing first does not end it.
 func acquireMoved(t *testing.T, first *nats.Conn, c *lease.Client, f *renewFault) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	l, err := c.Acquire(ctx, "p", 1, lease.WithRequestID("mine"), lease.WithSecret("s3cret"))
-	if err != nil {
-		t.Fatalf("acquire with the granted request's id on another connection: %v", err)
-	}
+	l := acquireMine(t, c)
 	defer l.Release(context.Background())
 	if !f.hit.Load() {
 		t.Fatalf("%d renewals reached the store, none hit: the test did not reach the move", f.renews.Load())

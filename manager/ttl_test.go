@@ -386,6 +386,19 @@ func (f *renewFault) Renew(ctx context.Context, key string, value []byte, ttl ti
 	return f.Store.Renew(ctx, key, value, ttl, rev)
 }
 
+// acquireMine acquires again, with c, the one slot of pool p granted
+// earlier to request "mine" with secret "s3cret", within 10 s.
+func acquireMine(t *testing.T, c *lease.Client) *lease.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "p", 1, lease.WithRequestID("mine"), lease.WithSecret("s3cret"))
+	if err != nil {
+		t.Fatalf("acquire with the granted request's id: %v", err)
+	}
+	return l
+}
+
 // A caller's request id answered from an earlier grant is confirmed by a
 // renewal before the holder relies on it. That renewal answered
 // "unavailable" (a store failing over; a manager stopping for a restart
@@ -406,13 +419,7 @@ func TestGrantConfirmationOutlivesAnUnavailableAnswer(t *testing.T) {
 		t.Fatalf("first acquire: %+v", first)
 	}
 	store.armed.Store(true)
-	c := harness.Client(t, srv.URL, node, lease.WithHolder("h"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := c.Acquire(ctx, "p", 1, lease.WithRequestID("mine"), lease.WithSecret("s3cret"))
-	if err != nil {
-		t.Fatalf("acquire with the granted request's id: %v", err)
-	}
+	l := acquireMine(t, harness.Client(t, srv.URL, node, lease.WithHolder("h")))
 	defer l.Release(context.Background())
 	if l.Token() != first.Lease.Token {
 		t.Fatalf("token %d, want the earlier grant's %d", l.Token(), first.Lease.Token)
