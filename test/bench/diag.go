@@ -23,6 +23,13 @@ func leaseCycleNopEvents(ctx context.Context, cfg config, clients, capacity int)
 	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{events: manager.NopEvents{}})
 }
 
+// leaseCycleAcked is leaseCycle with a manager that waits for each write's
+// acknowledgement, as a Store without EchoWriter makes it: one message
+// more per write, and the answer by another path than the watch.
+func leaseCycleAcked(ctx context.Context, cfg config, clients, capacity int) (*result, error) {
+	return leaseCycleWith(ctx, cfg, clients, capacity, managerParts{acked: true})
+}
+
 // leaseCycleMemStore is leaseCycle with a manager whose store costs
 // nothing (memStore): the ceiling of the cycle if durable writes and their
 // watch echoes were free, with everything else (clients, messaging, events,

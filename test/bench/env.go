@@ -162,7 +162,13 @@ type managerParts struct {
 	store  manager.Store
 	// accounts runs the scenario on the embedded server's accounts layout.
 	accounts bool
+	// acked hides the product store's EchoWriter (ackedStore).
+	acked bool
 }
+
+// ackedStore is a Store without the EchoWriter methods: the manager waits
+// for each write's acknowledgement instead of its echo on the watch.
+type ackedStore struct{ manager.Store }
 
 // startManagerWith starts a manager with parts in place of the product's.
 func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts managerParts, pools ...manager.PoolConfig) (*node, error) {
@@ -177,6 +183,9 @@ func (e *env) startManagerWith(ctx context.Context, ttl time.Duration, parts man
 			return nil, err
 		}
 		store = n.store
+		if parts.acked {
+			store = ackedStore{n.store}
+		}
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	events := parts.events

@@ -267,8 +267,9 @@ func scenarios(short bool) []scenario {
 }
 
 // diagScenarios take the lease cycle apart: the same cycle without events,
-// from raw wire clients (no lease.Client), and with a store that costs
-// nothing (the ceiling any store design could reach).
+// with every write acknowledged instead of seen on the watch, from raw
+// wire clients (no lease.Client), and with a store that costs nothing (the
+// ceiling any store design could reach).
 func diagScenarios() []scenario {
 	var s []scenario
 	for _, v := range []struct{ clients, capacity int }{{1, 4}, {64, 4}, {64, 64}} {
@@ -278,6 +279,9 @@ func diagScenarios() []scenario {
 	}
 	for _, c := range []int{1, 64} {
 		s = append(s,
+			scenario{fmt.Sprintf("diag/lease-acked/c=%d/cap=4", c), func(ctx context.Context, cfg config) (*result, error) {
+				return leaseCycleAcked(ctx, cfg, c, 4)
+			}},
 			scenario{fmt.Sprintf("diag/lease-nop-events/c=%d/cap=4", c), func(ctx context.Context, cfg config) (*result, error) {
 				return leaseCycleNopEvents(ctx, cfg, c, 4)
 			}},
