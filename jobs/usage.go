@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/slotlease/slotlease/internal/usagefile"
+	"github.com/slotlease/slotlease/jobs/usagefile"
 	"github.com/slotlease/slotlease/lease"
 )
 

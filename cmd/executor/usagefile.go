@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/slotlease/slotlease/internal/usagefile"
+	"github.com/slotlease/slotlease/jobs/usagefile"
 	"github.com/slotlease/slotlease/lease"
 )
 
