@@ -173,34 +173,54 @@ func TestHandedOverLeaseAcrossARestart(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the pool idle", func() bool { return harness.PoolStats(t, second.Manager, "p").InUse == 0 })
 }
 
-// handoverStore passes everything to the real store but what the test
-// takes away from handovers (writes whose record is another id's key's):
-// their send (drop), or their echo on the manager's watch (blind).
-type handoverStore struct {
+// lossyStore passes everything to the real store but what the test takes
+// away from the writes sent without an acknowledgement that it picks:
+// handovers (writes whose record is another id's key's), or where grant
+// is set, the grant of that request id sent at once at its own key. It
+// takes their send (drop: "sent" and lost; fail: refused), or their echo
+// on the manager's watch (blind).
+type lossyStore struct {
 	manager.Store
-	ew          manager.EchoWriter
-	drop, blind bool
+	ew                manager.EchoWriter
+	drop, blind, fail bool
+	grant             string
 }
 
-func isHandover(key string, value []byte) bool {
+func (s *lossyStore) picks(key string, value []byte) bool {
 	var rec lease.Record
-	return json.Unmarshal(value, &rec) == nil && rec.ID != "" && key != lease.RecordKey(rec.Node, rec.Pool, rec.ID)
-}
-
-func (s *handoverStore) SendCreate(key string, value []byte, ttl time.Duration) error {
-	return s.ew.SendCreate(key, value, ttl)
-}
-
-func (s *handoverStore) SendDelete(key string, rev uint64) error { return s.ew.SendDelete(key, rev) }
-
-func (s *handoverStore) SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error {
-	if s.drop && isHandover(key, value) {
-		return nil // "sent", and lost
+	if json.Unmarshal(value, &rec) != nil || rec.ID == "" {
+		return false
 	}
-	return s.ew.SendRenew(key, value, ttl, rev)
+	own := key == lease.RecordKey(rec.Node, rec.Pool, rec.ID)
+	if s.grant != "" {
+		return own && rec.ID == s.grant
+	}
+	return !own
 }
 
-func (s *handoverStore) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
+// send is what becomes of a picked write's send: lost (nil), refused, or
+// sent by the real store.
+func (s *lossyStore) send(key string, value []byte, real func() error) error {
+	switch {
+	case s.drop && s.picks(key, value):
+		return nil
+	case s.fail && s.picks(key, value):
+		return errors.New("send refused by the test")
+	}
+	return real()
+}
+
+func (s *lossyStore) SendCreate(key string, value []byte, ttl time.Duration) error {
+	return s.send(key, value, func() error { return s.ew.SendCreate(key, value, ttl) })
+}
+
+func (s *lossyStore) SendDelete(key string, rev uint64) error { return s.ew.SendDelete(key, rev) }
+
+func (s *lossyStore) SendRenew(key string, value []byte, ttl time.Duration, rev uint64) error {
+	return s.send(key, value, func() error { return s.ew.SendRenew(key, value, ttl, rev) })
+}
+
+func (s *lossyStore) Watch(ctx context.Context, filter string) (manager.Watcher, error) {
 	w, err := s.Store.Watch(ctx, filter)
 	if err != nil || !s.blind {
 		return w, err
@@ -209,7 +229,7 @@ func (s *handoverStore) Watch(ctx context.Context, filter string) (manager.Watch
 	go func() {
 		defer close(out.ch)
 		for ch := range w.Changes() {
-			if ch.Op == manager.ChangePut && isHandover(ch.Key, ch.Value) {
+			if ch.Op == manager.ChangePut && s.picks(ch.Key, ch.Value) {
 				continue
 			}
 			out.ch <- ch
@@ -225,17 +245,23 @@ type filteredWatch struct {
 
 func (w *filteredWatch) Changes() <-chan manager.Change { return w.ch }
 
-// startHandover starts a manager for a 1-slot pool "p" on a handoverStore,
-// and has a lease a held and a request queued behind it.
-func startHandover(t *testing.T, s *handoverStore) (n *harness.Node, a *lease.Lease, got <-chan *lease.Lease, errc <-chan error) {
+// startLossy starts a manager for a 1-slot pool "p" on s, and a client.
+func startLossy(t *testing.T, s *lossyStore) (*harness.Node, *lease.Client) {
 	t.Helper()
 	srv := harness.StartServer(t)
-	n = harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
+	n := harness.StartManager(t, srv.URL, manager.Config{Node: node, TTL: 5 * time.Second, Pools: []manager.PoolConfig{{Name: "p", Capacity: 1}}},
 		func(inner manager.Store) manager.Store {
 			s.Store, s.ew = inner, inner.(manager.EchoWriter)
 			return s
 		})
-	c := harness.Client(t, srv.URL, node)
+	return n, harness.Client(t, srv.URL, node)
+}
+
+// startHandover starts a manager for a 1-slot pool "p" on a lossyStore,
+// and has a lease a held and a request queued behind it.
+func startHandover(t *testing.T, s *lossyStore) (n *harness.Node, a *lease.Lease, got <-chan *lease.Lease, errc <-chan error) {
+	t.Helper()
+	n, c := startLossy(t, s)
 	a, err := c.Acquire(context.Background(), "p", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +287,7 @@ func granted(t *testing.T, got <-chan *lease.Lease, errc <-chan error) *lease.Le
 // a write of its own once the released record is gone.
 func TestLostHandoverBecomesADelete(t *testing.T) {
 	t.Parallel()
-	n, a, got, errc := startHandover(t, &handoverStore{drop: true})
+	n, a, got, errc := startHandover(t, &lossyStore{drop: true})
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +307,7 @@ func TestLostHandoverBecomesADelete(t *testing.T) {
 // kept: the waiter is granted the record at the released lease's key.
 func TestUnseenHandoverIsFoundStored(t *testing.T) {
 	t.Parallel()
-	n, a, got, errc := startHandover(t, &handoverStore{blind: true})
+	n, a, got, errc := startHandover(t, &lossyStore{blind: true})
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
