@@ -15,65 +15,11 @@ import (
 
 // startGrantLocked writes the lease record of a request whose slots were
 // granted in memory. The holder hears of the grant only once the write is
-// stored: from sendGrantLocked's echo where it can, else from grant.
+// acknowledged.
 func (m *Manager) startGrantLocked(r *request) {
 	r.granting()
 	m.ops.Add(1)
-	if !m.sendGrantLocked(r) {
-		go m.grant(r)
-	}
-}
-
-// sendGrantLocked sends r's record at once, without an acknowledgement,
-// where nothing must be waited for first: a Store that sends echoes, and
-// no queue entry of r's (whose write may be in flight, and which the
-// record replaces at its revision). The watch's goroutine, which shows
-// the write stored, then tells the holder: no goroutine is started, woken
-// or made to wait for the lock at each grant. Not seen within echoWait,
-// the store is asked, as grant's put does. It reports false where it sent
-// nothing: grant writes the record then.
-func (m *Manager) sendGrantLocked(r *request) bool {
-	ew, ok := m.cfg.Store.(EchoWriter)
-	if !ok || r.entry.has || m.ctx.Err() != nil {
-		return false
-	}
-	rec := m.grants.recordLocked(r)
-	key, _ := m.leases.storeKey(r) // r has no queue entry: a new key either way
-	data := appendRecord(make([]byte, 0, 384), &rec)
-	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
-	sent := time.Now()
-	done := func(rev uint64, stored bool) {
-		defer m.ops.Done()
-		defer span.End()
-		var err error
-		if !stored {
-			rev, err = m.grants.unseen(key, r.id, data, 0, sent)
-		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.grantWrittenLocked(r, rec, key, rev, err, span)
-	}
-	withdraw := m.grants.echoes.notify(key, data, echoWait, done)
-	err := ew.SendCreate(key, data, m.cfg.TTL)
-	switch {
-	case err == nil || !withdraw():
-	case fencedOut(err):
-		m.grantWrittenLocked(r, rec, key, 0, err, span)
-		span.End()
-		m.ops.Done()
-	default:
-		// Not sent (errNoEcho, or the connection): written with an
-		// acknowledgement.
-		go func() {
-			defer m.ops.Done()
-			defer span.End()
-			rev, err := m.grants.acked(key, r.id, data, 0, sent)
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.grantWrittenLocked(r, rec, key, rev, err, span)
-		}()
-	}
-	return true
+	go m.grant(r)
 }
 
 // granting marks r granted in memory, its record not yet stored.
@@ -109,9 +55,6 @@ func (m *Manager) startGrantsLocked(p *pool, rs []*pools.Waiter) {
 	}
 }
 
-// grant writes r's record on a goroutine of its own: after its queue
-// entry's write, if one is in flight, and with an acknowledgement where
-// the Store sends no echoes (grantStore.put).
 func (m *Manager) grant(r *request) {
 	defer m.ops.Done()
 	_, span := r.trace.StartGrant(natstrace.Node(m.cfg.Node), natstrace.Pool(r.pool.name), natstrace.LeaseID(r.id), natstrace.Slots(r.slots))
@@ -135,14 +78,9 @@ func (m *Manager) grant(r *request) {
 		}
 		rev, err = m.grants.put(key, r.id, data, entryRev)
 	}
+
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.grantWrittenLocked(r, rec, key, rev, err, span)
-}
-
-// grantWrittenLocked takes the outcome of the write of r's record rec at
-// key: stored at revision rev (err nil), fenced out, or failed.
-func (m *Manager) grantWrittenLocked(r *request, rec lease.Record, key string, rev uint64, err error, span trace.Span) {
 	p := r.pool
 	m.waiters.drop(r)
 	if fencedOut(err) {
@@ -264,30 +202,18 @@ func (gs *grantStore) put(key, id string, data []byte, entryRev uint64) (uint64,
 			if rev, ok := gs.echoes.wait(key, w, echoWait); ok {
 				return rev, nil
 			}
-			return gs.unseen(key, id, data, entryRev, started)
+			// Not seen: stored unseen, refused, or still on its way. A
+			// later arrival is refused once anything else is stored at
+			// key, as both writes expect the same revision.
+			if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
+				return rev, nil
+			}
 		}
 	}
-	return gs.acked(key, id, data, entryRev, started)
-}
-
-// unseen finds out whether a grant sent without an acknowledgement at
-// started, and not seen on the watch, is stored: stored unseen, refused,
-// or still on its way. A later arrival is refused once anything else is
-// stored at key, as both writes expect the same revision. If it is not
-// stored, it is written with an acknowledgement.
-func (gs *grantStore) unseen(key, id string, data []byte, entryRev uint64, started time.Time) (uint64, error) {
-	if rev, err := gs.resolve(key, id, started, ErrStoreNotFound); err == nil {
-		return rev, nil
-	}
-	return gs.acked(key, id, data, entryRev, started)
-}
-
-// acked writes a grant with an acknowledgement; one that failed
-// ambiguously, or lost to a write of its own sent without one (which came
-// in the end), is resolved.
-func (gs *grantStore) acked(key, id string, data []byte, entryRev uint64, started time.Time) (uint64, error) {
 	rev, err := gs.write(key, data, entryRev)
 	if err != nil && !fencedOut(err) {
+		// Ambiguous, or a write that lost to one of its own (the one sent
+		// without an acknowledgement came in the end).
 		rev, err = gs.resolve(key, id, started, err)
 	}
 	return rev, err

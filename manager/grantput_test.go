@@ -9,11 +9,11 @@ import (
 	"github.com/slotlease/slotlease/test/harness"
 )
 
-// A grant is sent without an acknowledgement from the request's own
-// goroutine, and its holder told once the watch shows it stored. Each way
-// that write can go wrong still ends in one stored record, the one the
-// holder is told of, and in the slot counted once.
-func TestGrantSentAtOnceSurvivesItsLoss(t *testing.T) {
+// A grant is sent without an acknowledgement, and its holder told once
+// the watch shows it stored (grantStore.put). Each way that write can go
+// wrong still ends in one stored record, the one the holder is told of,
+// and in the slot counted once.
+func TestGrantSentWithoutAckSurvivesItsLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		s    lossyStore
