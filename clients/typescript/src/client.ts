@@ -196,8 +196,9 @@ export class Client implements LeaseHost {
   private closed = false;
   private closing: Promise<void> | undefined;
 
-  // Waking the heartbeats: a reconnect, or a node's manager announcing a
-  // clean stop, makes every lease renew at once (lease/wake.go).
+  // Waking the heartbeats: a reconnect, a server's lame duck notice, or a
+  // node's manager announcing a clean stop, makes every lease renew at once
+  // (lease/wake.go, lease/lameduck.go).
   private readonly wakeN = new Notifier();
   private readonly stopSubs = new Map<string, Subscription>();
   // A stop_requested event naming one of this client's leases (a newer
@@ -245,6 +246,40 @@ export class Client implements LeaseHost {
         this.dispatch(msg);
       },
     });
+    this.watchStatus();
+  }
+
+  /**
+   * Follows the connection's status from the start, as the Go client's
+   * lame duck handler does (lease/lameduck.go): a reconnect wakes the
+   * heartbeats; a server's lame duck notice, which may come before a grant
+   * on its connection, is noted too.
+   */
+  private watchStatus(): void {
+    const it = this.nc.status();
+    this.statusIter = it as unknown as { stop(): void };
+    void (async () => {
+      try {
+        for await (const s of it) {
+          if (s.type === "reconnect") this.fire();
+          else if (s.type === "ldm") this.lameDuckNotice();
+        }
+      } catch {
+        // closed
+      }
+    })();
+  }
+
+  /**
+   * The server of the connection said it is in lame duck mode (Go:
+   * lease.LameDuckNotice): the leases bound to the connection leave fast
+   * release before the server closes it (lease.ts).
+   */
+  private lameDuckNotice(): void {
+    const c = this.live.identity();
+    if (c === undefined) return; // already gone: the reconnect moves the leases
+    this.live.lameDuck(c);
+    this.fire();
   }
 
   private dispatch(msg: Msg): void {
@@ -294,7 +329,7 @@ export class Client implements LeaseHost {
     this.wakeN.emit();
   }
 
-  /** Sets up the wake-ups for leases of node: its stop notices, and (once) the connection's reconnects. */
+  /** Sets up the wake-ups for leases of node: its stop notices (the connection's reconnects: watchStatus). */
   private hookWake(node: string): void {
     if (this.closed) return;
     if (!this.stopSubs.has(node)) {
@@ -323,19 +358,6 @@ export class Client implements LeaseHost {
       } catch {
         // Without it the holder hears of a stop request at its next renewal.
       }
-    }
-    if (this.statusIter === undefined) {
-      const it = this.nc.status();
-      this.statusIter = it as unknown as { stop(): void };
-      void (async () => {
-        try {
-          for await (const s of it) {
-            if (s.type === "reconnect") this.fire();
-          }
-        } catch {
-          // closed
-        }
-      })();
     }
   }
 

@@ -1,7 +1,25 @@
 // A held lease, renewing itself until released or lost: the Go client's
 // lease/lease.go and lease/renew.go.
+//
+// A NATS server in lame duck mode (a rolling restart) tells its clients so
+// (nats.js: the status "ldm"), then, a grace period later, closes their
+// connections one at a time. Such a close is the server's doing and frees
+// nothing, but a holder cannot tell it from a reset on its path, which
+// would: so a lease with fast release would be lost unless it moved to a
+// new connection within 3/4 of the grace of the close. Told by its server
+// (Client notes the connection as a lame duck's, liveness.ts), the holder
+// renews each lease bound to the connection at once, saying so
+// (lame_duck), and the manager unbinds the lease from that connection: no
+// close of it frees the lease any more, so the holder stops counting the
+// connection's clocks once the renewal's answer says it is unbound, and
+// the lease rides the close on its TTL alone. The next renewal on another
+// connection binds it there again. Until that answer comes, nothing
+// changes. From the moment an unbound lease's renewal goes out on a
+// connection, the holder counts that connection as the lease's, dated from
+// the send: the manager may bind the lease to it on receipt, and a close
+// can only come after that (lease/lameduck.go).
 
-import type { LeaseRecord, Reply } from "./protocol.js";
+import type { LeaseRecord, RenewRequest, Reply } from "./protocol.js";
 import { MAX_UNITS, subject } from "./protocol.js";
 import type { Conn, Liveness } from "./liveness.js";
 import { sameConn } from "./liveness.js";
@@ -96,8 +114,13 @@ export class Lease {
 
   /** @internal the disconnect grace of a lease with fast release (0 without). */
   readonly grace: number;
-  /** @internal the connection the lease is bound to. */
+  /** @internal the connection the lease is bound to; undefined once unbound (lame duck: see the top). */
   bound: Conn | undefined;
+  /**
+   * @internal dates bound when a renewal claimed it (claim): its send
+   * time, which counts like an answered PING on it (-Infinity: none).
+   */
+  boundSince = -Infinity;
   /** @internal the TTL deadline (monotonic ms). */
   ttlDeadline = 0;
 
@@ -174,7 +197,7 @@ export class Lease {
   /** @internal the deadline on the monotonic clock. */
   deadlineAt(): number {
     let d = this.ttlDeadline;
-    if (this.grace > 0) d = Math.min(d, this.host.live.deadline(this.bound, this.grace));
+    if (this.grace > 0 && this.bound !== undefined) d = Math.min(d, this.host.live.deadline(this.bound, this.grace, this.boundSince));
     return d;
   }
 
@@ -255,7 +278,10 @@ export class Lease {
    */
   async bindLive(): Promise<boolean> {
     const live = this.host.live;
+    // A renewal before (confirm) may have claimed a connection: the
+    // grant's record names the lease's.
     this.bound = recordConn(this.record);
+    this.boundSince = -Infinity;
     live.join(this.grace);
     const ttl = this.ttlMs;
     for (let i = 0; i < 3; i++) {
@@ -297,6 +323,9 @@ export class Lease {
     let nextAt = this.ttlDeadline - (ttl - margin(ttl)) + interval;
     const movedEvery = this.grace > 0 ? this.grace / 8 : 0;
     let movedAt = movedEvery > 0 ? now() + movedEvery : Infinity;
+    if (this.grace > 0 && this.host.live.isLameDuck(this.bound)) {
+      nextAt = now(); // granted on a lame duck's connection: unbind it now (lease/lameduck.go)
+    }
     for (;;) {
       if (this.stopped) return;
       const at = Math.min(nextAt, this.deadlineAt(), movedAt);
@@ -310,8 +339,7 @@ export class Lease {
       }
       if (t >= movedAt) {
         movedAt = t + movedEvery;
-        const id = this.host.live.identity();
-        if (id !== undefined && !sameConn(id, this.bound)) renewNow = true;
+        if (this.mustMove()) renewNow = true;
       }
       if (t >= nextAt) renewNow = true;
       if (!renewNow) continue;
@@ -320,8 +348,11 @@ export class Lease {
         this.ttlDeadline = first + ttl - margin(ttl);
         if (rec !== undefined) await this.bindTo(recordConn(rec));
         // A renewal that waited long for its answer dates from its first
-        // attempt: the next one is due that much sooner.
+        // attempt: the next one is due that much sooner. One that left the
+        // lease bound to a lame duck's connection (it raced the notice) is
+        // followed at once (lease/lameduck.go).
         nextAt = first + interval;
+        if (this.grace > 0 && this.host.live.isLameDuck(this.bound)) nextAt = now() + retry;
       } catch (err) {
         if (this.stopped) return;
         if (err instanceof LeaseNotFoundError || err instanceof TokenMismatchError || err instanceof UnknownPoolError || err instanceof SupersededError) {
@@ -342,6 +373,36 @@ export class Lease {
     if (this.grace <= 0 || c === undefined || sameConn(this.bound, c)) return;
     await this.host.live.ping(this.grace - this.grace / 4);
     this.bound = c;
+    this.boundSince = -Infinity;
+  }
+
+  /**
+   * Counts c as the lease's connection from at, the send time of a renewal
+   * on it that may bind the lease there: if the lease is unbound, or always
+   * (force: the manager unbound it, and may have bound it to c since).
+   * lease/lameduck.go.
+   */
+  private claim(c: Conn | undefined, at: number, force: boolean): void {
+    if (this.grace <= 0 || c === undefined || (this.bound !== undefined && !force) || sameConn(this.bound, c)) return;
+    this.bound = c;
+    this.boundSince = at;
+  }
+
+  /** Notes that the manager has unbound the lease (a renewal on a connection whose server is in lame duck mode): no close frees it now. */
+  private unbind(): void {
+    this.bound = undefined;
+    this.boundSince = -Infinity;
+  }
+
+  /**
+   * Whether the lease with fast release is to move to the connection its
+   * client is on now: it is bound to another, or unbound while the client
+   * is no longer on the lame duck's connection.
+   */
+  private mustMove(): boolean {
+    const id = this.host.live.identity();
+    if (id === undefined) return false;
+    return !sameConn(id, this.bound) && (this.bound !== undefined || !this.host.live.isLameDuck(id));
   }
 
   private lossCause(): Error {
@@ -423,7 +484,16 @@ export class Lease {
     const live = host.live;
     const r = this.record;
     const first = now();
+    // Every attempt names the connection it goes on: a lease with fast
+    // release moves to it.
     let sentOn: Conn | undefined;
+    // plain is the last connection an attempt without lame_duck went on
+    // (plainAt: its first send there), unless a lame_duck attempt followed
+    // on the same connection: if the manager answers unbound, it may have
+    // bound the lease to plain since (lease/lameduck.go).
+    let plain: Conn | undefined;
+    let plainAt = -Infinity;
+    let sentLameDuck = false; // the last attempt said lame_duck
     // When the first attempt went out on each connection: an answer
     // "bound" to one proves its server took an attempt on it, so it was
     // open after then.
@@ -431,12 +501,27 @@ export class Lease {
     const body = (): string => {
       sentOn = live.identity();
       if (sentOn !== undefined && !firstOn.has(connKey(sentOn))) firstOn.set(connKey(sentOn), now());
-      const b: Record<string, unknown> = { lease_id: r.id, token: r.token };
+      // On a connection whose server is in lame duck mode, the renewal
+      // asks to unbind the lease; on any other, an unbound lease counts
+      // the connection as its own from now (lease/lameduck.go).
+      const lameDuck = this.grace > 0 && live.isLameDuck(sentOn);
+      sentLameDuck = lameDuck;
+      if (lameDuck && sameConn(plain, sentOn)) {
+        plain = undefined; // the same connection: this attempt comes after it
+      } else if (!lameDuck && sentOn !== undefined) {
+        if (!sameConn(plain, sentOn)) {
+          plain = sentOn;
+          plainAt = now();
+        }
+        this.claim(sentOn, plainAt, false);
+      }
+      const b: RenewRequest = { lease_id: r.id, token: r.token };
       if (r.secret !== undefined && r.secret !== "") b.secret = r.secret;
       if (sentOn !== undefined) {
         b.conn_server = sentOn.server;
         b.conn_id = sentOn.id;
       }
+      if (lameDuck) b.lame_duck = true;
       return JSON.stringify(b);
     };
     const q = new Queue<Msg>();
@@ -494,14 +579,21 @@ export class Lease {
             continue; // the renewal's own answer follows
           }
           if (rep.stop !== undefined && !this.stopAsk.signal.aborted) this.stopAsk.abort(new SupersededError(rep.stop.message));
+          if (rep.lease !== undefined && this.grace > 0 && recordConn(rep.lease) === undefined) {
+            // Unbound on a lame_duck attempt.
+            if (plain !== undefined) this.claim(plain, plainAt, true);
+            else this.unbind();
+          }
           return { first, rec: rep.lease };
         }
         const t = now();
         if (t >= until) throw new UnavailableError("renewal not answered before its deadline");
         let resend = false;
         if (ev === "woken") {
+          // Reconnected: an attempt sent before may be lost. Or the server
+          // said it is in lame duck mode: ask again, so.
           const id = live.identity();
-          resend = id !== undefined && !sameConn(id, sentOn);
+          resend = id !== undefined && (!sameConn(id, sentOn) || (!sentLameDuck && this.grace > 0 && live.isLameDuck(id)));
         }
         if (t >= movedAt) {
           movedAt = t + movedEvery;

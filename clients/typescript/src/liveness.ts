@@ -19,6 +19,11 @@
 //   - silent: while the connection stays open but unanswered, the lease is
 //     lost at that PING + min(30 s, maxPingOut x pingInterval).
 //
+// A lease the manager unbound from its connection (a renewal with
+// lame_duck, after its server said it is in lame duck mode: lease.ts,
+// lease/lameduck.go) has neither clock until a renewal binds it again:
+// the TTL's deadline alone.
+//
 // While it holds such leases, the client pings every G/8 (at most every
 // 250 ms, at least every 10 ms).
 
@@ -47,7 +52,7 @@ export function liveDeadline(g: number): number {
 
 /** The silent clock's cap: far beyond a restart or a stall, far within a TCP stack's give-up. */
 export const MAX_SILENCE_MS = 30_000;
-/** How many connections (and stopping servers) are remembered. */
+/** How many connections (and stopping servers, and lame ducks' connections) are remembered. */
 const MAX_LIVE_CONNS = 4;
 
 // nats.js's internals this reads: whether the protocol is connected right
@@ -93,6 +98,9 @@ export class Liveness {
   private timer: NodeJS.Timeout | undefined;
   private readonly last = new Map<string, number>();
   private readonly stopping = new Map<string, number>();
+  // The connections whose server said it is in lame duck mode
+  // (lease/lameduck.go), with when it was said.
+  private readonly lameDucks = new Map<string, number>();
   private closed = false;
 
   constructor(
@@ -107,9 +115,14 @@ export class Liveness {
     return identity(this.nc);
   }
 
-  /** When a lease with grace g bound to c must be given up by c's clocks. */
-  deadline(c: Conn | undefined, g: number): number {
-    const last = c === undefined ? -Infinity : (this.last.get(key(c)) ?? -Infinity);
+  /**
+   * When a lease with grace g bound to c must be given up by c's clocks.
+   * since, if later than c's last answered PING, dates c instead: the send
+   * time of a renewal that may have bound the lease to c (lease.ts, claim;
+   * lease/lameduck.go).
+   */
+  deadline(c: Conn, g: number, since = -Infinity): number {
+    const last = Math.max(this.last.get(key(c)) ?? -Infinity, since);
     let d = last + this.silence;
     if (this.dropped(c)) d = Math.min(d, last + liveDeadline(g));
     return d;
@@ -117,7 +130,7 @@ export class Liveness {
 
   /** Whether a lease bound to c is on the dropped clock. */
   dropped(c: Conn | undefined): boolean {
-    if (this.serverDrops) return false;
+    if (c === undefined || this.serverDrops) return false;
     if (c !== undefined && this.stopping.has(c.server)) return false;
     return !sameConn(this.identity(), c);
   }
@@ -125,8 +138,17 @@ export class Liveness {
   /** Notes a manager's word that server stops with it (server_stopping). */
   serverStopping(server: string | undefined): void {
     if (server === undefined || server === "") return;
-    this.stopping.set(server, now());
-    prune(this.stopping);
+    remember(this.stopping, server);
+  }
+
+  /** Notes that c's server said it is in lame duck mode (lease/lameduck.go). */
+  lameDuck(c: Conn): void {
+    remember(this.lameDucks, key(c));
+  }
+
+  /** Whether c's server said it is in lame duck mode. */
+  isLameDuck(c: Conn | undefined): boolean {
+    return c !== undefined && this.lameDucks.has(key(c));
   }
 
   /** Registers a lease with grace g, starting the pings. */
@@ -192,6 +214,13 @@ export class Liveness {
   }
 }
 
+/** Notes k in m with the time now, and prunes it. */
+function remember(m: Map<string, number>, k: string): void {
+  m.set(k, now());
+  prune(m);
+}
+
+/** Drops the oldest entries of m beyond MAX_LIVE_CONNS. */
 function prune(m: Map<string, number>): void {
   while (m.size > MAX_LIVE_CONNS) {
     let oldest: string | undefined;

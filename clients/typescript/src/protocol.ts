@@ -152,6 +152,24 @@ export interface PoolCounts {
   cancelled: number;
 }
 
+/** A renewal (docs/protocol.md, section 2.2; Go: lease.RenewRequest). */
+export interface RenewRequest {
+  lease_id: string;
+  token: number;
+  secret?: string;
+  /** The connection the renewal goes on: a lease with fast release moves to it. */
+  conn_server?: string;
+  conn_id?: number;
+  /**
+   * The server of conn_server/conn_id said it is in lame duck mode and will
+   * close the connection itself: a lease bound to that connection is
+   * unbound from it (a close of it frees nothing), and stays so until a
+   * renewal on another connection binds it there (lease.ts;
+   * lease/lameduck.go).
+   */
+  lame_duck?: boolean;
+}
+
 /** The one reply shape (docs/protocol.md, section 2.7). */
 export interface Reply {
   status: string;
