@@ -508,7 +508,9 @@ func (l *Lease) bindLive(ctx context.Context) error {
 		if l.bound == l.c.live.identity() {
 			l.c.live.ping(l.grace / 2)
 		}
-		answered := l.c.live.serverDrops || !l.c.live.lastAnswered(l.bound).Before(asked)
+		// An unbound lease (a move on a lame duck's connection: lameduck.go)
+		// has no connection to confirm: its TTL alone holds it.
+		answered := l.c.live.serverDrops || !l.bound.known() || !l.c.live.lastAnswered(l.bound).Before(asked)
 		if answered && time.Now().Before(l.Deadline()) {
 			return nil
 		}

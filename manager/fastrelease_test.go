@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -450,4 +451,39 @@ func TestFastReleaseBindingWaitsForASlowAnswer(t *testing.T) {
 	first, _, c := grantedElsewhere(t, f)
 	f.armed.Store(true)
 	acquireMoved(t, first, c, f)
+}
+
+// The lease is granted on a connection its holder is no longer on, and
+// the connection the holder is on now is one whose server said it is in
+// lame duck mode (a reconnect during a rolling restart; the notice is
+// given as a program's own lame duck handler gives it). The move's
+// renewal says lame_duck, and the manager unbinds the lease instead of
+// binding it there: the lease rides its TTL alone, and Acquire returns
+// it. It used to take the unbound lease for one whose connection was not
+// confirmed, move it twice more and fail with "the connection to the NATS
+// server could not be confirmed".
+func TestFastReleaseMoveToALameDucksConnectionUnbinds(t *testing.T) {
+	t.Parallel()
+	f := &renewFault{}
+	first, nc, c := grantedElsewhere(t, f)
+	lease.LameDuckNotice(nc)
+	l := acquireMine(t, c)
+	defer l.Release(context.Background())
+	data, _, err := f.Get(t.Context(), lease.RecordKey(node, "p", l.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec lease.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ConnServer != "" || rec.ConnID != 0 {
+		t.Fatalf("the lease is stored bound to %s/%d, want unbound", rec.ConnServer, rec.ConnID)
+	}
+	first.Close() // the connection it was granted on: it frees nothing now
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease ended: %v", l.Err())
+	case <-time.After(lease.DefaultDisconnectGrace + 2*time.Second):
+	}
 }
