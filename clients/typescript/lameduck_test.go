@@ -3,7 +3,6 @@ package typescript
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,18 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/slotlease/slotlease/config"
-	sljs "github.com/slotlease/slotlease/jetstream"
 	"github.com/slotlease/slotlease/lease"
-	"github.com/slotlease/slotlease/manager"
-	"github.com/slotlease/slotlease/natsconn"
 	"github.com/slotlease/slotlease/test/cluster"
 	"github.com/slotlease/slotlease/test/harness"
 )
@@ -43,39 +35,9 @@ func TestLameDuckStopCostsATypeScriptHolderNothing(t *testing.T) {
 	node, _ := built(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	st := cluster.Settings{Prefix: lease.DefaultPrefix, LeaseTTL: 15 * time.Second, LeaderTTL: 5 * time.Second, DisconnectGrace: lease.DefaultDisconnectGrace, Logger: harness.Logger()}
-	cl, err := cluster.StartCluster(ctx, cluster.ClusterConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Shutdown)
-	if err := cluster.Provision(ctx, cl.URL(), cl.Auth(config.RoleManager), st); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cluster.StartCandidate(ctx, cluster.CandidateConfig{Settings: st, Cluster: cl, Node: "node1", Instance: "m", Upstream: 0,
-		Pools: []manager.PoolConfig{{Name: "gpu", Capacity: 1}}, Terms: &cluster.Terms{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	harness.Eventually(t, 2*time.Minute, "the manager serves", c.Serving)
-
-	// The holder reaches server 1 through a proxy that can refuse it a
-	// new connection.
-	var refuse atomic.Bool
-	p, err := cluster.NewProxy(func() []string {
-		if refuse.Load() {
-			return nil
-		}
-		return cl.LiveAddrs(1)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	server1 := cl.Server(1).ID()
-	h := startHolder(ctx, t, node, "gpu", append(cl.Env(config.RoleExecutor),
-		config.EnvNATSURL+"="+p.URL(), config.EnvNodeID+"=node1", config.EnvSubjectPrefix+"="+st.Prefix))
+	s := cluster.StartLameDuckStage(ctx, t)
+	h := startHolder(ctx, t, node, "gpu", append(s.Cluster.Env(config.RoleExecutor),
+		config.EnvNATSURL+"="+s.Proxy.URL(), config.EnvNodeID+"=node1", config.EnvSubjectPrefix+"="+s.Settings.Prefix))
 	granted := h.wait(t, time.Minute, "the holder is granted", "holding ")
 	var id, token, connServer string
 	var fastMs int
@@ -85,73 +47,18 @@ func TestLameDuckStopCostsATypeScriptHolderNothing(t *testing.T) {
 	if fastMs == 0 {
 		t.Fatal("granted without fast release")
 	}
-	if connServer != server1 {
-		t.Fatalf("the holder's lease is bound to server %q, want server 1 (%q)", connServer, server1)
+	if connServer != s.Server1 {
+		t.Fatalf("the holder's lease is bound to server %q, want server 1 (%q)", connServer, s.Server1)
 	}
 	grace := time.Duration(fastMs) * time.Millisecond
-
-	wnc, err := natsconn.Connect("nats://"+cl.ClientAddr(2), cl.Auth(config.RoleExecutor), "waiter", nats.IgnoreDiscoveredServers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wnc.Close()
-	waiter, err := lease.NewClient(wnc, "node1", lease.WithPrefix(st.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Close()
-	queued := make(chan struct{})
-	got := make(chan *lease.Lease, 1)
-	go func() {
-		w, err := waiter.Acquire(ctx, "gpu", 1, lease.OnQueued(func(int) {
-			select {
-			case <-queued:
-			default:
-				close(queued)
-			}
-		}))
-		if err == nil {
-			got <- w
-		}
-	}()
-	select {
-	case <-queued:
-	case <-time.After(time.Minute):
-		t.Fatal("the waiter was not queued")
-	}
-
-	mgr, err := natsconn.Connect(cl.URL(), cl.Auth(config.RoleManager), "lease bucket", nats.IgnoreDiscoveredServers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mgr.Close()
-	js, _ := jetstream.New(mgr)
-	kv, err := js.KeyValue(ctx, sljs.NamesFor(st.Prefix).Leases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := func() lease.Record {
-		e, err := kv.Get(ctx, lease.RecordKey("node1", "gpu", id))
-		if err != nil {
-			return lease.Record{}
-		}
-		var r lease.Record
-		_ = json.Unmarshal(e.Value(), &r)
-		return r
-	}
-	if r := stored(); r.ConnServer != server1 {
-		t.Fatalf("lease stored bound to %q, want the holder's server %q", r.ConnServer, server1)
+	got := s.QueueWaiter(ctx, t)
+	stored := func() lease.Record { return s.Stored(ctx, "gpu", id) }
+	if r := stored(); r.ConnServer != s.Server1 {
+		t.Fatalf("lease stored bound to %q, want the holder's server %q", r.ConnServer, s.Server1)
 	}
 
 	// Server 1 enters lame duck mode; the holder cannot come back.
-	refuse.Store(true)
-	stopped := make(chan struct{})
-	at := time.Now()
-	go func() {
-		defer close(stopped)
-		cl.Stop(1)
-	}()
-	defer func() { <-stopped }()
+	at := s.StopServer1(t)
 	var unboundAt time.Time
 	harness.Eventually(t, time.Minute, "the lease is stored unbound, or server 1 closes the holder's connection", func() bool {
 		if r := stored(); r.ID == id && r.ConnServer == "" {
@@ -191,11 +98,11 @@ func TestLameDuckStopCostsATypeScriptHolderNothing(t *testing.T) {
 		t.Fatalf("the lease's record is gone while its holder could not reconnect (stored: %+v)", r)
 	}
 
-	refuse.Store(false)
+	s.Allow()
 	h.wait(t, time.Minute, "the holder reconnects", "status reconnect")
 	harness.Eventually(t, time.Minute, "the lease moves to the holder's new connection", func() bool {
 		r := stored()
-		return r.ID == id && r.ConnServer != "" && r.ConnServer != server1
+		return r.ID == id && r.ConnServer != "" && r.ConnServer != s.Server1
 	})
 	t.Logf("bound again %v after the close", time.Since(dropped).Round(time.Millisecond))
 	select {
@@ -206,12 +113,7 @@ func TestLameDuckStopCostsATypeScriptHolderNothing(t *testing.T) {
 	default:
 	}
 	h.release(t)
-	select {
-	case w := <-got:
-		_ = w.Release(ctx)
-	case <-time.After(time.Minute):
-		t.Fatal("the waiter was not granted after the release")
-	}
+	s.WaiterGranted(ctx, t, got)
 }
 
 // tsHolder is a running test/fixtures/ldmholder.mjs.
