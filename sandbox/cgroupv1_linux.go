@@ -18,8 +18,15 @@ import (
 // (memory.limit_in_bytes, and memory.memsw.limit_in_bytes so it cannot
 // swap past it) and pids (pids.max). The per-run v2 cgroup, where there is
 // one, still tracks and kills the tree; these only limit it. The
-// supervisor is moved into them before it starts the worker (enter), so
-// everything the worker starts is in them too.
+// supervisor is moved into the memory cgroup before it starts the worker
+// (enter), so everything the worker starts is in it too. The pids cgroup
+// holds the worker alone: the kernel counts threads there, and the
+// supervisor's and the exec stage's Go runtimes have several, so with
+// them in it a small limit refused the exec stage its fork, or the exec
+// stage a thread, before the worker ran. The exec stage moves only its
+// own thread into it (pidsTasksFD), as the last thing before execve,
+// which leaves that thread the whole process: pids.max is the worker's
+// limit exactly.
 type v1Limits struct {
 	memory string // the memory cgroup's directory, "" if none
 	pids   string // the pids cgroup's directory, "" if none
@@ -55,8 +62,8 @@ func newV1Limits(memoryBytes int64, maxProcs int, name string) (*v1Limits, []str
 	if maxProcs > 0 {
 		dir, err := makeV1("pids", name)
 		if err == nil {
-			// +1: the supervisor is in it too, for the worker's whole life.
-			if err = writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(maxProcs+1)); err != nil {
+			// The worker's alone: the supervisor stays out (pidsTasksFD).
+			if err = writeFile(filepath.Join(dir, "pids.max"), strconv.Itoa(maxProcs)); err != nil {
 				_ = os.Remove(dir)
 			}
 		}
@@ -98,15 +105,31 @@ func (l *v1Limits) dirs() []string {
 	return out
 }
 
-// enter moves pid (the supervisor, before it starts the worker) into each
-// cgroup.
+// enter moves pid (the supervisor, before it starts the worker) into the
+// memory cgroup, if any.
 func (l *v1Limits) enter(pid int) error {
-	for _, d := range l.dirs() {
-		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
-			return fmt.Errorf("cannot move the worker into cgroup %s: %w", d, err)
-		}
+	if l.memory == "" {
+		return nil
+	}
+	if err := writeFile(filepath.Join(l.memory, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("cannot move the worker into cgroup %s: %w", l.memory, err)
 	}
 	return nil
+}
+
+// tasks opens the pids cgroup's tasks file, for the exec stage to move its
+// thread into (pidsTasksFD); nil without a pids cgroup. The executor opens
+// it, so the kernel checks the executor's credentials, and the exec stage
+// needs no view of /sys/fs/cgroup.
+func (l *v1Limits) tasks() (*os.File, error) {
+	if l == nil || l.pids == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(filepath.Join(l.pids, "tasks"), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open cgroup %s for the worker: %w", l.pids, err)
+	}
+	return f, nil
 }
 
 // oomKills is the memory cgroup's oom_kill count (memory.oom_control;

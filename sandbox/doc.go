@@ -129,7 +129,9 @@
 //     RLIMIT_NPROC, which counts all processes of the worker's user (for a
 //     confined worker with ids of its own, its own processes) and which
 //     the kernel ignores for uid 0 (a Note says the limit is not enforced
-//     then).
+//     then). The v1 cgroup holds the worker's processes alone, so the
+//     bound is exact: the exec stage moves only its own thread into it,
+//     last of all before execve (cgroupv1_linux.go).
 //   - CPUTime: RLIMIT_CPU, per process: SIGXCPU at the rounded-up limit,
 //     SIGKILL one second later; reported as StoppedBy "cpu" (best effort for
 //     the SIGKILL case). A child of the worker has its own budget.
@@ -166,8 +168,12 @@
 //     PID 1 from within.
 //
 //   - The supervisor's Go runtime (a few MiB) stays in the worker's cgroup
-//     for the worker's whole life and counts against MemoryBytes; pids.max
-//     is MaxProcs+1 for it.
+//     for the worker's whole life and counts against MemoryBytes. In a
+//     cgroup v2 cgroup it counts against MaxProcs too, and the kernel
+//     counts its threads, and the exec stage's until it execs the worker:
+//     pids.max is MaxProcs+1, which a small MaxProcs can make too few for
+//     the run to start. Untested: the hosts the suite has run on have no
+//     v2 pids controller. A v1 one holds the worker alone.
 //
 //   - cgroup limits need controllers the executor may enable: run it in a
 //     delegated cgroup (e.g. a systemd unit with Delegate=yes) that holds no

@@ -81,6 +81,8 @@ const (
 	// close-on-exec in the supervisor, so the worker never has it.
 	deadlineFD = 6
 	// fd 7 is cpuGroupFD (cpugroup_linux.go).
+	// pidsTasksFD is the pids cgroup v1's tasks file (cgroupv1_linux.go).
+	pidsTasksFD = 8
 )
 
 var initHookCalled atomic.Bool
@@ -144,6 +146,10 @@ type initConfig struct {
 	// the supervisor hands to the exec stage to join (cpugroup_linux.go).
 	TreeList bool `json:"tree_list,omitempty"`
 	CPUGroup bool `json:"cpu_group,omitempty"`
+	// PidsJoin: the supervisor holds the pids cgroup's tasks file on
+	// pidsTasksFD and hands it to the exec stage, whose thread joins it
+	// last of all (cgroupv1_linux.go).
+	PidsJoin bool `json:"pids_join,omitempty"`
 
 	// Confine: the run is confined (Spec.Confine or Hide): read-only view
 	// but Lend, Binds, /dev/shm of its own (confine_linux.go).
@@ -278,6 +284,9 @@ func runExecStage() {
 		helperFail("init helper: bad environment entry: %v", err)
 	}
 	errBuf := make([]byte, 0, 64)
+	joinErr := make([]byte, 0, 96)
+	joinErr = append(joinErr, "error:the worker could not join its pids cgroup, errno "...)
+	zero := []byte("0") // this thread, in a cgroup v1 tasks file
 
 	if cfg.RestoreNofile {
 		// The Go runtime of this helper raised its soft RLIMIT_NOFILE at
@@ -300,6 +309,18 @@ func runExecStage() {
 		}
 	}
 	// No allocation from here on: RLIMIT_DATA may already be in force.
+	if cfg.PidsJoin {
+		// Last of all, this thread alone joins the pids cgroup: the Go
+		// runtime's other threads stay out, and execve leaves this one
+		// the whole process (cgroupv1_linux.go). No thread of this one's
+		// can start in between.
+		if _, _, e := unix.RawSyscall(unix.SYS_WRITE, pidsTasksFD, uintptr(unsafe.Pointer(&zero[0])), 1); e != 0 {
+			joinErr = appendUint(joinErr, uint64(e))
+			joinErr = append(joinErr, '\n')
+			_, _ = unix.Write(statusFD, joinErr)
+			unix.Exit(127)
+		}
+	}
 	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,
 		uintptr(unsafe.Pointer(argv0p)),
 		uintptr(unsafe.Pointer(&argvp[0])),

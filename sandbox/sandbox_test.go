@@ -535,9 +535,42 @@ func TestOpenFilesLimit(t *testing.T) {
 	}
 }
 
+// MaxProcs bounds the worker's processes. Where a cgroup v1 pids
+// controller takes it, the bound is exact: the worker alone is in that
+// cgroup, so it runs MaxProcs processes and not one more. The supervisor
+// and the exec stage, whose Go runtimes' threads the kernel counts, used
+// to be in it too, and a run with a small MaxProcs failed to start, at
+// random or always ("start the exec stage: resource temporarily
+// unavailable", or the exec stage's runtime aborting). Elsewhere many
+// forks are refused (a cgroup v2 pids.max, or RLIMIT_NPROC for a user
+// other than root), or root is told the limit is not enforced.
 func TestMaxProcs(t *testing.T) {
 	t.Parallel()
 	_, _, cgPids := cgroupCaps(t)
+	v2, _ := newCgroup(0, 10)
+	v2Pids := v2 != nil && v2.pids
+	if v2 != nil {
+		if err := v2.remove(); err != nil {
+			t.Errorf("remove probe cgroup: %v", err)
+		}
+	}
+	if cgPids && !v2Pids {
+		// sh and n-1 sleeps: n processes.
+		procs := func(n int) *Result {
+			return mustRun(t, Spec{
+				Command:  []string{"sh", "-c", fmt.Sprintf("i=1; while [ $i -lt %d ]; do sleep 0.5 & i=$((i+1)); done; wait", n)},
+				MaxProcs: 3,
+				Timeout:  20 * time.Second,
+			})
+		}
+		if res := procs(3); res.ExitCode != 0 {
+			t.Fatalf("MaxProcs 3 refused a tree of 3 processes: exit %d, stderr %q, notes %q", res.ExitCode, res.StderrTail[:min(len(res.StderrTail), 300)], res.Notes)
+		}
+		if res := procs(4); res.ExitCode == 0 {
+			t.Fatalf("MaxProcs 3 let a tree of 4 processes run: %+v", res)
+		}
+		return
+	}
 	res := mustRun(t, Spec{
 		Command:  []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait"},
 		MaxProcs: 3,

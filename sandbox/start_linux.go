@@ -217,8 +217,17 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 	if tree != nil && tree != r.cpu.file() {
 		defer tree.Close() // the supervisor's copy is what counts
 	}
+	pidsTasks, err := r.v1.tasks()
+	if err != nil {
+		r.dropV1(err) // the next try starts with the rlimits instead
+		return err
+	}
+	if pidsTasks != nil {
+		defer pidsTasks.Close() // the supervisor's copy is what counts
+	}
 	cfg := r.config(v, useCg)
 	cfg.TreeList = tree != nil
+	cfg.PidsJoin = pidsTasks != nil
 	cfgF, err := configFile(cfg)
 	if err != nil {
 		return err
@@ -249,11 +258,14 @@ func (r *runner) startOnce(v nsVariant, useCg bool) error {
 		toClose = append(toClose, deadlineR, deadlineW)
 		files = append(files, deadlineR) // fd 6
 	}
-	if tree != nil {
+	if tree != nil || pidsTasks != nil {
 		if len(files) == 3 {
 			files = append(files, nil) // no fd 6
 		}
-		files = append(files, tree) // fd 7
+		files = append(files, tree) // fd 7, or none
+	}
+	if pidsTasks != nil {
+		files = append(files, pidsTasks) // fd 8
 	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",

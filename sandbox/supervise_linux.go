@@ -161,9 +161,15 @@ func startExecStage(cfg initConfig) int {
 		helperFail("supervisor: config for the exec stage: %v", err)
 	}
 	files := []uintptr{0, 1, 2, f.Fd(), statusFD}
+	none := ^uintptr(0) // closed in the child
 	if cfg.CPUGroup {
-		none := ^uintptr(0) // closed in the child
 		files = append(files, none, none, cpuGroupFD)
+	}
+	if cfg.PidsJoin {
+		for len(files) < pidsTasksFD {
+			files = append(files, none)
+		}
+		files = append(files, pidsTasksFD)
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{initArgv0}, &syscall.ProcAttr{
 		Env:   helperEnv(initEnvVar + "=" + initExecValue),
@@ -172,6 +178,9 @@ func startExecStage(cfg initConfig) int {
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	f.Close()
+	if cfg.PidsJoin {
+		unix.Close(pidsTasksFD) // the exec stage's now
+	}
 	if cfg.TreeList {
 		// The supervisor keeps the file to find the tree by (a cpu group
 		// the exec stage joins first thing, which the supervisor is not
