@@ -131,7 +131,9 @@
 //     the kernel ignores for uid 0 (a Note says the limit is not enforced
 //     then). The v1 cgroup holds the worker's processes alone, so the
 //     bound is exact: the exec stage moves only its own thread into it,
-//     last of all before execve (cgroupv1_linux.go).
+//     last of all before execve (cgroupv1_linux.go). Every one of them
+//     counts threads too, so a worker's runtime needs room for its own
+//     (Node.js about 8, Go about 5 on 2 cores).
 //   - CPUTime: RLIMIT_CPU, per process: SIGXCPU at the rounded-up limit,
 //     SIGKILL one second later; reported as StoppedBy "cpu" (best effort for
 //     the SIGKILL case). A child of the worker has its own budget.
